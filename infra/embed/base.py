@@ -1,0 +1,22 @@
+"""The embedding port. Sync and CPU/GPU bound; the chunker uses its tokenizer for token windows."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol, runtime_checkable
+
+
+@runtime_checkable
+class Embedder(Protocol):
+    name: str
+    dim: int
+    max_tokens: int  # what the model reads; longer input is truncated by the model
+
+    def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        """Unit-normalized vectors, one per text, in order."""
+        ...
+
+    def token_spans(self, text: str) -> list[tuple[int, int]]:
+        """Character (start, end) of every token of ``text`` under this model's own tokenizer,
+        without special tokens. Used to cut token windows at exact character offsets."""
+        ...

