@@ -1,0 +1,49 @@
+"""Forager actor: one per requirement, alive for the whole run so it remembers what it judged."""
+
+from __future__ import annotations
+
+import os
+import traceback
+from typing import Any
+
+from actors.status_hub import HubEmit
+from infra.settings import Settings
+from messages.forage import ForageRequest, RequirementCoverage
+from messages.status import Stage
+
+
+class Forager:
+    def __init__(self, settings: Settings, run_id: str, hub: object | None = None, llm: Any | None = None,
+                 embedder: Any | None = None) -> None:
+        self.settings = settings
+        self.run_id = run_id
+        self._emit = HubEmit(run_id, hub)
+        self._llm = llm
+        self._embedder = embedder
+        self._step = None
+
+    def _ensure(self):
+        if self._step is None:
+            from actors.steps.forage import ForageStep
+            from infra.embed import build_embedder
+            from infra.llm import build_llm
+            from infra.store import build_store
+
+            self._step = ForageStep(self.settings, build_store(self.settings),
+                                    self._embedder or build_embedder(self.settings),
+                                    self._llm or build_llm(self.settings), emit=self._emit)
+        return self._step
+
+    async def forage(self, request: ForageRequest) -> RequirementCoverage:
+        """Forage one requirement. Any error becomes a failed requirement, never a failed run."""
+        try:
+            return await self._ensure().forage(request)
+        except Exception as exc:  # noqa: BLE001 — the boundary where a requirement fails alone
+            reason = f"{type(exc).__name__}: {exc}"
+            self._emit(Stage.FORAGE, "failed", reason, iteration=request.iteration,
+                       requirement_id=request.requirement.id, traceback=traceback.format_exc(limit=5))
+            return RequirementCoverage(run_id=request.run_id, requirement=request.requirement,
+                                       iteration=request.iteration, status="failed", coverage=0.0, error=reason)
+
+    def pid(self) -> int:
+        return os.getpid()

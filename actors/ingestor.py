@@ -1,0 +1,43 @@
+"""Ingestor actor: one PDF at a time through parse → chunk → embed → store.
+
+The ports (parser, embedder, store) are built in the actor's own process on first use, so a crash
+in a parser takes down only this actor; Ray restarts it and the Orchestrator records the document
+as failed.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from actors.status_hub import HubEmit
+from infra.settings import Settings
+from messages.ingest import IngestRequest, IngestResult
+
+
+class Ingestor:
+    def __init__(self, settings: Settings, run_id: str, hub: object | None = None,
+                 embedder: Any | None = None) -> None:
+        self.settings = settings
+        self.run_id = run_id
+        self._emit = HubEmit(run_id, hub)
+        self._embedder = embedder
+        self._step = None
+
+    def _ensure(self):
+        if self._step is None:
+            from actors.steps.ingest import IngestStep
+            from infra.embed import build_embedder
+            from infra.pdf import build_parser
+            from infra.store import build_store
+
+            self._step = IngestStep(self.settings, build_store(self.settings),
+                                    self._embedder or build_embedder(self.settings),
+                                    build_parser(self.settings), emit=self._emit)
+        return self._step
+
+    def ingest(self, request: IngestRequest) -> IngestResult:
+        return self._ensure().ingest(request)
+
+    def pid(self) -> int:
+        return os.getpid()

@@ -1,0 +1,48 @@
+"""Every Ray option of every role, in one place, derived from Settings.
+
+Actors are plain classes; they become actors only when created:
+``ray.remote(cls).options(**options_for(role, settings))``. Retries are only allowed on idempotent
+methods (see :func:`method_options`): ingesting a file is idempotent (keyed by its hash), foraging
+and writing are not (they hold per-run state and call the LLM).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from infra.settings import Settings
+
+Role = Literal["orchestrator", "status_hub", "searcher", "ingestor", "forager", "writer"]
+
+_IDEMPOTENT: dict[tuple[str, str], bool] = {
+    ("ingestor", "ingest"): True,
+    ("searcher", "search"): True,
+    ("status_hub", "events"): True,
+}
+
+
+def options_for(role: Role, settings: Settings, *, name: str | None = None) -> dict[str, Any]:
+    """Options for ``ray.remote(cls).options(...)`` of one role."""
+    ray = settings.ray
+    opts: dict[str, Any] = {"num_cpus": 0}
+    if role in ("ingestor", "forager", "writer", "searcher"):
+        opts["num_cpus"] = ray.actor_cpus
+        opts["max_restarts"] = ray.max_restarts
+        # per-method retries are set by method_options; the actor default allows none
+        opts["max_task_retries"] = 0
+    if role == "ingestor":
+        # one parse per process at a time: a sync actor with concurrency 1
+        opts["max_concurrency"] = 1
+    if role in ("status_hub", "orchestrator"):
+        opts["max_restarts"] = 0
+        opts["max_concurrency"] = 1000
+    if name is not None:
+        opts["name"] = name
+    return opts
+
+
+def method_options(role: Role, method: str, settings: Settings) -> dict[str, Any]:
+    """Options for ``actor.method.options(...)``: retries only where the method is idempotent."""
+    if _IDEMPOTENT.get((role, method)):
+        return {"max_task_retries": settings.ray.max_task_retries}
+    return {"max_task_retries": 0}

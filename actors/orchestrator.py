@@ -1,0 +1,328 @@
+"""Orchestrator: requirements, then the search → ingest → forage loop, then the Writer.
+
+The loop (thesis "Knowledge Orchestrator"): search and ingest a first batch, forage every
+requirement in parallel (one Forager each); while mean coverage is below ``run.min_coverage`` and
+fewer than ``run.max_iterations`` iterations ran, ask the Searcher for more documents, ingest them
+and forage again; then write the report. State is checkpointed to ``run.json`` after every stage.
+
+The logic lives in :class:`Orchestrator`, a plain class that talks to its workers through a
+:class:`Crew`. :class:`RayCrew` runs the workers as Ray actors (one Forager per requirement, a pool
+of Ingestors); :class:`LocalCrew` runs the same step objects in-process, for unit tests.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+from actors.status_hub import HubEmit
+from actors.steps.events import Emit
+from actors.steps.rundir import RunDir
+from infra.settings import Settings
+from messages.forage import ForageRequest, RequirementCoverage
+from messages.ingest import IngestRequest, IngestResult
+from messages.plan import PlanRequest, RequirementsPlan
+from messages.search import SearchRequest, SearchResults
+from messages.status import RunSummary, Stage
+from messages.write import Report, WriteRequest
+
+
+class Crew(Protocol):
+    async def search(self, request: SearchRequest) -> SearchResults: ...
+    async def ingest(self, requests: Sequence[IngestRequest]) -> list[IngestResult]: ...
+    async def forage(self, requests: Sequence[ForageRequest]) -> list[RequirementCoverage]: ...
+    async def write(self, request: WriteRequest) -> Report: ...
+    async def close(self) -> None: ...
+
+
+def mean_coverage(coverages: Sequence[RequirementCoverage]) -> float:
+    if not coverages:
+        return 0.0
+    return sum(c.coverage if c.status == "ok" else 0.0 for c in coverages) / len(coverages)
+
+
+class Orchestrator:
+    def __init__(self, settings: Settings, run_id: str, hub: object | None = None, *, crew: Crew | None = None,
+                 llm: Any | None = None, emit: Emit | None = None) -> None:
+        self.settings = settings
+        self.run_id = run_id
+        self.hub = hub
+        self.emit: Emit = emit or HubEmit(run_id, hub)
+        self.rundir = RunDir(settings.run.runs_dir, run_id)
+        self._crew = crew
+        self._llm = llm
+        self.state: dict[str, Any] = {}
+
+    # -- requirements -----------------------------------------------------------------------------
+    async def plan(self, request: PlanRequest) -> RequirementsPlan:
+        from actors.steps.plan import derive_requirements
+
+        if self._llm is None:
+            from infra.llm import build_llm
+
+            self._llm = build_llm(self.settings)
+        self.emit(Stage.PLAN, "started", "deriving requirements from the query")
+        plan = await derive_requirements(request.query, self._llm, self.settings.run.max_requirements)
+        self.emit(Stage.PLAN, "requirements", f"{len(plan.requirements)} requirements proposed",
+                  requirements=[r.model_dump() for r in plan.requirements], degraded=list(plan.degraded))
+        self.state = {"run_id": self.run_id, "status": "awaiting_approval", "query": request.query.text,
+                      "proposed_requirements": [r.model_dump() for r in plan.requirements],
+                      "degraded": list(plan.degraded)}
+        self.rundir.save_state(self.state)
+        return plan
+
+    # -- the loop ---------------------------------------------------------------------------------
+    def _crew_or_default(self) -> Crew:
+        if self._crew is None:
+            self._crew = RayCrew(self.settings, self.run_id, self.hub, llm=self._llm_for_workers())
+        return self._crew
+
+    def _llm_for_workers(self) -> Any | None:
+        # a fake LLM given to the Orchestrator (tests) is shipped to the workers too (class attribute
+        # ``shippable``); otherwise every worker builds its own client from Settings in its own process
+        return self._llm if getattr(self._llm, "shippable", False) else None
+
+    async def run(self, plan: RequirementsPlan) -> RunSummary:
+        if not plan.approved:
+            raise ValueError("requirements must be approved before the run starts")
+        s = self.settings.run
+        crew = self._crew_or_default()
+        started = time.monotonic()
+        self.state.update({
+            "run_id": self.run_id, "status": "running", "query": plan.query.text,
+            "requirements": [r.model_dump() for r in plan.requirements],
+            "settings": {"preset": self.settings.preset, "min_coverage": s.min_coverage,
+                         "max_iterations": s.max_iterations, "llm": self.settings.llm.backend,
+                         "embedder": self.settings.embed.backend, "store": self.settings.store.backend},
+            "store_path": str(self.settings.store.path), "library": str(self.settings.search.library or ""),
+            "iterations": [], "documents": {}, "search_skipped": [],
+        })
+        self._checkpoint()
+        self.emit(Stage.RUN, "started", f"run {self.run_id} started", requirements=len(plan.requirements))
+        offered: list[str] = []
+        coverages: list[RequirementCoverage] = []
+        stop_reason = ""
+        iteration = 0
+        try:
+            while True:
+                iteration += 1
+                self.emit(Stage.RUN, "iteration", f"iteration {iteration}", iteration=iteration)
+                results = await crew.search(SearchRequest(
+                    run_id=self.run_id, iteration=iteration, query=plan.query.text,
+                    requirements=plan.requirements, max_results=self.settings.search.batch_size,
+                    exclude_keys=tuple(offered)))
+                offered.extend(c.key for c in results.candidates)
+                self.state["search_skipped"].extend(sk.model_dump() for sk in results.skipped)
+                ingested = await crew.ingest([IngestRequest(run_id=self.run_id, candidate=c)
+                                              for c in results.candidates])
+                for res in ingested:
+                    self.state["documents"][res.key] = res.model_dump(mode="json", exclude={"run_id", "created_at"})
+                self._checkpoint()
+                coverages = await crew.forage([ForageRequest(run_id=self.run_id, iteration=iteration, requirement=r)
+                                               for r in plan.requirements])
+                mean = mean_coverage(coverages)
+                self.state["iterations"].append({
+                    "iteration": iteration, "mean_coverage": mean, "new_documents": len(results.candidates),
+                    "coverage": {c.requirement.id: c.coverage for c in coverages},
+                    "status": {c.requirement.id: c.status for c in coverages},
+                    "llm_calls": {c.requirement.id: c.llm_calls for c in coverages},
+                })
+                self._checkpoint()
+                self.emit(Stage.RUN, "coverage", f"iteration {iteration}: mean coverage {mean:.2f}",
+                          iteration=iteration, mean_coverage=mean,
+                          coverage={c.requirement.id: c.coverage for c in coverages})
+                if mean >= s.min_coverage:
+                    stop_reason = f"coverage {mean:.2f} reached the goal {s.min_coverage:.2f}"
+                    break
+                if iteration >= s.max_iterations:
+                    stop_reason = f"reached the maximum of {s.max_iterations} iterations (coverage {mean:.2f})"
+                    break
+                if results.exhausted and not results.candidates and self._nothing_new(coverages):
+                    stop_reason = f"sources exhausted and nothing new to forage (coverage {mean:.2f})"
+                    break
+
+            self.emit(Stage.WRITE, "started", "writing the report")
+            report = await crew.write(WriteRequest(run_id=self.run_id, query=plan.query, coverages=tuple(coverages),
+                                                   iterations=iteration))
+            self.rundir.save_report(report)
+            docs = self.state["documents"].values()
+            self.state.update({
+                "status": "finished", "stop_reason": stop_reason, "final_coverage": mean_coverage(coverages),
+                "coverage": {c.requirement.id: c.coverage for c in coverages},
+                "failed_requirements": {c.requirement.id: c.error for c in coverages if c.status == "failed"},
+                "degraded": sorted({*self.state.get("degraded", []),
+                                    *(f"{c.requirement.id}: {f}" for c in coverages for f in c.failed_steps),
+                                    *(f"writer: {f}" for f in report.failed_steps)}),
+                "sources": [src.model_dump(mode="json") for src in report.sources],
+                "removed_citations": report.removed_citations,
+                "report": str(self.rundir.report_md), "seconds": round(time.monotonic() - started, 1),
+            })
+            self._checkpoint()
+            summary = RunSummary(
+                run_id=self.run_id, status="finished", iterations=iteration, stop_reason=stop_reason,
+                mean_coverage=mean_coverage(coverages), run_dir=str(self.rundir.path),
+                report_path=str(self.rundir.report_md),
+                documents_stored=sum(1 for d in docs if d["status"] in ("stored", "skipped")),
+                documents_failed=sum(1 for d in docs if d["status"] == "failed"))
+            await self._final_event("finished", stop_reason, iteration, report=str(self.rundir.report_md),
+                                    mean_coverage=summary.mean_coverage)
+            return summary
+        except Exception as exc:
+            reason = f"{type(exc).__name__}: {exc}"
+            self.state.update({"status": "failed", "error": reason})
+            self._checkpoint()
+            await self._final_event("failed", reason, iteration)
+            return RunSummary(run_id=self.run_id, status="failed", iterations=iteration, stop_reason=reason,
+                              mean_coverage=mean_coverage(coverages), run_dir=str(self.rundir.path))
+        finally:
+            await crew.close()
+
+    @staticmethod
+    def _nothing_new(coverages: Sequence[RequirementCoverage]) -> bool:
+        # the Foragers judged nothing new this iteration: the store is foraged out for these requirements
+        return all(c.status == "failed" or not any(True for _ in c.judgements) for c in coverages)
+
+    async def _final_event(self, kind: str, message: str, iteration: int, **payload: Any) -> None:
+        """The run's last event is awaited, so it is in the hub before run() returns."""
+        if self.hub is None:
+            self.emit(Stage.RUN, kind, message, iteration=iteration, **payload)
+            return
+        from messages.status import StatusEvent
+
+        await self.hub.publish.remote(StatusEvent(  # type: ignore[attr-defined]
+            run_id=self.run_id, stage=Stage.RUN, kind=kind, message=message, iteration=iteration, payload=payload))
+
+    def _checkpoint(self) -> None:
+        self.rundir.save_state(self.state)
+
+
+# -- crews --------------------------------------------------------------------------------------------
+class LocalCrew:
+    """Runs the step objects in this process (unit tests; no Ray)."""
+
+    def __init__(self, searcher: Any, ingestor: Any, foragers: dict[str, Any], writer: Any) -> None:
+        self.searcher, self.ingestor, self.foragers, self.writer = searcher, ingestor, foragers, writer
+
+    async def search(self, request: SearchRequest) -> SearchResults:
+        return await asyncio.to_thread(self.searcher.search, request)
+
+    async def ingest(self, requests: Sequence[IngestRequest]) -> list[IngestResult]:
+        return [await asyncio.to_thread(self.ingestor.ingest, r) for r in requests]
+
+    async def forage(self, requests: Sequence[ForageRequest]) -> list[RequirementCoverage]:
+        return list(await asyncio.gather(*(self.foragers[r.requirement.id].forage(r) for r in requests)))
+
+    async def write(self, request: WriteRequest) -> Report:
+        return await self.writer.write(request)
+
+    async def close(self) -> None:
+        return None
+
+
+class RayCrew:
+    """Workers as Ray actors: a Searcher, a pool of Ingestors, one Forager per requirement, a Writer."""
+
+    def __init__(self, settings: Settings, run_id: str, hub: object | None, llm: Any | None = None) -> None:
+        self.settings, self.run_id, self.hub, self.llm = settings, run_id, hub, llm
+        self._searcher = None
+        self._ingestors: list[Any] = []
+        self._foragers: dict[str, Any] = {}
+        self._writer = None
+        self.emit = HubEmit(run_id, hub)
+
+    def _actor(self, cls: type, role: str, *args: Any, **kwargs: Any) -> Any:
+        import ray
+
+        from actors.options import options_for
+
+        return ray.remote(cls).options(**options_for(role, self.settings)).remote(*args, **kwargs)  # type: ignore[arg-type]
+
+    async def search(self, request: SearchRequest) -> SearchResults:
+        from actors.options import method_options
+        from actors.searcher import Searcher
+
+        if self._searcher is None:
+            self._searcher = self._actor(Searcher, "searcher", self.settings, self.run_id, self.hub)
+        return await self._searcher.search.options(**method_options("searcher", "search", self.settings)).remote(request)
+
+    async def ingest(self, requests: Sequence[IngestRequest]) -> list[IngestResult]:
+        from actors.ingestor import Ingestor
+        from actors.options import method_options
+
+        if not requests:
+            return []
+        while len(self._ingestors) < self.settings.ingest.pool_size:
+            self._ingestors.append(self._actor(Ingestor, "ingestor", self.settings, self.run_id, self.hub))
+        queue: asyncio.Queue[tuple[int, IngestRequest]] = asyncio.Queue()
+        for i, r in enumerate(requests):
+            queue.put_nowait((i, r))
+        results: list[IngestResult | None] = [None] * len(requests)
+        opts = method_options("ingestor", "ingest", self.settings)
+        timeout = self.settings.ingest.timeout_s
+
+        async def worker(actor: Any) -> None:
+            import ray
+
+            while not queue.empty():
+                i, req = queue.get_nowait()
+                t0 = time.monotonic()
+                try:
+                    results[i] = await asyncio.wait_for(actor.ingest.options(**opts).remote(req), timeout)
+                except TimeoutError:
+                    ray.kill(actor, no_restart=False)  # Ray restarts it; the document is recorded as failed
+                    results[i] = self._failed(req, f"parsing took longer than {timeout:.0f}s; ingestor restarted",
+                                              time.monotonic() - t0, retryable=True)
+                except ray.exceptions.RayActorError as exc:
+                    results[i] = self._failed(req, f"ingestor crashed: {type(exc).__name__}",
+                                              time.monotonic() - t0, retryable=True)
+                except Exception as exc:  # noqa: BLE001 — one document, not the run
+                    results[i] = self._failed(req, f"{type(exc).__name__}: {exc}", time.monotonic() - t0)
+
+        await asyncio.gather(*(worker(a) for a in self._ingestors))
+        return [r for r in results if r is not None]
+
+    def _failed(self, req: IngestRequest, reason: str, seconds: float, retryable: bool = False) -> IngestResult:
+        self.emit(Stage.INGEST, "failed", f"{req.candidate.path or req.candidate.key}: {reason}",
+                  key=req.candidate.key, reason=reason)
+        return IngestResult(run_id=req.run_id, key=req.candidate.key, path=req.candidate.path, status="failed",
+                            reason=reason, retryable=retryable, seconds=seconds)
+
+    async def forage(self, requests: Sequence[ForageRequest]) -> list[RequirementCoverage]:
+        import ray
+
+        from actors.forager import Forager
+
+        for r in requests:
+            if r.requirement.id not in self._foragers:
+                self._foragers[r.requirement.id] = self._actor(Forager, "forager", self.settings, self.run_id,
+                                                               self.hub, llm=self.llm)
+
+        async def one(r: ForageRequest) -> RequirementCoverage:
+            try:
+                return await self._foragers[r.requirement.id].forage.remote(r)
+            except ray.exceptions.RayError as exc:
+                reason = f"forager died: {type(exc).__name__}"
+                self.emit(Stage.FORAGE, "failed", reason, iteration=r.iteration, requirement_id=r.requirement.id)
+                return RequirementCoverage(run_id=r.run_id, requirement=r.requirement, iteration=r.iteration,
+                                           status="failed", coverage=0.0, error=reason)
+
+        return list(await asyncio.gather(*(one(r) for r in requests)))
+
+    async def write(self, request: WriteRequest) -> Report:
+        from actors.writer import Writer
+
+        if self._writer is None:
+            self._writer = self._actor(Writer, "writer", self.settings, self.run_id, self.hub, llm=self.llm)
+        return await self._writer.write.remote(request)
+
+    def forager_handles(self) -> dict[str, Any]:
+        return dict(self._foragers)
+
+    async def close(self) -> None:
+        import ray
+
+        for actor in [self._searcher, self._writer, *self._ingestors, *self._foragers.values()]:
+            if actor is not None:
+                ray.kill(actor, no_restart=True)

@@ -1,0 +1,70 @@
+"""The run folder: ``runs/<run_id>/`` with run.json, report.md, evidence.jsonl, events.jsonl.
+
+Every write is atomic (temp file + rename), so a crash never leaves a half-written run.json.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import tempfile
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from messages.write import Report
+
+
+def new_run_id() -> str:
+    """Sortable by time and unguessable (64 random bits)."""
+    return f"{datetime.now(UTC):%Y%m%d-%H%M%S}-{secrets.token_hex(8)}"
+
+
+def atomic_write(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+class RunDir:
+    def __init__(self, runs_dir: Path | str, run_id: str) -> None:
+        self.run_id = run_id
+        self.path = Path(runs_dir).expanduser().resolve() / run_id
+
+    @property
+    def run_json(self) -> Path:
+        return self.path / "run.json"
+
+    @property
+    def report_md(self) -> Path:
+        return self.path / "report.md"
+
+    @property
+    def evidence_jsonl(self) -> Path:
+        return self.path / "evidence.jsonl"
+
+    @property
+    def events_jsonl(self) -> Path:
+        return self.path / "events.jsonl"
+
+    def read_state(self) -> dict[str, Any]:
+        if not self.run_json.exists():
+            return {}
+        return json.loads(self.run_json.read_text(encoding="utf-8"))
+
+    def save_state(self, state: dict[str, Any]) -> None:
+        atomic_write(self.run_json, json.dumps(state, indent=2, default=str, ensure_ascii=False) + "\n")
+
+    def save_report(self, report: Report) -> None:
+        atomic_write(self.report_md, report.markdown)
+        lines = [c.model_dump_json() for c in report.cited_chunks]
+        atomic_write(self.evidence_jsonl, "\n".join(lines) + ("\n" if lines else ""))

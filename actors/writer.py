@@ -1,0 +1,27 @@
+"""Writer actor: the cited Markdown report from all requirements' evidence."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from actors.status_hub import HubEmit
+from infra.settings import Settings
+from messages.write import Report, WriteRequest
+
+
+class Writer:
+    def __init__(self, settings: Settings, run_id: str, hub: object | None = None, llm: Any | None = None) -> None:
+        self.settings = settings
+        self._emit = HubEmit(run_id, hub)
+        self._llm = llm
+        self._step = None
+
+    async def write(self, request: WriteRequest) -> Report:
+        if self._step is None:
+            from actors.steps.write import WriteStep
+            from infra.llm import build_llm
+            from infra.store import build_store
+
+            self._step = WriteStep(self.settings, build_store(self.settings), self._llm or build_llm(self.settings),
+                                   emit=self._emit)
+        return await self._step.write(request)

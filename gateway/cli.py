@@ -1,0 +1,321 @@
+"""`forage …` — the command line (typer + rich).
+
+    forage demo                              offline, shipped library, embedded model and store
+    forage research "QUERY" --library DIR    your PDFs, your Ollama
+    forage chunk CHUNK_ID --json             print a stored chunk, to check a citation
+    forage runs                              list runs and their state
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.live import Live
+from rich.table import Table
+
+from infra.errors import ForageError
+from infra.settings import PresetName, Settings
+from messages.plan import RequirementsPlan, ResearchQuery
+from messages.status import Stage, StatusEvent
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, help="Forage: local-first literature research.")
+console = Console(stderr=False)
+err = Console(stderr=True)
+
+DEMO_QUERY = ("What complications and risks are associated with thromboprophylaxis for deep venous thrombosis "
+              "in trauma patients, and how is it evaluated?")
+
+
+def demo_library() -> Path:
+    """The CC-BY demo papers shipped in the repository (examples/demo_library)."""
+    return Path(__file__).resolve().parents[1] / "examples" / "demo_library"
+
+
+# -- progress ----------------------------------------------------------------------------------------
+class ProgressView:
+    """Live progress: iteration, stage, per-requirement coverage, documents ingested / failed."""
+
+    def __init__(self, plan: RequirementsPlan, live: bool) -> None:
+        self.plan = plan
+        self.live = live
+        self.iteration = 0
+        self.stage = "starting"
+        self.coverage: dict[str, float | str] = {r.id: "—" for r in plan.requirements}
+        self.llm_calls: dict[str, int] = {}
+        self.stored = self.skipped = self.failed = 0
+        self.last = ""
+
+    def update(self, ev: StatusEvent) -> None:
+        if ev.iteration:
+            self.iteration = max(self.iteration, ev.iteration)
+        self.stage = ev.stage.value
+        if ev.stage == Stage.INGEST and ev.kind == "document":
+            status = ev.payload.get("status")
+            self.stored += status == "stored"
+            self.skipped += status == "skipped"
+        if ev.stage == Stage.INGEST and ev.kind == "failed":
+            self.failed += 1
+        if ev.stage == Stage.FORAGE and ev.kind == "coverage" and ev.requirement_id:
+            self.coverage[ev.requirement_id] = float(ev.payload.get("coverage", 0.0))
+            self.llm_calls[ev.requirement_id] = int(ev.payload.get("llm_calls", 0))
+        if ev.stage == Stage.FORAGE and ev.kind == "failed" and ev.requirement_id:
+            self.coverage[ev.requirement_id] = "failed"
+        self.last = ev.message
+        if not self.live and ev.kind in ("iteration", "results", "document", "failed", "coverage", "finished",
+                                         "started") and ev.message:
+            who = f"[{ev.requirement_id}] " if ev.requirement_id else ""
+            console.print(f"[dim]{ev.seq:>4}[/dim] {ev.stage.value:<8} {who}{ev.message}", highlight=False)
+
+    def __rich__(self) -> Table:
+        table = Table(title=f"Forage — iteration {self.iteration} · {self.stage}", expand=False)
+        table.add_column("req")
+        table.add_column("requirement", max_width=70)
+        table.add_column("coverage", justify="right")
+        table.add_column("LLM calls", justify="right")
+        for r in self.plan.requirements:
+            cov = self.coverage[r.id]
+            table.add_row(r.id, r.text, f"{cov:.1f}" if isinstance(cov, float) else cov,
+                          str(self.llm_calls.get(r.id, "")))
+        table.caption = (f"documents: {self.stored} stored · {self.skipped} already known · {self.failed} failed"
+                         f"\n{self.last[:100]}")
+        return table
+
+
+# -- approval ----------------------------------------------------------------------------------------
+def show_requirements(plan: RequirementsPlan) -> None:
+    table = Table(title="Requirements derived from your query")
+    table.add_column("id")
+    table.add_column("requirement")
+    for r in plan.requirements:
+        table.add_row(r.id, r.text)
+    console.print(table)
+    if plan.degraded:
+        console.print(f"[yellow]note:[/yellow] {'; '.join(plan.degraded)}")
+    console.print("[dim]Nothing leaves this machine: the source is the local library.[/dim]")
+
+
+def approve(plan: RequirementsPlan, *, yes: bool) -> RequirementsPlan:
+    """Accept, edit ($EDITOR) or drop requirements. Returns the approved plan."""
+    from actors.steps.plan import requirements_from_text, requirements_to_text
+
+    while True:
+        show_requirements(plan)
+        if yes:
+            return plan.model_copy(update={"approved": True})
+        if not sys.stdin.isatty():
+            raise ForageError("cannot ask for approval without a terminal: pass --yes, or --requirements FILE")
+        answer = typer.prompt("[a]ccept, [e]dit, [d]rop N, [q]uit", default="a").strip().lower()
+        if answer in ("a", "accept", "y", "yes"):
+            return plan.model_copy(update={"approved": True})
+        if answer in ("q", "quit"):
+            raise typer.Exit(1)
+        if answer in ("e", "edit"):
+            edited = typer.edit(requirements_to_text(plan), extension=".txt")
+            if edited is not None:
+                plan = requirements_from_text(edited, plan.query)
+            continue
+        if answer.startswith("d"):
+            ids = {f"R{x}" if x.isdigit() else x.upper() for x in answer[1:].replace(",", " ").split()}
+            kept = tuple(r for r in plan.requirements if r.id not in ids)
+            if not kept:
+                console.print("[red]at least one requirement must remain[/red]")
+                continue
+            plan = plan.model_copy(update={"requirements": kept})
+            continue
+        console.print(f"[red]unknown answer {answer!r}[/red]")
+
+
+# -- the run -----------------------------------------------------------------------------------------
+def preflight(settings: Settings, query: str) -> None:
+    """Everything that can be checked before any work starts, each failure one clear sentence."""
+    import asyncio
+
+    from actors.steps.search import library_files
+    from infra.llm import build_llm
+
+    ResearchQuery(run_id="preflight", text=query)  # empty query → ValidationError
+    if settings.search.library is None:
+        raise ForageError("no library given: pass --library DIR (a folder of PDFs)")
+    library_files(settings.search.library)
+    asyncio.run(build_llm(settings).check())
+    if settings.embed.backend == "ollama":
+        from infra.embed import build_embedder
+
+        check = getattr(build_embedder(settings), "check", None)
+        if check is not None:
+            check()
+
+
+def execute(settings: Settings, query: str, *, yes: bool, requirements_file: Path | None,
+            llm: Any | None = None) -> int:
+    from actors.steps.plan import requirements_from_text
+    from gateway.session import ResearchSession
+
+    session = ResearchSession(settings, llm=llm)
+    console.print(f"run [bold]{session.run_id}[/bold] → {session.rundir.path}")
+    try:
+        if requirements_file is not None:
+            text = Path(requirements_file).read_text(encoding="utf-8")
+            plan = requirements_from_text(text, ResearchQuery(run_id=session.run_id, text=query))
+        else:
+            with console.status("deriving requirements from your query…"):
+                plan = session.plan(query)
+        plan = approve(plan, yes=yes)
+        view = ProgressView(plan, live=console.is_terminal)
+        if view.live:
+            with Live(view, console=console, refresh_per_second=4, transient=False):
+                summary = session.run(plan, on_event=view.update)
+        else:
+            summary = session.run(plan, on_event=view.update)
+    finally:
+        session.close()
+    if summary.status != "finished":
+        err.print(f"[red]run failed:[/red] {summary.stop_reason}")
+        err.print(f"state: {summary.run_dir}/run.json")
+        return 1
+    console.print(f"stopped: {summary.stop_reason}")
+    console.print(f"documents: {summary.documents_stored} in the store, {summary.documents_failed} failed "
+                  f"(reasons in {summary.run_dir}/run.json)")
+    console.print(f"[bold green]report:[/bold green] {summary.report_path}")
+    return 0
+
+
+def _settings(preset: PresetName | None, library: Path | None, llm_backend: str | None, model: str | None,
+              runs_dir: Path | None, store: Path | None) -> Settings:
+    settings = Settings.load(preset)
+    changes: dict[str, dict[str, Any]] = {}
+    if library is not None:
+        changes["search"] = {"library": library.expanduser().resolve()}
+    if llm_backend or model:
+        changes["llm"] = {k: v for k, v in (("backend", llm_backend), ("model", model)) if v}
+    if runs_dir is not None:
+        changes["run"] = {"runs_dir": runs_dir}
+    if store is not None:
+        changes["store"] = {"path": store}
+    return settings.updated(**changes) if changes else settings
+
+
+@app.command()
+def research(
+    query: Annotated[str, typer.Argument(help="Your research question. It stays on this machine.")],
+    library: Annotated[Path | None, typer.Option(help="Folder of PDFs to research.")] = None,
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="Accept the derived requirements.")] = False,
+    requirements: Annotated[Path | None, typer.Option(help="Use these requirements (one per line).")] = None,
+    preset: Annotated[PresetName | None, typer.Option(help="quick / standard / deep")] = None,
+    llm: Annotated[str | None, typer.Option(help="LLM backend: ollama or embedded.")] = None,
+    model: Annotated[str | None, typer.Option(help="Ollama model name.")] = None,
+    runs_dir: Annotated[Path | None, typer.Option(help="Where runs/<run_id>/ goes.")] = None,
+    store: Annotated[Path | None, typer.Option(help="LanceDB store folder.")] = None,
+    offline: Annotated[bool, typer.Option(help="Send nothing off this machine (the library source never does).")]
+    = True,
+) -> None:
+    """Research QUERY over a local library of PDFs and write a cited report."""
+    settings = _settings(preset, library, llm, model, runs_dir, store)
+    try:
+        preflight(settings, query)
+        code = execute(settings, query, yes=yes, requirements_file=requirements)
+    except (ForageError, ValueError) as exc:
+        err.print(f"[red]error:[/red] {_one_line(exc)}")
+        raise typer.Exit(2) from None
+    raise typer.Exit(code)
+
+
+@app.command()
+def demo(
+    runs_dir: Annotated[Path | None, typer.Option(help="Where runs/<run_id>/ goes.")] = None,
+    store: Annotated[Path, typer.Option(help="Store folder for the demo library.")] = Path(".forage/demo-store"),
+    requirements: Annotated[int, typer.Option(help="Most requirements to derive.")] = 3,
+) -> None:
+    """Run the whole flow offline on the shipped CC-BY demo papers with the embedded model."""
+    settings = Settings.load("quick").updated(
+        llm={"backend": "embedded", "n_ctx": 4096, "max_tokens": 512},
+        embed={"backend": "minilm"},
+        search={"library": demo_library()},
+        store={"path": store},
+        run={"max_requirements": requirements, **({"runs_dir": runs_dir} if runs_dir else {})},
+    )
+    console.print("[bold]Forage demo[/bold]: 4 CC-BY papers, the embedded SmolLM2-135M model, LanceDB. "
+                  "Everything stays on this machine.")
+    console.print("[dim]A 135M-parameter model writes a weak report; the pipeline is the point. "
+                  "Point Forage at Ollama for real quality (see README).[/dim]")
+    console.print(f"query: {DEMO_QUERY}")
+    try:
+        preflight(settings, DEMO_QUERY)
+        code = execute(settings, DEMO_QUERY, yes=True, requirements_file=None)
+    except (ForageError, ValueError) as exc:
+        err.print(f"[red]error:[/red] {_one_line(exc)}")
+        raise typer.Exit(2) from None
+    if code == 0:
+        console.print(f"check any citation: forage chunk CHUNK_ID --json --store {store}")
+    raise typer.Exit(code)
+
+
+@app.command()
+def chunk(
+    chunk_id: Annotated[str, typer.Argument(help="A chunk id from a report's evidence.jsonl.")],
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    store: Annotated[Path | None, typer.Option(help="Store folder (default: settings).")] = None,
+    run: Annotated[str | None, typer.Option(help="Use the store recorded in this run's run.json.")] = None,
+    runs_dir: Annotated[Path, typer.Option(help="Runs folder.")] = Path("runs"),
+) -> None:
+    """Print a stored chunk (text, document, section path) so anyone can check a citation."""
+    from infra.store import build_store
+
+    settings = Settings.load()
+    if run is not None:
+        state = json.loads((runs_dir / run / "run.json").read_text(encoding="utf-8"))
+        store = Path(state["store_path"])
+    if store is not None:
+        settings = settings.updated(store={"path": store})
+    found = build_store(settings).get_chunk(chunk_id)
+    if found is None:
+        err.print(f"[red]no chunk {chunk_id!r}[/red] in the store at {settings.store.path}")
+        raise typer.Exit(1)
+    doc = build_store(settings).get_document(found.doc_id)
+    data = {"chunk_id": found.chunk_id, "doc_id": found.doc_id, "title": doc.title if doc else None,
+            "section_path": found.section_path, "pages": list(found.pages), "text": found.text}
+    if as_json:
+        typer.echo(json.dumps(data, ensure_ascii=False, indent=2))
+    else:
+        console.print(f"[bold]{data['title']}[/bold] — {found.section_path} (pages {list(found.pages)})")
+        console.print(found.text, highlight=False)
+
+
+@app.command()
+def runs(runs_dir: Annotated[Path, typer.Option(help="Runs folder.")] = Path("runs")) -> None:
+    """List runs with their state."""
+    table = Table(title=f"runs in {runs_dir}")
+    for col in ("run", "status", "coverage", "query"):
+        table.add_column(col)
+    for path in sorted(runs_dir.glob("*/run.json")):
+        state = json.loads(path.read_text(encoding="utf-8"))
+        cov = state.get("final_coverage")
+        table.add_row(path.parent.name, state.get("status", "?"), "" if cov is None else f"{cov:.2f}",
+                      str(state.get("query", ""))[:60])
+    console.print(table)
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc)
+    if hasattr(exc, "errors"):  # pydantic ValidationError: keep the human part
+        try:
+            text = "; ".join(e["msg"] for e in exc.errors())  # type: ignore[attr-defined]
+        except Exception:  # noqa: BLE001
+            pass
+    return " ".join(text.split())
+
+
+def main() -> None:
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    app()
+
+
+if __name__ == "__main__":
+    main()

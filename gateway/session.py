@@ -1,0 +1,75 @@
+"""Driving one research run from a process outside the cluster (CLI, scripts, tests).
+
+A :class:`ResearchSession` starts (or joins) Ray with privacy-safe settings, creates the run's
+StatusHub and Orchestrator actors, asks for requirements, and after approval runs the loop while
+handing every status event to a callback, in order. It returns when the run has finished — it
+waits on the run's future and the hub's long poll, never on sleeps.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from actors.options import options_for
+from actors.orchestrator import Orchestrator
+from actors.status_hub import StatusHub
+from actors.steps.rundir import RunDir, new_run_id
+from infra.settings import Settings
+from messages.plan import PlanRequest, RequirementsPlan, ResearchQuery
+from messages.status import RunSummary, Stage, StatusEvent
+
+
+class ResearchSession:
+    def __init__(self, settings: Settings, *, llm: Any | None = None, run_id: str | None = None) -> None:
+        from infra.ray_runtime import start_ray
+
+        # actors run in other processes (other machines, later): hand them absolute paths
+        settings = settings.updated(run={"runs_dir": settings.run.runs_dir.expanduser().resolve()},
+                                    store={"path": settings.store.path.expanduser().resolve()})
+        self.settings = settings
+        self.run_id = run_id or new_run_id()
+        self.rundir = RunDir(settings.run.runs_dir, self.run_id)
+        start_ray(num_cpus=settings.ray.num_cpus, address=settings.ray.address)
+        import ray
+
+        self.hub = ray.remote(StatusHub).options(**options_for("status_hub", settings)).remote(
+            self.run_id, str(self.rundir.events_jsonl))
+        self.orchestrator = ray.remote(Orchestrator).options(**options_for("orchestrator", settings)).remote(
+            settings, self.run_id, self.hub, llm=llm)
+        self.seen = 0
+
+    def plan(self, query: str) -> RequirementsPlan:
+        import ray
+
+        q = ResearchQuery(run_id=self.run_id, text=query)
+        return ray.get(self.orchestrator.plan.remote(PlanRequest(run_id=self.run_id, query=q)))
+
+    def run(self, plan: RequirementsPlan, on_event: Callable[[StatusEvent], None] | None = None,
+            poll_s: float = 0.5) -> RunSummary:
+        import ray
+
+        approved = plan if plan.approved else plan.model_copy(update={"approved": True})
+        done = self.orchestrator.run.remote(approved)
+        final = False
+        while True:
+            ready, _ = ray.wait([done], timeout=0)
+            # once the run's future is ready, the hub already holds the final event (it is published
+            # and awaited before run() returns); read until it is delivered
+            events = ray.get(self.hub.wait.remote(self.seen, 5.0 if ready else poll_s))
+            for ev in events:
+                self.seen = ev.seq
+                final = final or (ev.stage == Stage.RUN and ev.kind in ("finished", "failed"))
+                if on_event is not None:
+                    on_event(ev)
+            if ready and (final or not events):
+                return ray.get(done)
+
+    def close(self) -> None:
+        import ray
+
+        for actor in (self.orchestrator, self.hub):
+            try:
+                ray.kill(actor, no_restart=True)
+            except Exception:  # noqa: BLE001 — already gone
+                pass
