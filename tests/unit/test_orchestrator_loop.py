@@ -1,0 +1,140 @@
+"""The Orchestrator's loop and stop rule, without Ray: a crew that records what it was asked."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Sequence
+
+import pytest
+
+from actors.orchestrator import Orchestrator, mean_coverage
+from actors.steps.events import RecordingEmit
+from infra.settings import Settings
+from messages import (
+    Candidate, ForageRequest, IngestRequest, IngestResult, Report, Requirement, RequirementCoverage,
+    RequirementsPlan, ResearchQuery, SearchRequest, SearchResults, WriteRequest,
+)
+
+RUN = "run-loop"
+
+
+class RecordingCrew:
+    """Offers ``batches`` of documents; Foragers answer from ``coverage_by_iteration``."""
+
+    def __init__(self, batches: list[int], coverage_by_iteration: list[dict[str, float]],
+                 failing: Sequence[str] = ()) -> None:
+        self.batches = batches
+        self.coverage = coverage_by_iteration
+        self.failing = set(failing)
+        self.searches: list[SearchRequest] = []
+        self.ingested: list[IngestRequest] = []
+        self.foraged: list[list[ForageRequest]] = []
+        self.written: list[WriteRequest] = []
+        self.closed = False
+
+    async def search(self, request: SearchRequest) -> SearchResults:
+        self.searches.append(request)
+        i = len(self.searches) - 1
+        n = self.batches[i] if i < len(self.batches) else 0
+        cands = tuple(Candidate(key=f"file:/lib/{i}-{j}.pdf", path=f"/lib/{i}-{j}.pdf") for j in range(n))
+        return SearchResults(run_id=request.run_id, iteration=request.iteration, candidates=cands,
+                             exhausted=i >= len(self.batches) - 1)
+
+    async def ingest(self, requests: Sequence[IngestRequest]) -> list[IngestResult]:
+        self.ingested.extend(requests)
+        return [IngestResult(run_id=r.run_id, key=r.candidate.key, path=r.candidate.path,
+                             status="failed" if r.candidate.key.endswith("0-0.pdf") else "stored",
+                             reason="not a PDF" if r.candidate.key.endswith("0-0.pdf") else None,
+                             doc_id=r.candidate.key[-10:]) for r in requests]
+
+    async def forage(self, requests: Sequence[ForageRequest]) -> list[RequirementCoverage]:
+        self.foraged.append(list(requests))
+        table = self.coverage[min(len(self.foraged), len(self.coverage)) - 1]
+        out = []
+        for r in requests:
+            if r.requirement.id in self.failing:
+                out.append(RequirementCoverage(run_id=r.run_id, requirement=r.requirement, iteration=r.iteration,
+                                               status="failed", coverage=0.0, error="boom"))
+            else:
+                out.append(RequirementCoverage(run_id=r.run_id, requirement=r.requirement, iteration=r.iteration,
+                                               coverage=table[r.requirement.id]))
+        return out
+
+    async def write(self, request: WriteRequest) -> Report:
+        self.written.append(request)
+        return Report(run_id=request.run_id, markdown="# Test — Report\n")
+
+    async def close(self) -> None:
+        self.closed = True
+
+
+def plan(n: int = 2) -> RequirementsPlan:
+    q = ResearchQuery(run_id=RUN, text="query")
+    reqs = tuple(Requirement(id=f"R{i}", text=f"requirement number {i}") for i in range(1, n + 1))
+    return RequirementsPlan(run_id=RUN, query=q, requirements=reqs, approved=True)
+
+
+def run(crew: RecordingCrew, tmp_path, **run_settings):
+    settings = Settings.load().updated(run={"runs_dir": tmp_path, **run_settings})
+    emit = RecordingEmit(RUN)
+    orch = Orchestrator(settings, RUN, crew=crew, emit=emit)
+    summary = asyncio.run(orch.run(plan()))
+    state = json.loads((tmp_path / RUN / "run.json").read_text())
+    return summary, state, emit
+
+
+def test_stops_when_coverage_reaches_the_goal(tmp_path) -> None:
+    crew = RecordingCrew([3, 3, 3], [{"R1": 0.5, "R2": 0.0}, {"R1": 1.0, "R2": 1.0}])
+    summary, state, emit = run(crew, tmp_path)
+    assert summary.status == "finished" and summary.iterations == 2
+    assert "reached the goal" in summary.stop_reason
+    assert [it["mean_coverage"] for it in state["iterations"]] == [0.25, 1.0]
+    assert crew.closed and len(crew.written) == 1
+    assert [c.coverage for c in crew.written[0].coverages] == [1.0, 1.0]
+    assert emit.kinds()[-1] == "finished"
+
+
+def test_stops_at_the_iteration_limit(tmp_path) -> None:
+    crew = RecordingCrew([2] * 10, [{"R1": 0.5, "R2": 0.5}])
+    summary, state, _ = run(crew, tmp_path, max_iterations=4)
+    assert summary.iterations == 4 and "maximum of 4" in summary.stop_reason
+    assert len(state["iterations"]) == 4
+
+
+def test_later_searches_exclude_what_was_offered(tmp_path) -> None:
+    crew = RecordingCrew([2, 2, 2], [{"R1": 0.0, "R2": 0.0}])
+    run(crew, tmp_path, max_iterations=3)
+    assert [len(s.exclude_keys) for s in crew.searches] == [0, 2, 4]
+    assert len({r.candidate.key for r in crew.ingested}) == 6
+
+
+def test_failed_requirement_counts_zero_and_run_still_writes(tmp_path) -> None:
+    crew = RecordingCrew([2], [{"R1": 1.0, "R2": 1.0}], failing=["R2"])
+    summary, state, _ = run(crew, tmp_path, max_iterations=1)
+    assert summary.status == "finished"
+    assert state["failed_requirements"] == {"R2": "boom"}
+    assert state["final_coverage"] == 0.5
+    assert len(crew.written) == 1
+
+
+def test_failed_documents_are_recorded_with_reasons(tmp_path) -> None:
+    crew = RecordingCrew([3], [{"R1": 1.0, "R2": 1.0}])
+    summary, state, _ = run(crew, tmp_path)
+    failed = [d for d in state["documents"].values() if d["status"] == "failed"]
+    assert len(failed) == 1 and failed[0]["reason"] == "not a PDF"
+    assert summary.documents_failed == 1 and summary.documents_stored == 2
+
+
+def test_unapproved_plan_is_refused(tmp_path) -> None:
+    orch = Orchestrator(Settings.load().updated(run={"runs_dir": tmp_path}), RUN, crew=RecordingCrew([], [{}]))
+    with pytest.raises(ValueError, match="approved"):
+        asyncio.run(orch.run(plan().model_copy(update={"approved": False})))
+
+
+def test_mean_coverage_counts_failed_as_zero() -> None:
+    req = Requirement(id="R1", text="abc def")
+    ok = RequirementCoverage(run_id=RUN, requirement=req, iteration=1, coverage=1.0)
+    bad = RequirementCoverage(run_id=RUN, requirement=req, iteration=1, coverage=1.0, status="failed")
+    assert mean_coverage([ok, bad]) == 0.5
+    assert mean_coverage([]) == 0.0

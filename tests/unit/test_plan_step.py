@@ -1,0 +1,167 @@
+"""derive_requirements and the editable requirements file, with a scripted LLM."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from actors.steps.plan import derive_requirements, normalize, requirements_from_text, requirements_to_text
+from actors.steps.schemas import RequirementList
+from infra.errors import ConfigError, LLMOutputError, LLMTimeout, LLMUnavailable
+from infra.llm.fakes import ScriptedLLM
+from messages.plan import ResearchQuery
+
+QUERY = ResearchQuery(run_id="run-plan", text="How do microplastics affect freshwater fish health?")
+
+
+def derive(llm, max_requirements: int = 5):
+    return asyncio.run(derive_requirements(QUERY, llm, max_requirements))
+
+
+def test_requirements_are_numbered_and_cleaned():
+    llm = ScriptedLLM([RequirementList(requirements=[
+        "Which physiological effects do microplastics have on freshwater fish?",
+        "  Find papers about   how microplastic particles enter the tissues of freshwater fish. ",
+        "- Which concentrations of microplastics occur in rivers and lakes?",
+    ])])
+    plan = derive(llm)
+    assert [r.id for r in plan.requirements] == ["R1", "R2", "R3"]
+    assert [r.text for r in plan.requirements] == [
+        "Which physiological effects do microplastics have on freshwater fish?",
+        "How microplastic particles enter the tissues of freshwater fish.",
+        "Which concentrations of microplastics occur in rivers and lakes?",
+    ]
+    assert plan.degraded == () and plan.approved is False
+    assert plan.query == QUERY and plan.run_id == QUERY.run_id
+    assert llm.calls == 1
+    # the query reaches the model inside a delimited block
+    assert "<<<QUERY\n" + QUERY.text + "\nQUERY>>>" in llm.calls_log[0].last_user_message
+
+
+def test_near_identical_requirements_are_removed():
+    llm = ScriptedLLM([{"requirements": [
+        "Which toxic effects do microplastics have on fish?",
+        "which toxic effects do microplastics have on fish",
+        "Which toxic-effects do   microplastics have on fish ?!",
+        "How are microplastics measured in water samples?",
+    ]}])
+    plan = derive(llm)
+    assert [r.text for r in plan.requirements] == [
+        "Which toxic effects do microplastics have on fish?",
+        "How are microplastics measured in water samples?",
+    ]
+    assert normalize("Which toxic-effects do microplastics have on fish ?!") == normalize(
+        "which toxic effects do microplastics have on fish")
+
+
+def test_more_than_max_requirements_are_trimmed():
+    texts = [f"Requirement number {i} about microplastic effect {i} in fish" for i in range(1, 9)]
+    plan = derive(ScriptedLLM([{"requirements": texts}]), max_requirements=3)
+    assert [r.text for r in plan.requirements] == texts[:3]
+    assert [r.id for r in plan.requirements] == ["R1", "R2", "R3"]
+
+
+def test_the_prompt_asks_for_at_most_max_requirements():
+    llm = ScriptedLLM([{"requirements": ["Which microplastic polymers are most common in lakes?"]}])
+    derive(llm, max_requirements=4)
+    call = llm.calls_log[0]
+    assert "at most 4 requirements" in call.messages[0]["content"]
+    # the schema the model is constrained by bounds every string and the list
+    props = call.json_schema["properties"]["requirements"]
+    assert props["maxItems"] == 10 and props["items"]["maxLength"] > 0
+
+
+def test_llm_garbage_falls_back_to_the_query():
+    llm = ScriptedLLM(["this is not json", "{\"requirements\": 3}", "still nothing"])  # 1 try + 2 retries
+    plan = derive(llm)
+    assert [(r.id, r.text) for r in plan.requirements] == [("R1", QUERY.text)]
+    assert len(plan.degraded) == 1 and "LLMOutputError" in plan.degraded[0]
+    assert "query itself is R1" in plan.degraded[0]
+    llm.assert_exhausted()
+
+
+@pytest.mark.parametrize("error", [LLMTimeout("no answer in 180 s"), LLMOutputError("bad")])
+def test_llm_failure_falls_back_to_the_query(error):
+    plan = derive(ScriptedLLM([error]))
+    assert plan.requirements[0].text == QUERY.text
+    assert type(error).__name__ in plan.degraded[0]
+
+
+def test_empty_or_unusable_answer_falls_back_to_the_query():
+    plan = derive(ScriptedLLM([{"requirements": ["", "  ", "-", "1. "]}]))
+    assert [r.text for r in plan.requirements] == [QUERY.text]
+    assert "no usable requirement" in plan.degraded[0]
+
+
+def test_a_long_query_is_cut_for_the_fallback_requirement():
+    query = ResearchQuery(run_id="run-plan", text="microplastics " * 100)
+    plan = asyncio.run(derive_requirements(query, ScriptedLLM([LLMTimeout("slow")])))
+    text = plan.requirements[0].text
+    assert len(text) <= 400 and query.text.startswith(text)
+    assert any("cut to 400" in d for d in plan.degraded)
+
+
+def test_unavailable_llm_is_not_hidden():
+    with pytest.raises(LLMUnavailable):
+        derive(ScriptedLLM([LLMUnavailable("ollama is not running")]))
+
+
+def test_file_round_trip():
+    plan = derive(ScriptedLLM([{"requirements": [
+        "Which physiological effects do microplastics have on freshwater fish?",
+        "2. The text of this requirement starts with a number-like marker",
+        "Does # in a requirement survive the file?",
+    ]}]))
+    text = requirements_to_text(plan)
+    assert text.startswith("#")
+    assert QUERY.text in text
+    parsed = requirements_from_text(text, QUERY)
+    assert parsed.requirements == plan.requirements
+    assert parsed.query == QUERY
+
+
+def test_edited_file_is_parsed():
+    edited = """
+# Requirements for the query
+#   How do microplastics affect freshwater fish health?
+
+R3: Which physiological effects do microplastics have on freshwater fish?
+- How are microplastics measured in water samples?
+   1. Which polymers dominate microplastic pollution in lakes?
+2) Which polymers DOMINATE microplastic pollution in lakes
+
+# a note the researcher left
+* Do microplastics carry adsorbed pollutants into fish?
+"""
+    plan = requirements_from_text(edited, QUERY)
+    assert [(r.id, r.text) for r in plan.requirements] == [
+        ("R1", "Which physiological effects do microplastics have on freshwater fish?"),
+        ("R2", "How are microplastics measured in water samples?"),
+        ("R3", "Which polymers dominate microplastic pollution in lakes?"),
+        ("R4", "Do microplastics carry adsorbed pollutants into fish?"),
+    ]
+
+
+@pytest.mark.parametrize("text", ["", "\n\n", "# only comments\n#R1: commented out\n", "R1:\n-\n"])
+def test_file_without_requirements_is_a_config_error(text):
+    with pytest.raises(ConfigError) as info:
+        requirements_from_text(text, QUERY)
+    assert info.value.retryable is False
+    assert "no requirement" in str(info.value)
+
+
+def test_file_with_bad_lines_names_the_line():
+    with pytest.raises(ConfigError, match="line 2"):
+        requirements_from_text("R1: Which effects do microplastics have?\nR2: " + "x" * 401, QUERY)
+    with pytest.raises(ConfigError, match="line 1"):
+        requirements_from_text("R1: ab\n", QUERY)
+    too_many = "\n".join(f"Requirement {i} about microplastics" for i in range(11))
+    with pytest.raises(ConfigError, match="at most 10"):
+        requirements_from_text(too_many, QUERY)
+
+
+def test_one_word_answers_are_not_requirements():
+    plan = derive(ScriptedLLM([{"requirements": ["QUERY", "Photosynthesis",
+                                                 "How do microplastics damage fish gills?"]}]))
+    assert [r.text for r in plan.requirements] == ["How do microplastics damage fish gills?"]

@@ -1,0 +1,94 @@
+"""StatusHub ordering/persistence/long-poll without Ray, and every Ray option coming from Settings."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from actors.options import method_options, options_for
+from actors.status_hub import StatusHub
+from infra.settings import Settings
+from messages.status import Stage, StatusEvent
+
+
+def ev(kind: str) -> StatusEvent:
+    return StatusEvent(run_id="r", stage=Stage.INGEST, kind=kind, message=kind)
+
+
+def test_hub_numbers_persists_and_resumes(tmp_path) -> None:
+    path = tmp_path / "events.jsonl"
+
+    async def scenario() -> list[StatusEvent]:
+        hub = StatusHub("r", path)
+        for k in ("a", "b", "c"):
+            await hub.publish(ev(k))
+        return await hub.events(1)
+
+    later = asyncio.run(scenario())
+    assert [(e.seq, e.kind) for e in later] == [(2, "b"), (3, "c")]
+    resumed = StatusHub("r", path)  # a restarted hub continues the numbering from the file
+    assert asyncio.run(resumed.publish(ev("d"))) == 4
+    assert [line for line in path.read_text().splitlines() if line][-1].count('"seq":4') == 1
+
+
+def test_hub_wait_wakes_on_publish_and_times_out_empty() -> None:
+    async def scenario() -> tuple[list[StatusEvent], list[StatusEvent]]:
+        hub = StatusHub("r")
+        waiter = asyncio.create_task(hub.wait(0, timeout=30))
+        await asyncio.sleep(0)  # let the waiter block on the condition
+        await hub.publish(ev("x"))
+        woke = await waiter
+        empty = await hub.wait(1, timeout=0.01)
+        return woke, empty
+
+    woke, empty = asyncio.run(scenario())
+    assert [e.kind for e in woke] == ["x"] and empty == []
+
+
+def test_options_come_from_settings() -> None:
+    s = Settings.load().updated(ray={"actor_cpus": 0.5, "max_restarts": 3, "max_task_retries": 2})
+    assert options_for("forager", s)["num_cpus"] == 0.5
+    assert options_for("ingestor", s)["max_restarts"] == 3
+    assert options_for("ingestor", s)["max_concurrency"] == 1
+    assert options_for("forager", s)["max_task_retries"] == 0
+    assert method_options("ingestor", "ingest", s) == {"max_task_retries": 2}
+    assert method_options("forager", "forage", s) == {"max_task_retries": 0}  # not idempotent
+    assert method_options("writer", "write", s) == {"max_task_retries": 0}
+
+
+@pytest.mark.parametrize("preset,iters", [("quick", 2), ("standard", 6), ("deep", 6)])
+def test_presets(preset: str, iters: int) -> None:
+    assert Settings.load(preset).run.max_iterations == iters  # type: ignore[arg-type]
+    assert Settings.load(preset, run={"max_iterations": 9}).run.max_iterations == 9  # explicit wins  # type: ignore[arg-type]
+
+
+def test_unknown_preset_and_field_are_refused() -> None:
+    with pytest.raises(ValueError, match="preset"):
+        Settings.load("fast")  # type: ignore[arg-type]
+    with pytest.raises(ValueError):
+        Settings.load(run={"max_iteration": 3})
+
+
+@pytest.mark.ray
+def test_hub_as_actor_keeps_order_across_callers(ray_cluster, tmp_path) -> None:
+    import ray
+
+    from actors.status_hub import HubEmit
+
+    hub = ray.remote(StatusHub).options(**options_for("status_hub", Settings.load())).remote("r", str(tmp_path / "e"))
+
+    @ray.remote(num_cpus=0)
+    def produce(h, tag: str) -> None:
+        emit = HubEmit("r", h)
+        for i in range(20):
+            emit(Stage.FORAGE, "tick", f"{tag}{i}")
+
+    ray.get([produce.remote(hub, "a"), produce.remote(hub, "b")])
+    ray.get(hub.wait.remote(39, 60.0))  # returns as soon as the 40th event is in
+    events = ray.get(hub.events.remote(0))
+    assert [e.seq for e in events] == list(range(1, 41))
+    for tag in "ab":  # each caller's events arrive in the order it sent them
+        mine = [e.message for e in events if e.message.startswith(tag)]
+        assert mine == [f"{tag}{i}" for i in range(20)]
+    ray.kill(hub)

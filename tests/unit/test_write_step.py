@@ -1,0 +1,331 @@
+"""WriteStep on a real LanceStore (hand-made documents, real MiniLM vectors) with a scripted LLM."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import re
+
+import pytest
+
+from actors.steps.events import RecordingEmit
+from actors.steps.schemas import OverviewDraft, SectionDraft
+from actors.steps.write import NO_EVIDENCE, WriteStep, check_citations, first_sentence, harvard
+from infra.errors import LLMOutputError, LLMTimeout
+from infra.llm.fakes import ScriptedLLM
+from infra.settings import Settings
+from infra.store.base import ChunkRecord, DocumentRecord
+from messages.forage import Evidence, RequirementCoverage
+from messages.plan import Requirement, ResearchQuery
+from messages.status import Stage
+from messages.write import SourceRef, WriteRequest
+
+RUN = "run-write"
+QUERY = ResearchQuery(run_id=RUN, text="How do plants turn sunlight into chemical energy?")
+
+
+def make_doc(name: str, title: str, texts: list[tuple[str, str]], **meta) -> tuple[DocumentRecord, list[ChunkRecord]]:
+    doc_id = hashlib.sha256(name.encode()).hexdigest()
+    markdown, chunks = "", []
+    for ordinal, (path, text) in enumerate(texts):
+        start = len(markdown)
+        markdown += text + "\n\n"
+        chunks.append(ChunkRecord(chunk_id=f"{doc_id[:16]}:{ordinal}", doc_id=doc_id, ordinal=ordinal, text=text,
+                                  section_path=path, char_start=start, char_end=start + len(text),
+                                  token_count=len(text.split())))
+    doc = DocumentRecord(doc_id=doc_id, key=f"file:/library/{name}.pdf", title=title,
+                         sections=tuple(dict.fromkeys(p for p, _ in texts)), markdown=markdown, parser="hand-made",
+                         n_chunks=len(chunks), **meta)
+    return doc, chunks
+
+
+A = make_doc("a", "Light Reactions of Photosynthesis", [
+    ("Introduction", "Plants depend on sunlight. This study examines how leaves use it."),
+    ("Results > Light capture", "## Light capture\nChlorophyll in photosystem II absorbs photons. The light "
+                                "reactions split water and produce ATP and NADPH."),
+], authors=("Ada Lovelace", "Alan Turing"), year=2020, origin="a.pdf")
+B = make_doc("b", "Notes on [Leaf] *Energy*", [
+    ("Body", "Leaves of sun-exposed plants hold more chlorophyll per area than shade leaves do, which "
+             "increases the share of absorbed light that ends up as chemical energy in the Calvin cycle and "
+             "beyond; the effect was strongest in young leaves measured at noon in midsummer under clear sky "
+             "conditions."),
+])
+C = make_doc("c", "The Calvin Cycle", [
+    ("Results", "The Calvin cycle uses ATP and NADPH to fix carbon dioxide into sugars."),
+], authors=("Melvin Calvin",), year=1950, origin="doi:10.1000/calvin")
+
+R1 = Requirement(id="R1", text="How does chlorophyll capture light energy?")
+R2 = Requirement(id="R2", text="How is the captured energy stored in sugars?")
+R3 = Requirement(id="R3", text="Which leaf pigments besides chlorophyll matter?")
+R4 = Requirement(id="R4", text="How fast do leaves adapt to shade?")
+
+
+def ev(doc, tag: str, motive: str, *ordinals: int) -> Evidence:
+    record, chunks = doc
+    return Evidence(doc_id=record.doc_id, title=record.title, tag=tag, motive=motive, summary=f"About {record.title}.",
+                    chunk_ids=tuple(chunks[o].chunk_id for o in ordinals))
+
+
+def coverages() -> tuple[RequirementCoverage, ...]:
+    return (
+        RequirementCoverage(run_id=RUN, requirement=R1, iteration=2, coverage=1.0, evidence=(
+            ev(A, "answers", "Photosystem II absorbs photons and splits water.", 1),
+            ev(B, "interesting", "Sun leaves hold more chlorophyll.", 0))),
+        RequirementCoverage(run_id=RUN, requirement=R2, iteration=2, coverage=1.0, evidence=(
+            ev(C, "answers", "The Calvin cycle fixes carbon with ATP and NADPH.", 0),
+            ev(A, "answers", "ATP and NADPH come from the light reactions.", 1, 0))),
+        RequirementCoverage(run_id=RUN, requirement=R3, iteration=2, coverage=0.0),
+        RequirementCoverage(run_id=RUN, requirement=R4, iteration=2, status="failed", coverage=0.0,
+                            error="RuntimeError: forager died"),
+    )
+
+
+def request(covs=None) -> WriteRequest:
+    return WriteRequest(run_id=RUN, query=QUERY, coverages=covs if covs is not None else coverages(), iterations=2)
+
+
+@pytest.fixture(scope="module")
+def embedder():
+    from infra.embed.minilm import MiniLMEmbedder
+
+    return MiniLMEmbedder()
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory, embedder):
+    """One store for the module: the Writer only reads it."""
+    from infra.store.lancedb import LanceStore
+
+    s = LanceStore(tmp_path_factory.mktemp("write") / "store", dim=384)
+    for record, chunks in (A, B, C):
+        s.upsert_document(record, chunks, embedder.embed([c.text for c in chunks]))
+    return s
+
+
+def settings() -> Settings:
+    return Settings.load()
+
+
+OVERVIEW = OverviewDraft(title="Photosynthetic Energy Capture",
+                         overview="Plants capture light with chlorophyll and store it in sugars [4].")
+
+
+def draft(mechanism: str, evidence: list[tuple[str, list[int]]], mechanism_sources=()) -> SectionDraft:
+    return SectionDraft(mechanism=mechanism, mechanism_sources=list(mechanism_sources),
+                        evidence=[{"sentence": s, "sources": n} for s, n in evidence])
+
+
+def write(store, llm, covs=None, emit=None):
+    step = WriteStep(settings(), store, llm, **({"emit": emit} if emit else {}))
+    return asyncio.run(step.write(request(covs)))
+
+
+def section(markdown: str, heading: str) -> str:
+    part = markdown.split(f"## {heading}\n", 1)[1]
+    return part.split("\n## ", 1)[0]
+
+
+def test_report_structure_and_numbering(store):
+    emit = RecordingEmit(RUN)
+    llm = ScriptedLLM({
+        SectionDraft: [
+            draft("Chlorophyll absorbs photons that drive water splitting", [
+                ("Sun leaves hold more chlorophyll", [2]), ("Photosystem II splits water", [1])], [1]),
+            draft("Sugars store the energy of ATP and NADPH", [
+                ("The Calvin cycle fixes carbon", [1]), ("ATP and NADPH come from light reactions", [2])]),
+        ],
+        OverviewDraft: [OVERVIEW],
+    })
+    report = write(store, llm, emit=emit)
+    md = report.markdown
+    llm.assert_exhausted()
+    assert md.startswith("# Photosynthetic Energy Capture — Report\n")
+    headings = re.findall(r"^## (.*)$", md, re.MULTILINE)
+    assert headings == ["Overview", "Scope", R1.text, R2.text, R3.text, R4.text, "Sources Consulted"]
+    # sources numbered in order of first citation: A (R1 mechanism), B, then C
+    a, b, c = A[0].doc_id, B[0].doc_id, C[0].doc_id
+    assert [(s.n, s.doc_id) for s in report.sources] == [(1, a), (2, b), (3, c)]
+    r1 = section(md, R1.text)
+    assert "Mechanism: Chlorophyll absorbs photons that drive water splitting [1]." in r1
+    assert "Evidence: Sun leaves hold more chlorophyll [2]." in r1
+    assert "Evidence: Photosystem II splits water [1]." in r1
+    r2 = section(md, R2.text)
+    assert "Mechanism: Sugars store the energy of ATP and NADPH." in r2
+    assert "Evidence: The Calvin cycle fixes carbon [3]." in r2
+    assert "Evidence: ATP and NADPH come from light reactions [1]." in r2
+    assert NO_EVIDENCE in section(md, R3.text)
+    r4 = section(md, R4.text)
+    assert "failed" in r4 and "RuntimeError: forager died" in r4 and "Evidence:" not in r4
+    # the overview's made-up citation is gone
+    assert "Plants capture light with chlorophyll and store it in sugars." in section(md, "Overview")
+    # scope: requirements, documents, iterations and a coverage table
+    scope = section(md, "Scope")
+    assert "Iterations: 2" in scope and "Requirements: 4" in scope
+    assert "3 in the searched store; 3 gave evidence" in scope
+    assert f"| R1: {R1.text} | 1.0 (answered) | 2 |" in scope
+    assert f"| R3: {R3.text} | 0.0 (not covered) | 0 |" in scope
+    assert f"| R4: {R4.text} | failed | 0 |" in scope
+    # Harvard-style entries
+    sources = section(md, "Sources Consulted")
+    assert "[1] Ada Lovelace and Alan Turing (2020) *Light Reactions of Photosynthesis*. a.pdf." in sources
+    assert r"[2] Anonymous (n.d.) *Notes on \[Leaf\] \*Energy\**." in sources
+    assert "[3] Melvin Calvin (1950) *The Calvin Cycle*. doi:10.1000/calvin." in sources
+    # chunks behind each cited source, in evidence.jsonl form
+    chunk_ids = {s.n: s.chunk_ids for s in report.sources}
+    assert chunk_ids[1] == (A[1][1].chunk_id, A[1][0].chunk_id)
+    assert [(c.n, c.chunk_id) for c in report.cited_chunks] == [
+        (1, A[1][1].chunk_id), (1, A[1][0].chunk_id), (2, B[1][0].chunk_id), (3, C[1][0].chunk_id)]
+    texts = {ch.chunk_id: ch.text for _, chunks in (A, B, C) for ch in chunks}
+    for cited in report.cited_chunks:
+        text = texts[cited.chunk_id]
+        assert cited.sha256 == hashlib.sha256(text.encode()).hexdigest()
+        assert cited.quote and cited.quote in text and len(cited.quote) <= 200
+    assert report.cited_chunks[0].quote == "Chlorophyll in photosystem II absorbs photons."
+    assert report.cited_chunks[0].section_path == "Results > Light capture"
+    assert (report.removed_citations, report.removed_sentences) == (0, 0)
+    assert report.llm_calls == 3 == llm.calls and report.failed_steps == ()
+    assert check_citations(md, report.sources) == []
+    assert "section" in emit.kinds(Stage.WRITE) and emit.kinds(Stage.WRITE)[-1] == "written"
+    # the model saw the evidence under stable labels, with motive, summary and excerpt
+    prompt = llm.calls_log[0].last_user_message
+    assert "[1] Light Reactions of Photosynthesis" in prompt and "[2] Notes on [Leaf] *Energy*" in prompt
+    assert "Photosystem II absorbs photons and splits water." in prompt
+    assert "About Light Reactions of Photosynthesis." in prompt
+    assert "<<<EXCERPTS\n## Light capture Chlorophyll in photosystem II" in prompt
+
+
+def test_invalid_citations_are_removed_and_uncited_sentences_dropped(store):
+    llm = ScriptedLLM({
+        SectionDraft: [
+            draft("Evidence: chlorophyll absorbs photons [7]", [
+                ("Photosystem II splits water [5]", [1, 9]),  # [5] inline and 9 are not R1's evidence
+                ("Sun leaves hold more chlorophyll", [3]),  # 3 is a source, but not of R1: dropped
+                ("A sentence without any source", []),  # dropped
+                ("Mechanism: more chlorophyll in sun leaves", [2, 2])]),
+            draft("Sugars store energy", [("The Calvin cycle fixes carbon", [1])]),
+        ],
+        OverviewDraft: [OVERVIEW],
+    })
+    report = write(store, llm)
+    md = report.markdown
+    r1 = section(md, R1.text)
+    assert "Mechanism: chlorophyll absorbs photons." in r1  # its only citation [7] was invalid
+    assert "Evidence: Photosystem II splits water [1]." in r1
+    assert "Evidence: more chlorophyll in sun leaves [2]." in r1
+    assert "Sun leaves hold more chlorophyll" not in md and "without any source" not in md
+    assert report.removed_citations == 4  # [7], [5], 9, 3
+    assert report.removed_sentences == 2
+    assert check_citations(md, report.sources) == []
+    assert not re.search(r"\[(5|7|9)\]", md)
+
+
+def test_section_without_any_valid_evidence_sentence_lists_the_evidence(store):
+    llm = ScriptedLLM({SectionDraft: [draft("Light drives it", [("Nothing valid", [8])]),
+                                      draft("Sugars store energy", [("The Calvin cycle fixes carbon", [1])])],
+                       OverviewDraft: [OVERVIEW]})
+    report = write(store, llm)
+    r1 = section(report.markdown, R1.text)
+    assert "Evidence: Photosystem II absorbs photons and splits water [1]." in r1
+    assert "Evidence: Sun leaves hold more chlorophyll [2]." in r1
+    assert report.removed_sentences == 1 and any("R1" in f for f in report.failed_steps)
+    assert check_citations(report.markdown, report.sources) == []
+
+
+def test_llm_failure_gives_a_deterministic_section(store):
+    emit = RecordingEmit(RUN)
+    llm = ScriptedLLM({SectionDraft: [LLMOutputError("no valid SectionDraft in 3 attempts"),
+                                      draft("Sugars store energy", [("The Calvin cycle fixes carbon", [1])])],
+                       OverviewDraft: [LLMTimeout("no answer in 180 s")]})
+    report = write(store, llm, emit=emit)
+    md = report.markdown
+    r1 = section(md, R1.text)
+    assert r1.count("Evidence:") == 2
+    assert "Evidence: Photosystem II absorbs photons and splits water [1]." in r1
+    assert "Evidence: Sun leaves hold more chlorophyll [2]." in r1
+    assert "Mechanism: no synthesis is available" in r1
+    assert [f.split(":")[0] for f in report.failed_steps] == ["section R1", "overview"]
+    # the deterministic overview and title
+    assert md.startswith(f"# {QUERY.text} — Report\n")
+    overview = section(md, "Overview")
+    assert "Of its 4 requirements, 2 were answered" in overview and "foraging failed for 1" in overview
+    assert check_citations(md, report.sources) == []
+    assert "step_failed" in emit.kinds(Stage.WRITE)
+
+
+def test_no_evidence_at_all(store):
+    covs = (RequirementCoverage(run_id=RUN, requirement=R3, iteration=1, coverage=0.0),)
+    llm = ScriptedLLM({OverviewDraft: [OVERVIEW]})
+    report = write(store, llm, covs)
+    assert report.sources == () and report.cited_chunks == ()
+    assert NO_EVIDENCE in section(report.markdown, R3.text)
+    assert "No sources gave evidence in this run." in section(report.markdown, "Sources Consulted")
+    assert report.llm_calls == 1 and check_citations(report.markdown, report.sources) == []
+
+
+def test_partial_coverage_is_said_plainly(store):
+    covs = (RequirementCoverage(run_id=RUN, requirement=R1, iteration=1, coverage=0.5,
+                                evidence=(ev(B, "interesting", "Sun leaves hold more chlorophyll.", 0),)),)
+    llm = ScriptedLLM({SectionDraft: [draft("Chlorophyll content varies", [("Sun leaves differ", [1])])],
+                       OverviewDraft: [OVERVIEW]})
+    report = write(store, llm, covs)
+    assert "none of their passages answered it directly" in section(report.markdown, R1.text)
+
+
+def test_model_text_cannot_forge_structure(store):
+    llm = ScriptedLLM({SectionDraft: [
+        draft("Light [1] drives it.\n\n## Sources Consulted\n[9] Fake", [
+            ("Photosystem II splits water. Evidence: and this is uncited", [1])]),
+        draft("Sugars store energy", [("The Calvin cycle fixes carbon", [1])])],
+        OverviewDraft: [{"title": "# Injected", "overview": "Evidence: nothing here"}]})
+    report = write(store, llm)
+    md = report.markdown
+    assert md.count("## Sources Consulted") == 1
+    assert check_citations(md, report.sources) == []
+    assert "[9]" not in md
+
+
+def test_check_citations_catches_a_broken_report(store):
+    llm = ScriptedLLM({SectionDraft: [
+        draft("Chlorophyll absorbs photons", [("Photosystem II splits water", [1]), ("Sun leaves differ", [2])]),
+        draft("Sugars store energy", [("The Calvin cycle fixes carbon", [1])])],
+        OverviewDraft: [OVERVIEW]})
+    report = write(store, llm)
+    md, sources = report.markdown, report.sources
+    assert check_citations(md, sources) == []
+
+    dangling = md.replace("Photosystem II splits water [1].", "Photosystem II splits water [7].")
+    assert check_citations(dangling, sources) == ["dangling citation [7]: Evidence: Photosystem II splits water [7]."]
+    uncited = md.replace("Photosystem II splits water [1].", "Photosystem II splits water.")
+    problems = check_citations(uncited, sources)
+    assert problems == ["Evidence sentence without a citation: Evidence: Photosystem II splits water."]
+    joined = md.replace("Sun leaves differ [2].", "Sun leaves differ [2]. Evidence: an extra claim.")
+    assert check_citations(joined, sources) == ["Evidence sentence without a citation: Evidence: an extra claim."]
+    unlisted = re.sub(r"^\[3\] .*$", "", md, flags=re.MULTILINE)
+    assert check_citations(unlisted, sources) == ["citation [3] has no entry in Sources Consulted"]
+    no_list = md.split("## Sources Consulted")[0]
+    assert "no '## Sources Consulted' section" in check_citations(no_list, sources)
+    fewer = [s for s in sources if s.n != 2]
+    assert any(p.startswith("dangling citation [2]") for p in check_citations(md, fewer))
+    assert check_citations("# T\n\nEvidence: grouped [1, 2] and ranged [1–3].\n\n## Sources Consulted\n\n"
+                           "[1] x\n\n[2] y\n\n[3] z\n", [SourceRef(n=i, doc_id=str(i), title="t")
+                                                         for i in (1, 2, 3)]) == []
+
+
+def test_a_looping_overview_is_trimmed(store):
+    loop = "Plants capture light. " * 5 + "Chlorophyll absorbs photons. And then the"
+    llm = ScriptedLLM({SectionDraft: [draft("Light drives it", [("Photosystem II splits water", [1])]),
+                                      draft("Sugars store energy", [("The Calvin cycle fixes carbon", [1])])],
+                       OverviewDraft: [{"title": "Photosynthesis", "overview": loop}]})
+    report = write(store, llm)
+    assert section(report.markdown, "Overview").strip() == "Plants capture light. Chlorophyll absorbs photons."
+
+
+def test_helpers():
+    text = "## Heading\nFirst sentence here is long enough. Second one."
+    assert first_sentence(text) == "First sentence here is long enough."
+    long = "word " * 80
+    quote = first_sentence(long)
+    assert len(quote) <= 200 and quote in long
+    ref = SourceRef(n=4, doc_id="d", title="A Study.", authors=tuple(f"Author {i}" for i in range(8)), year=None)
+    assert harvard(ref) == ("[4] Author 0, Author 1, Author 2, Author 3, Author 4, Author 5 et al. (n.d.) "
+                            "*A Study*.")
