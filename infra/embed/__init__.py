@@ -1,1 +1,31 @@
+"""Embedders. ``build_embedder(settings)`` picks the backend named in ``settings.embed``."""
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from infra.embed.base import Embedder
+from infra.errors import ConfigError
+
+if TYPE_CHECKING:
+    from infra.settings import Settings
+
+__all__ = ["Embedder", "build_embedder"]
+
+
+def build_embedder(settings: Settings) -> Embedder:
+    """MiniLM in-process (``embed.backend='minilm'``, offline) or an Ollama model (``'ollama'``).
+
+    Nothing heavy happens here: models load and servers are contacted on first use.
+    """
+    embed = settings.embed
+    if embed.backend == "minilm":
+        from infra.embed.minilm import MiniLMEmbedder
+
+        return MiniLMEmbedder(batch_size=embed.batch_size)
+    if embed.backend == "ollama":
+        from infra.embed.ollama import OllamaEmbedder
+
+        return OllamaEmbedder(host=embed.host, model=embed.model, batch_size=embed.batch_size,
+                              timeout_s=settings.llm.timeout_s)
+    raise ConfigError(f"unknown embed backend {embed.backend!r}; choose 'minilm' or 'ollama'")

@@ -1,0 +1,485 @@
+"""PDF → Markdown with PyMuPDF4LLM (layout mode), page spans, title / authors / year.
+
+Layout mode: ``pymupdf4llm`` switches to the PyMuPDF-Layout engine by itself when the
+``pymupdf-layout`` package is importable (``import pymupdf.layout`` succeeds at import time). It
+classifies every box of a page (title, section-header, text, list-item, table, caption, footnote,
+page-header, page-footer, picture, formula), emits headings as ``#`` lines and tables as Markdown
+tables. Without it the parser still works on pymupdf4llm's older path (flag ``no_layout``), where
+headings are often bold lines (the section parser recognises those too).
+
+What this parser does on top of pymupdf4llm:
+
+* refuses bad files with a :class:`PDFError` (``retryable=False``) and a reason a person can act on:
+  empty file, not a PDF (says what it starts with), larger than ``max_bytes``, password-protected,
+  truncated (MuPDF had to repair it and the ``%%EOF`` marker is missing), no pages, no text layer;
+* flags ``repaired`` (MuPDF rebuilt a damaged cross-reference table but the file ends properly),
+  ``encrypted`` (encrypted without a user password, readable), ``truncated_pages:<n>`` (only the
+  first ``n = max_pages`` pages were parsed; a note at the end of the Markdown says so),
+  ``unreadable_pages:<list>`` and ``no_layout``;
+* drops page headers and footers (layout classes ``page-header`` / ``page-footer``) and short text
+  boxes that repeat at the top or bottom of most pages (running heads, "3 / 21"); a page-1
+  "header" that is really the paper's title is kept as a ``#`` heading;
+* joins the per-page Markdown (``page_chunks=True``) and records ``page_spans``;
+* picks the title (sensible metadata title confirmed by page-1 text → layout ``title`` box →
+  largest page-1 heading → largest horizontal page-1 font), authors (the PDF Author field, unless
+  the name lines under the title give a longer list that includes its first author; names are
+  recognised by shape: 2–5 capitalised words, no digits, no institution words — a line that is not
+  mostly names gives none) and year (latest plausible year on page 1, else the PDF creation year).
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import date
+from pathlib import Path
+from typing import Any
+
+from markdown_it import MarkdownIt
+
+from infra.errors import PDFError
+from infra.pdf.base import ParsedDocument
+
+PDF_MAGIC = b"%PDF-"
+MAGIC_WINDOW = 1024  # readers accept the header anywhere in the first KiB
+EOF_WINDOW = 2048  # %%EOF must sit near the end of a complete file
+FURNITURE_CLASSES = frozenset({"page-header", "page-footer"})
+RUNNING_BOX_MAX_CHARS = 120
+_MD = MarkdownIt("commonmark")
+_WS = re.compile(r"\s+")
+_YEAR = re.compile(r"(?<![\d.])(1[89]\d{2}|20\d{2})(?![\d])")
+_FILE_LIKE = re.compile(r"\.(pdf|docx?|dvi|tex|ps|indd|qxd|rtf|odt)$|^(microsoft word|untitled|pii|doi)\b|[\\/]",
+                        re.IGNORECASE)
+_NAME_WORD = re.compile(r"^(?:[A-Z][\w'’.\-]*|[A-Z]\.(?:-?[A-Z]\.)*)$")
+_NAME_PARTICLES = frozenset({"van", "von", "de", "der", "den", "da", "di", "du", "la", "le", "del", "dos", "bin",
+                             "ibn", "al", "y"})
+_NOT_NAME_WORDS = frozenset({
+    "university", "universit", "institute", "institut", "department", "dept", "school", "college", "center",
+    "centre", "laboratory", "laboratories", "lab", "inc", "corporation", "research", "science", "sciences",
+    "group", "faculty", "hospital", "usa", "uk", "china", "abstract", "introduction", "email", "e-mail",
+    "foundation", "company", "ltd", "gmbh", "division", "program", "unit", "academy", "ai",
+})
+_MARKERS = str.maketrans("", "", "*∗†‡§¶#⋄□◇○•♯♭‖⊥☯✉")
+_SPLIT_NAMES = re.compile(r"\s*(?:,|;|\band\b|&)\s*")
+_FRONT_END_HEADINGS = re.compile(r"^\W*(\d+\.?\s*|[ivx]+\.\s*)?(abstract|summary|introduction|background|keywords)\b",
+                                 re.IGNORECASE)
+
+
+def _layout_active() -> bool:
+    import pymupdf4llm
+
+    return bool(getattr(pymupdf4llm, "_use_layout", False))
+
+
+def _plain(markdown: str) -> str:
+    """The visible text of a Markdown block or inline snippet: no markup, no HTML tags, one line."""
+    parts: list[str] = []
+    for token in _MD.parse(markdown):
+        if token.type != "inline" or not token.children:
+            continue
+        for child in token.children:
+            if child.type in ("text", "code_inline"):
+                parts.append(child.content)
+            elif child.type in ("softbreak", "hardbreak"):
+                parts.append(" ")
+        parts.append(" ")
+    return _WS.sub(" ", "".join(parts)).strip()
+
+
+def _norm(text: str) -> str:
+    """Lower-case letters and digits only, for comparing titles across sources."""
+    text = unicodedata.normalize("NFKC", text).lower()
+    return " ".join("".join(ch if ch.isalnum() else " " for ch in text).split())
+
+
+def _words(text: str) -> list[str]:
+    return [w for w in _norm(text).split() if len(w) >= 3]
+
+
+class PyMuPDFParser:
+    """PDF → Markdown with pymupdf4llm; at most ``max_pages`` pages of files up to ``max_bytes``."""
+
+    def __init__(self, max_pages: int = 60, max_bytes: int = 100_000_000) -> None:
+        import pymupdf4llm
+
+        self.max_pages = max_pages
+        self.max_bytes = max_bytes
+        self.layout = _layout_active()
+        self.name = f"pymupdf4llm-{pymupdf4llm.__version__}" + ("+layout" if self.layout else "")
+
+    # ------------------------------------------------------------------ reading and opening
+    def _read(self, path: Path) -> bytes:
+        try:
+            size = path.stat().st_size
+        except FileNotFoundError:
+            raise PDFError(f"{path.name}: file not found ({path})", retryable=False) from None
+        except OSError as exc:
+            raise PDFError(f"{path.name}: cannot read the file: {exc}", retryable=False) from exc
+        if size == 0:
+            raise PDFError(f"{path.name}: empty file (0 bytes)", retryable=False)
+        if size > self.max_bytes:
+            raise PDFError(f"{path.name}: {size:,} bytes is over the limit of {self.max_bytes:,} "
+                           f"(ingest.max_bytes)", retryable=False)
+        try:
+            data = path.read_bytes()
+        except OSError as exc:
+            raise PDFError(f"{path.name}: cannot read the file: {exc}", retryable=False) from exc
+        if PDF_MAGIC not in data[:MAGIC_WINDOW]:
+            raise PDFError(f"{path.name}: not a PDF: starts with {_describe_start(data)}", retryable=False)
+        return data
+
+    @contextmanager
+    def _open(self, data: bytes, path: Path) -> Iterator[Any]:
+        import pymupdf
+
+        try:
+            doc = pymupdf.open(stream=data, filetype="pdf")
+        except Exception as exc:  # noqa: BLE001 - every open failure means the same: unreadable file
+            raise PDFError(f"{path.name}: not a readable PDF ({type(exc).__name__}: {exc})", retryable=False) from exc
+        try:
+            yield doc
+        finally:
+            doc.close()
+
+    # ------------------------------------------------------------------ parse
+    def parse(self, path: Path) -> ParsedDocument:
+        """Markdown, page spans and metadata of the PDF at ``path``; PDFError for files that cannot be used."""
+        path = Path(path)
+        data = self._read(path)
+        with self._open(data, path) as doc:
+            flags: list[str] = []
+            if doc.needs_pass:
+                raise PDFError(f"{path.name}: password-protected (encrypted) PDF; it cannot be read without "
+                               f"the password — save an unprotected copy to ingest it", retryable=False)
+            if (doc.metadata or {}).get("encryption"):
+                flags.append("encrypted")
+            if doc.is_repaired:
+                if b"%%EOF" not in data[-EOF_WINDOW:]:
+                    raise PDFError(f"{path.name}: truncated or damaged PDF (no %%EOF marker at the end and the "
+                                   f"cross-reference table is broken) — an incomplete download?", retryable=False)
+                flags.append("repaired")
+            n_pages = doc.page_count
+            if n_pages == 0:
+                raise PDFError(f"{path.name}: the PDF has no pages", retryable=False)
+            keep = min(n_pages, self.max_pages)
+            if keep < n_pages:
+                flags.append(f"truncated_pages:{keep}")
+            if not self.layout:
+                flags.append("no_layout")
+            pages, unreadable = self._page_chunks(doc, keep, path)
+            if unreadable:
+                flags.append("unreadable_pages:" + ",".join(map(str, unreadable)))
+            meta = doc.metadata or {}
+            first_page = _page_one_lines(doc)
+        return self._assemble(path, pages, meta, first_page, n_pages, keep, flags)
+
+    def _page_chunks(self, doc: Any, keep: int, path: Path) -> tuple[list[dict[str, Any]], list[int]]:
+        """pymupdf4llm page chunks for the first ``keep`` pages; page by page if the whole run fails."""
+        import pymupdf4llm
+
+        options: dict[str, Any] = {"page_chunks": True, "show_progress": False}
+        if self.layout:  # header/footer kept here and dropped in _assemble, where a page-1 title can be rescued
+            options.update(header=True, footer=True, use_ocr=False)
+        try:
+            return list(pymupdf4llm.to_markdown(doc, pages=list(range(keep)), **options)), []
+        except Exception as whole_error:  # noqa: BLE001 - retried page by page to keep what can be read
+            pages: list[dict[str, Any]] = []
+            unreadable: list[int] = []
+            for pno in range(keep):
+                try:
+                    pages.extend(pymupdf4llm.to_markdown(doc, pages=[pno], **options))
+                except Exception:  # noqa: BLE001
+                    unreadable.append(pno + 1)
+            if not pages:
+                raise PDFError(f"{path.name}: no page could be converted ({type(whole_error).__name__}: "
+                               f"{whole_error})", retryable=False) from whole_error
+            return pages, unreadable
+
+    def _assemble(self, path: Path, pages: list[dict[str, Any]], meta: dict[str, Any],
+                  first_page: list[tuple[float, float, str]], n_pages: int, keep: int,
+                  flags: list[str]) -> ParsedDocument:
+        page1 = pages[0] if pages and _page_no(pages[0]) == 1 else None
+        boxes1 = _boxes(page1) if page1 else []
+        page1_text = " ".join(seg for _, seg in boxes1) if boxes1 else (page1 or {}).get("text", "")
+        title = _pick_title(meta.get("title") or "", boxes1, first_page, page1_text)
+        running = _running_keys(pages)
+
+        parts: list[str] = []
+        spans: list[tuple[int, int, int]] = []
+        offset = 0
+        for chunk in pages:
+            pno = _page_no(chunk)
+            text = _page_markdown(chunk, running, title if pno == 1 else None)
+            text = text.replace("\r\n", "\n").replace("\r", "\n").replace("\x00", "")
+            if not text.strip():
+                continue
+            if parts and not parts[-1].endswith("\n\n"):
+                sep = "\n\n" if not parts[-1].endswith("\n") else "\n"
+                parts.append(sep)
+                offset += len(sep)
+            parts.append(text)
+            spans.append((pno, offset, offset + len(text)))
+            offset += len(text)
+        markdown = "".join(parts)
+        if not any(ch.isalnum() for ch in markdown):
+            raise PDFError(f"{path.name}: no extractable text (scanned pages without a text layer? OCR is not "
+                           f"enabled)", retryable=False)
+        if keep < n_pages:
+            markdown += (f"\n\n> Note: only the first {keep} of {n_pages} pages were parsed "
+                         f"(ingest.max_pages = {keep}); pages {keep + 1}–{n_pages} are not in this document.\n")
+        authors = _choose_authors(_metadata_authors(meta.get("author") or ""), _authors_under_title(boxes1, title))
+        return ParsedDocument(markdown=markdown, page_spans=tuple(spans), title=title or None,
+                              authors=tuple(authors), year=_pick_year(meta, page1_text), n_pages=n_pages,
+                              parser=self.name, flags=tuple(flags))
+
+
+# ---------------------------------------------------------------------- helpers (module level, testable)
+def _describe_start(data: bytes) -> str:
+    head = data[:16].lstrip()
+    text = head.decode("latin-1")
+    printable = "".join(ch if ch.isprintable() else "." for ch in text)
+    return repr(printable[:12]) if printable else f"{len(data)} non-text bytes"
+
+
+def _page_no(chunk: dict[str, Any]) -> int:
+    """1-based page number of a pymupdf4llm page chunk ('page_number' in layout mode, 'page' without)."""
+    meta = chunk.get("metadata") or {}
+    return int(meta.get("page_number") or meta["page"])
+
+
+def _boxes(chunk: dict[str, Any]) -> list[tuple[str, str]]:
+    """(layout class, Markdown segment) of every box of a page chunk; one 'text' box without layout."""
+    text = chunk.get("text") or ""
+    boxes = chunk.get("page_boxes")
+    if not boxes:
+        return [("text", text)]
+    return [(str(b["class"]), text[b["pos"][0]:b["pos"][1]]) for b in boxes]
+
+
+def _running_key(segment: str) -> str:
+    return re.sub(r"\d+", "#", _WS.sub(" ", segment.strip().lower()))
+
+
+def _edge_text_boxes(chunk: dict[str, Any]) -> list[tuple[int, str]]:
+    """Index and segment of short 'text' boxes among the first two and last two boxes of a page."""
+    boxes = _boxes(chunk) if chunk.get("page_boxes") else []
+    content = [(i, seg) for i, (cls, seg) in enumerate(boxes) if cls not in FURNITURE_CLASSES and seg.strip()]
+    edges = content[:2] + content[-2:]
+    return [(i, seg) for i, seg in dict(edges).items()
+            if boxes[i][0] == "text" and len(seg.strip()) <= RUNNING_BOX_MAX_CHARS]
+
+
+def _running_keys(pages: list[dict[str, Any]]) -> frozenset[str]:
+    """Keys of short edge text boxes repeated on at least 3 pages and 40% of the pages (running heads)."""
+    if len(pages) < 4:
+        return frozenset()
+    counts: Counter[str] = Counter()
+    for chunk in pages:
+        counts.update({_running_key(seg) for _, seg in _edge_text_boxes(chunk)})
+    need = max(3, int(0.4 * len(pages) + 0.999))
+    return frozenset(k for k, n in counts.items() if n >= need and k)
+
+
+def _page_markdown(chunk: dict[str, Any], running: frozenset[str], title: str | None) -> str:
+    """A page's Markdown without headers, footers and running heads (a page-1 header equal to the title stays)."""
+    if not chunk.get("page_boxes"):
+        return chunk.get("text") or ""
+    edges = {i for i, seg in _edge_text_boxes(chunk) if _running_key(seg) in running}
+    out: list[str] = []
+    for i, (cls, seg) in enumerate(_boxes(chunk)):
+        if cls in FURNITURE_CLASSES:
+            if title and seg.strip() and _norm(_plain(seg)) == _norm(title):
+                out.append(f"# {title}\n\n")
+            continue
+        if i in edges:
+            continue
+        out.append(seg)
+    return "".join(out)
+
+
+def _page_one_lines(doc: Any) -> list[tuple[float, float, str]]:
+    """(font size, top y, text) of the horizontal text lines in the upper two thirds of page 1."""
+    try:
+        page = doc[0]
+        blocks = page.get_text("dict").get("blocks", [])
+    except Exception:  # noqa: BLE001 - only a title hint; the Markdown itself came out fine
+        return []
+    limit = page.rect.height * 2 / 3
+    lines: list[tuple[float, float, str]] = []
+    for block in blocks:
+        for line in block.get("lines", []):
+            dx, dy = line.get("dir", (1, 0))
+            if abs(dy) > 0.01 or dx <= 0:  # rotated text: arXiv side stamps, margin notes
+                continue
+            spans = [s for s in line.get("spans", []) if s.get("text", "").strip()]
+            if not spans or line["bbox"][1] > limit:
+                continue
+            text = _WS.sub(" ", "".join(s["text"] for s in spans)).strip()
+            lines.append((round(max(s["size"] for s in spans), 1), float(line["bbox"][1]), text))
+    return lines
+
+
+def _sensible_title(title: str, page1_text: str) -> bool:
+    """A metadata title worth using: real words, not a file name, and its words appear on page 1."""
+    title = title.strip()
+    if len(title) < 8 or len(title.split()) < 2 or _FILE_LIKE.search(title):
+        return False
+    letters = sum(ch.isalpha() for ch in title)
+    if letters < 0.5 * len(title):
+        return False
+    words = _words(title)
+    if not words:
+        return False
+    page_words = set(_words(page1_text))
+    return sum(w in page_words for w in words) >= 0.6 * len(words)
+
+
+def _font_title(lines: list[tuple[float, float, str]]) -> str:
+    """The largest-font lines of page 1 that sit together (a title spanning two or three lines)."""
+    candidates = [(size, y, text) for size, y, text in lines
+                  if len(_words(text)) >= 1 and "arxiv" not in text.lower() and "http" not in text.lower()]
+    if not candidates:
+        return ""
+    top = max(size for size, _, _ in candidates)
+    chosen = sorted((y, text) for size, y, text in candidates if abs(size - top) < 0.3)
+    block = [chosen[0]]
+    for y, text in chosen[1:]:
+        if y - block[-1][0] > 3 * top:  # a gap: another block in the same font
+            break
+        block.append((y, text))
+    return _WS.sub(" ", " ".join(text for _, text in block)).strip()
+
+
+def _pick_title(meta_title: str, boxes1: list[tuple[str, str]], lines: list[tuple[float, float, str]],
+                page1_text: str) -> str:
+    """Metadata title if sensible, else the layout title box, the largest front heading, the largest font."""
+    meta_title = _WS.sub(" ", meta_title).strip()
+    if _sensible_title(meta_title, page1_text):
+        return meta_title[:300]
+    for cls, seg in boxes1:
+        if cls == "title" and len(_words(_plain(seg))) >= 2:
+            return _plain(seg)[:300]
+    headings: list[tuple[int, str]] = []
+    for cls, seg in boxes1:
+        if cls != "section-header":
+            continue
+        text = _plain(seg)
+        if _FRONT_END_HEADINGS.match(text):
+            break
+        level = len(seg.lstrip()) - len(seg.lstrip().lstrip("#"))
+        if len(text.split()) >= 3:
+            headings.append((level or 7, text))
+    if headings:
+        return min(headings, key=lambda h: h[0])[1][:300]
+    return _font_title(lines)[:300]
+
+
+def _metadata_authors(author: str) -> list[str]:
+    """Authors from the PDF Author field: ';'-separated, else ','/'and'-separated full names."""
+    author = _WS.sub(" ", author).strip()
+    if not author or "@" in author or "http" in author.lower():
+        return []
+    parts = [p.strip() for p in (author.split(";") if ";" in author else _SPLIT_NAMES.split(author))]
+    parts = [p for p in parts if p]
+    if len(parts) > 1 and any(len(p.split()) < 2 for p in parts):  # "Last, First" pairs: keep as written
+        return [author] if len(author) <= 120 else []
+    return [p for p in parts if any(ch.isalpha() for ch in p) and len(p) <= 80]
+
+
+def _name_runs(segment: str) -> list[str]:
+    """Pieces of a name line: text outside <sup>/emphasis, split at bold runs, superscripts, ',', 'and'."""
+    pieces: list[str] = []
+    current: list[str] = []
+    depth_sup = depth_em = 0
+    for token in _MD.parse(segment):
+        if token.type != "inline" or not token.children:
+            continue
+        for child in token.children:
+            kind = child.type
+            if kind == "html_inline":
+                tag = child.content.lower()
+                if tag.startswith("<sup"):
+                    depth_sup += 1
+                elif tag.startswith("</sup") and depth_sup:
+                    depth_sup -= 1
+                pieces.append("".join(current))
+                current = []
+            elif kind == "em_open":
+                depth_em += 1
+                pieces.append("".join(current))
+                current = []
+            elif kind == "em_close":
+                depth_em = max(0, depth_em - 1)
+            elif kind in ("strong_open", "strong_close", "softbreak", "hardbreak"):
+                pieces.append("".join(current))
+                current = []
+            elif kind in ("text", "code_inline") and not depth_sup and not depth_em:
+                current.append(child.content)
+        pieces.append("".join(current))
+        current = []
+    names: list[str] = []
+    for piece in pieces:
+        names.extend(p for p in _SPLIT_NAMES.split(piece) if p.strip())
+    return [_WS.sub(" ", n.translate(_MARKERS)).strip(" .,;:0123456789") for n in names]
+
+
+def _looks_like_name(text: str) -> bool:
+    words = text.split()
+    if not 2 <= len(words) <= 5 or any(ch.isdigit() or ch in "@/:()[]{}|" for ch in text):
+        return False
+    if any(w.lower().strip(".,") in _NOT_NAME_WORDS for w in words):
+        return False
+    return all(_NAME_WORD.match(w) or w.lower() in _NAME_PARTICLES for w in words)
+
+
+def _authors_under_title(boxes1: list[tuple[str, str]], title: str) -> list[str]:
+    """Names from the lines right under the title on page 1 (layout mode); [] when they do not look like names."""
+    key = _norm(title)
+    start = next((i for i, (cls, seg) in enumerate(boxes1)
+                  if key and seg.strip() and _norm(_plain(seg)) == key), None)
+    if start is None:
+        return []
+    names: list[str] = []
+    for cls, seg in boxes1[start + 1:start + 8]:
+        if not seg.strip() or cls in ("picture", "page-header", "page-footer"):
+            continue
+        if cls not in ("text", "section-header") or _FRONT_END_HEADINGS.match(_plain(seg)):
+            break
+        pieces = [p for p in _name_runs(seg) if p]
+        good = [p for p in pieces if _looks_like_name(p)]
+        if not good or len(good) < 0.5 * len(pieces):
+            break
+        names.extend(good)
+    return list(dict.fromkeys(names))[:50]
+
+
+def _choose_authors(from_metadata: list[str], under_title: list[str]) -> list[str]:
+    """Metadata authors, unless the names under the title are a longer list that includes the first of them."""
+    if not from_metadata:
+        return under_title
+    surname = _norm(from_metadata[0]).split()[-1:]
+    if len(under_title) > len(from_metadata) and surname and any(surname[0] in _norm(n).split() for n in under_title):
+        return under_title
+    return from_metadata
+
+
+def _pdf_date_year(value: str | None) -> int | None:
+    match = re.match(r"^(?:D:)?((?:19|20)\d{2})", (value or "").strip())
+    return int(match.group(1)) if match else None
+
+
+def _pick_year(meta: dict[str, Any], page1_text: str) -> int | None:
+    """The latest plausible year printed on page 1 (venue, copyright, arXiv stamp), else the creation year.
+
+    "Plausible" means not after the PDF's creation year + 1 (or next year when the date is missing),
+    which keeps future-looking numbers out; citations on page 1 are older than the paper itself.
+    """
+    created = _pdf_date_year(meta.get("creationDate")) or _pdf_date_year(meta.get("modDate"))
+    ceiling = (created + 1) if created else date.today().year + 1
+    years = [int(y) for y in _YEAR.findall(page1_text) if 1900 <= int(y) <= ceiling]
+    if years:
+        return max(years)
+    return created

@@ -1,0 +1,230 @@
+"""IngestStep end to end on real parts: PyMuPDFParser, LanceStore in tmp_path, and embeddings from
+OllamaEmbedder against the loopback Ollama server (fast, deterministic) or, in the slow test, MiniLM."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import pymupdf
+import pytest
+
+from actors.steps.events import RecordingEmit
+from actors.steps.ingest import IngestStep
+from infra.embed.minilm import MiniLMEmbedder
+from infra.embed.ollama import OllamaEmbedder
+from infra.pdf.base import ParsedDocument
+from infra.pdf.pymupdf import PyMuPDFParser
+from infra.settings import Settings
+from infra.store.base import ChunkFilter
+from infra.store.lancedb import LanceStore
+from messages.ingest import IngestRequest
+from messages.search import Candidate
+from messages.status import Stage
+from tests.loopback_ollama import LoopbackOllama, closed_loopback_url, install_real_llm_guard
+
+NOMIC = "nomic-embed-text"
+TITLE = "Heat Stress in Wheat Crops"
+SENTENCE = "Heat stress reduces wheat yield through faster grain filling and lower photosynthesis. "
+
+
+def paper_html(extra: str = "") -> str:
+    para = SENTENCE * 8
+    return (f"<h1>{TITLE}</h1><p>Ada Lovelace, Alan Turing</p><h2>Abstract</h2><p>{para}</p>"
+            f"<h2>1 Introduction</h2><p>{para}</p><p>{para}{extra}</p><h2>2 Methods</h2><h3>2.1 Field trials</h3>"
+            f"<p>{para}</p><h2>References</h2><p>[1] A. Author. A paper about wheat. Journal of Crops, 2001.</p>"
+            "<p>[2] B. Author. Another paper. 2002.</p>")
+
+
+def make_pdf(path: Path, html: str) -> Path:
+    story = pymupdf.Story(html=html)
+    writer = pymupdf.DocumentWriter(str(path))
+    more = True
+    while more:
+        device = writer.begin_page(pymupdf.paper_rect("a4"))
+        more, _ = story.place(pymupdf.paper_rect("a4") + (50, 50, -50, -50))
+        story.draw(device)
+        writer.end_page()
+    writer.close()
+    doc = pymupdf.open(path)
+    doc.set_metadata({"title": TITLE, "author": "Ada Lovelace; Alan Turing", "creationDate": "D:20210304"})
+    doc.saveIncr()
+    doc.close()
+    return path
+
+
+class CountingParser:
+    """The real parser, counting calls (to show a known file is not parsed again)."""
+
+    def __init__(self) -> None:
+        self.inner = PyMuPDFParser()
+        self.name = self.inner.name
+        self.calls = 0
+
+    def parse(self, path: Path) -> ParsedDocument:
+        self.calls += 1
+        return self.inner.parse(path)
+
+
+class ExplodingParser:
+    """A parser with a bug: the step must still answer, not raise."""
+
+    name = "exploding"
+
+    def parse(self, path: Path) -> ParsedDocument:
+        raise RuntimeError("boom")
+
+
+@pytest.fixture
+def server(monkeypatch: pytest.MonkeyPatch):
+    install_real_llm_guard(monkeypatch)
+    with LoopbackOllama(models=(NOMIC,), embed_dim=768) as srv:
+        yield srv
+
+
+@pytest.fixture
+def setup(tmp_path: Path, server: LoopbackOllama):
+    settings = Settings.load(embed={"backend": "ollama"}, store={"path": str(tmp_path / "store")})
+    store = LanceStore(tmp_path / "store", dim=768)
+    embedder = OllamaEmbedder(host=server.url, timeout_s=10)
+    parser = CountingParser()
+    emit = RecordingEmit()
+    return IngestStep(settings, store, embedder, parser, emit=emit), store, parser, emit
+
+
+def request(path: Path | None, key: str | None = None, **candidate) -> IngestRequest:
+    key = key or f"file:{path}"
+    return IngestRequest(run_id="run-1", candidate=Candidate(key=key, path=str(path) if path else None, **candidate))
+
+
+def embedded_inputs(server: LoopbackOllama) -> list[str]:
+    return [text for r in server.requests if r.path == "/api/embed" for text in r.body["input"]]
+
+
+def test_stores_document_chunks_and_vectors(setup, server: LoopbackOllama, tmp_path: Path) -> None:
+    step, store, parser, emit = setup
+    path = make_pdf(tmp_path / "wheat.pdf", paper_html())
+    result = step.ingest(request(path))
+
+    assert result.status == "stored" and result.reason is None
+    assert result.doc_id == hashlib.sha256(path.read_bytes()).hexdigest()
+    assert result.title == TITLE and result.parser == parser.name and result.seconds > 0
+    doc = store.get_document(result.doc_id)
+    assert doc is not None and doc.key == f"file:{path}" and doc.origin == "wheat.pdf"
+    assert doc.authors == ("Ada Lovelace", "Alan Turing")
+    assert doc.year == 2021  # no year printed on page 1: the PDF creation year
+    assert doc.abstract.startswith(SENTENCE.strip())
+    assert {"Abstract", "1 Introduction", "2 Methods > 2.1 Field trials", "References"} <= set(doc.sections)
+    chunks = store.chunks(ChunkFilter(doc_ids=(result.doc_id,), exclude_kinds=()), limit=1000)
+    assert len(chunks) == result.n_chunks == doc.n_chunks == store.count_chunks(result.doc_id) > 0
+    assert [c.ordinal for c in chunks] == list(range(len(chunks)))
+    for chunk in chunks:
+        assert doc.markdown[chunk.char_start:chunk.char_end] == chunk.text
+        assert chunk.token_count <= step.max_tokens and chunk.pages
+    assert {c.section_kind for c in chunks} >= {"abstract", "body", "references"}
+
+    inputs = embedded_inputs(server)  # context line in front of each chunk's exact text
+    assert len(inputs) == len(chunks)
+    for text, chunk in zip(inputs, chunks):
+        assert text == f"{TITLE} — {chunk.section_path}\n{chunk.text}"
+
+    [event] = emit.events
+    assert (event.stage, event.kind) == (Stage.INGEST, "document")
+    assert event.payload["status"] == "stored" and event.payload["n_chunks"] == len(chunks)
+    assert event.payload["title"] == TITLE and "parse_s" in event.payload
+
+
+def test_same_file_again_is_skipped_without_parsing(setup, server: LoopbackOllama, tmp_path: Path) -> None:
+    step, store, parser, emit = setup
+    path = make_pdf(tmp_path / "wheat.pdf", paper_html())
+    first = step.ingest(request(path))
+    embeds = len(embedded_inputs(server))
+    again = step.ingest(request(path))
+    assert (again.status, again.doc_id, again.n_chunks, again.title) == ("skipped", first.doc_id, first.n_chunks,
+                                                                         TITLE)
+    assert parser.calls == 1 and len(embedded_inputs(server)) == embeds
+    copy = tmp_path / "copy.pdf"
+    copy.write_bytes(path.read_bytes())
+    other_key = step.ingest(request(copy))
+    assert other_key.status == "skipped" and f"file:{path}" in other_key.reason
+    assert [e.payload["status"] for e in emit.events] == ["stored", "skipped", "skipped"]
+    assert len(store.list_documents()) == 1
+
+
+def test_changed_file_replaces_the_earlier_version(setup, tmp_path: Path) -> None:
+    step, store, _, _ = setup
+    path = make_pdf(tmp_path / "wheat.pdf", paper_html())
+    first = step.ingest(request(path))
+    make_pdf(path, paper_html(extra=" Drought makes it worse."))
+    second = step.ingest(request(path))
+    assert second.status == "stored" and second.doc_id != first.doc_id
+    assert second.reason == f"replaces {first.doc_id[:16]} (file changed)"
+    assert store.get_document(first.doc_id) is None and store.count_chunks(first.doc_id) == 0
+    assert store.document_by_key(f"file:{path}").doc_id == second.doc_id
+    assert "Drought makes it worse." in store.get_document(second.doc_id).markdown
+
+
+def test_candidate_metadata_wins_over_parsed(setup, tmp_path: Path) -> None:
+    step, store, _, _ = setup
+    path = make_pdf(tmp_path / "wheat.pdf", paper_html())
+    result = step.ingest(request(path, key="doi:10.1/xyz", title="Official Title", authors=("K. Author",),
+                                 year=2019, source="openalex"))
+    doc = store.get_document(result.doc_id)
+    assert (doc.title, doc.authors, doc.year, doc.key) == ("Official Title", ("K. Author",), 2019, "doi:10.1/xyz")
+
+
+@pytest.mark.parametrize("make,reason", [
+    (lambda d: (d / "paywall.pdf").write_text("<html>log in</html>") and d / "paywall.pdf",
+     "not a PDF: starts with '<html>log in'"),
+    (lambda d: (d / "empty.pdf").write_bytes(b"") or d / "empty.pdf", "empty file (0 bytes)"),
+    (lambda d: d / "missing.pdf", "file not found"),
+    (lambda d: d, "is a folder"),
+])
+def test_bad_documents_fail_with_a_reason_and_store_nothing(setup, tmp_path: Path, make, reason: str) -> None:
+    step, store, _, emit = setup
+    folder = tmp_path / "in"
+    folder.mkdir()
+    result = step.ingest(request(make(folder)))
+    assert result.status == "failed" and reason in result.reason and result.retryable is False
+    assert result.doc_id is None and store.list_documents() == []
+    [event] = emit.events
+    assert event.kind == "failed" and reason in event.payload["reason"] and event.payload["retryable"] is False
+
+
+def test_candidate_without_a_file_fails(setup) -> None:
+    step, _, _, _ = setup
+    result = step.ingest(request(None, key="doi:10.1/abc", url="https://example.org/x.pdf"))
+    assert result.status == "failed" and "no local file" in result.reason and result.retryable is False
+
+
+def test_embedder_down_is_a_retryable_failure(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    install_real_llm_guard(monkeypatch)
+    settings = Settings.load(embed={"backend": "ollama"})
+    store = LanceStore(tmp_path / "store", dim=768)
+    step = IngestStep(settings, store, OllamaEmbedder(host=closed_loopback_url(), retries=0), PyMuPDFParser())
+    result = step.ingest(request(make_pdf(tmp_path / "wheat.pdf", paper_html())))
+    assert result.status == "failed" and result.retryable is True and "not reachable" in result.reason
+    assert store.list_documents() == []
+
+
+def test_a_crashing_parser_does_not_raise(tmp_path: Path, server: LoopbackOllama) -> None:
+    step = IngestStep(Settings.load(embed={"backend": "ollama"}), LanceStore(tmp_path / "s", dim=768),
+                      OllamaEmbedder(host=server.url), ExplodingParser())
+    result = step.ingest(request(make_pdf(tmp_path / "wheat.pdf", paper_html())))
+    assert result.status == "failed" and "RuntimeError" in result.reason and "boom" in result.reason
+
+
+@pytest.mark.slow
+def test_real_paper_with_minilm_is_searchable(tmp_path: Path, shared_pdfs: list[Path]) -> None:
+    settings = Settings.load(store={"path": str(tmp_path / "store")})
+    store = LanceStore(tmp_path / "store", dim=384)
+    embedder = MiniLMEmbedder()
+    step = IngestStep(settings, store, embedder, PyMuPDFParser())
+    path = next(p for p in shared_pdfs if p.name.startswith("bosonic"))
+    result = step.ingest(request(path))
+    assert result.status == "stored" and result.title == "Ultra light bosonic dark matter and CMB"
+    assert step.max_tokens == 222
+    query = embedder.embed(["effect of Bose-Einstein statistics on the CMB acoustic peaks"])[0]
+    hits = store.hybrid("Bose-Einstein statistics acoustic peaks", query, k=3)
+    assert hits and all(h.chunk.doc_id == result.doc_id for h in hits)
+    assert any("Bose" in h.chunk.text for h in hits)

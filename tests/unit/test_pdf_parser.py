@@ -1,0 +1,231 @@
+"""PyMuPDFParser on PDFs generated here (pymupdf Story → PDF) and on bad files made from them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pymupdf
+import pytest
+
+from infra.errors import PDFError
+from infra.pdf import build_parser
+from infra.pdf.pymupdf import PyMuPDFParser, _page_markdown, _pick_year, _running_keys
+from infra.settings import Settings
+
+SENTENCE = "Heat stress reduces wheat yield through faster grain filling and lower photosynthesis. "
+PARA = SENTENCE * 6
+PAPER_HTML = (
+    "<h1>Heat Stress in Wheat Crops</h1><p>Ada Lovelace, Alan Turing</p>"
+    f"<h2>Abstract</h2><p>{PARA}</p><h2>1 Introduction</h2><p>{PARA}</p><p>{PARA}</p>"
+    f"<h2>2 Methods</h2><h3>2.1 Field trials</h3><p>{PARA}</p>"
+    "<h2>References</h2><p>[1] A. Author. A paper about wheat. Journal of Crops, 2001.</p>"
+    "<p>[2] B. Author. Another paper. 2002.</p>"
+)
+
+
+def make_pdf(path: Path, html: str = PAPER_HTML, *, repeat: int = 1, metadata: dict | None = None) -> Path:
+    """Lay ``html`` (``repeat`` times) out on A4 pages with pymupdf's Story engine."""
+    story = pymupdf.Story(html=html * repeat)
+    writer = pymupdf.DocumentWriter(str(path))
+    mediabox = pymupdf.paper_rect("a4")
+    more = True
+    while more:
+        device = writer.begin_page(mediabox)
+        more, _ = story.place(mediabox + (50, 50, -50, -50))
+        story.draw(device)
+        writer.end_page()
+    writer.close()
+    if metadata:
+        doc = pymupdf.open(path)
+        doc.set_metadata(metadata)
+        doc.saveIncr()
+        doc.close()
+    return path
+
+
+@pytest.fixture(scope="module")
+def parser() -> PyMuPDFParser:
+    return PyMuPDFParser(max_pages=60, max_bytes=10_000_000)
+
+
+@pytest.fixture(scope="module")
+def paper(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return make_pdf(tmp_path_factory.mktemp("pdf") / "paper.pdf", metadata={
+        "title": "Heat Stress in Wheat Crops", "author": "Ada Lovelace; Alan Turing", "creationDate": "D:20210304"})
+
+
+def parse_error(parser: PyMuPDFParser, path: Path) -> PDFError:
+    with pytest.raises(PDFError) as err:
+        parser.parse(path)
+    assert err.value.retryable is False
+    return err.value
+
+
+# ---------------------------------------------------------------- good files
+
+def test_parses_markdown_with_headings_tables_of_pages_and_metadata(parser: PyMuPDFParser, paper: Path) -> None:
+    doc = parser.parse(paper)
+    assert doc.title == "Heat Stress in Wheat Crops"
+    assert doc.authors == ("Ada Lovelace", "Alan Turing")
+    assert doc.year == 2002  # latest year printed on page 1 (not after the creation year + 1)
+    assert doc.n_pages == 1 and doc.flags == () and doc.parser.startswith("pymupdf4llm")
+    assert "## **1 Introduction**" in doc.markdown and "### **2.1 Field trials**" in doc.markdown
+    assert doc.page_spans == ((1, 0, len(doc.markdown)),)
+
+
+def test_page_spans_follow_pages(parser: PyMuPDFParser, tmp_path: Path) -> None:
+    doc = parser.parse(make_pdf(tmp_path / "long.pdf", repeat=4))
+    assert doc.n_pages > 1
+    assert [p for p, _, _ in doc.page_spans] == list(range(1, doc.n_pages + 1))
+    assert doc.page_spans[0][1] == 0 and doc.page_spans[-1][2] == len(doc.markdown)
+    for (_, _, end), (_, start, _) in zip(doc.page_spans, doc.page_spans[1:]):
+        assert end <= start
+    assert "\r" not in doc.markdown
+
+
+def test_max_pages_truncates_with_flag_and_note(tmp_path: Path) -> None:
+    path = make_pdf(tmp_path / "long.pdf", repeat=4)
+    full = PyMuPDFParser().parse(path)
+    doc = PyMuPDFParser(max_pages=2).parse(path)
+    assert doc.flags == ("truncated_pages:2",) and doc.n_pages == full.n_pages
+    assert [p for p, _, _ in doc.page_spans] == [1, 2]
+    assert doc.markdown.rstrip().endswith(f"pages 3–{full.n_pages} are not in this document.")
+    first_two = doc.markdown[:doc.page_spans[-1][2]]
+    assert first_two.count("## **1 Introduction**") == 2 and len(first_two) < len(full.markdown)
+
+
+def test_owner_password_only_is_read_and_flagged(parser: PyMuPDFParser, paper: Path, tmp_path: Path) -> None:
+    locked = tmp_path / "owner.pdf"
+    pymupdf.open(paper).save(locked, encryption=pymupdf.PDF_ENCRYPT_AES_256, owner_pw="owner",
+                             permissions=pymupdf.PDF_PERM_PRINT)
+    doc = parser.parse(locked)
+    assert "encrypted" in doc.flags and "1 Introduction" in doc.markdown
+
+
+def test_repaired_file_is_flagged(parser: PyMuPDFParser, paper: Path, tmp_path: Path) -> None:
+    data = paper.read_bytes()
+    cut = data.rfind(b"startxref")
+    broken = tmp_path / "broken_xref.pdf"
+    broken.write_bytes(data[:cut] + b"startxref\n12345\n%%EOF\n")
+    doc = parser.parse(broken)
+    assert "repaired" in doc.flags and "1 Introduction" in doc.markdown
+
+
+def test_running_heads_and_page_numbers_are_dropped(parser: PyMuPDFParser, tmp_path: Path) -> None:
+    path = make_pdf(tmp_path / "heads.pdf", repeat=4)
+    doc = pymupdf.open(path)
+    for n, page in enumerate(doc):
+        page.insert_text((60, 30), "Journal of Testing Things, Vol 3", fontsize=8)
+        page.insert_text((280, 820), f"{n + 1} / {doc.page_count}", fontsize=8)
+    doc.save(tmp_path / "with_heads.pdf")
+    parsed = parser.parse(tmp_path / "with_heads.pdf")
+    assert "Journal of Testing Things" not in parsed.markdown
+    assert f" / {parsed.n_pages}" not in parsed.markdown
+    assert parsed.markdown.count("1 Introduction") == 4
+
+
+def test_repeated_edge_boxes_helper() -> None:
+    def page(n: int) -> dict:
+        segs = [("text", f"Running title of the paper {n}\n\n"), ("text", f"Body text {n} " * 20 + "\n\n"),
+                ("page-footer", f"{n}\n\n"), ("text", f"{n} / 5\n\n")]
+        text, boxes, pos = "", [], 0
+        for cls, seg in segs:
+            boxes.append({"class": cls, "pos": (pos, pos + len(seg))})
+            text += seg
+            pos += len(seg)
+        return {"text": text, "page_boxes": boxes, "metadata": {"page_number": n}}
+
+    pages = [page(n) for n in range(1, 6)]
+    keys = _running_keys(pages)
+    assert keys == {"running title of the paper #", "# / #"}
+    assert _page_markdown(pages[2], keys, None) == "Body text 3 " * 20 + "\n\n"
+    assert _running_keys(pages[:3]) == frozenset()  # too few pages to call anything running
+
+
+def test_year_is_never_after_the_creation_year() -> None:
+    meta = {"creationDate": "D:20090803160921Z"}
+    assert _pick_year(meta, "arXiv:0908.0054v1 1 Aug 2009; see [Smith 2004] and 2031 events") == 2009
+    assert _pick_year(meta, "no year printed") == 2009
+    assert _pick_year({}, "Proceedings 2017, cites 2015") == 2017
+    assert _pick_year({}, "nothing") is None
+
+
+# ---------------------------------------------------------------- bad files: clear, non-retryable PDFError
+
+def test_zero_byte_file(parser: PyMuPDFParser, tmp_path: Path) -> None:
+    (tmp_path / "empty.pdf").write_bytes(b"")
+    assert "empty file (0 bytes)" in str(parse_error(parser, tmp_path / "empty.pdf"))
+
+
+def test_html_renamed_pdf(parser: PyMuPDFParser, tmp_path: Path) -> None:
+    path = tmp_path / "paywall.pdf"
+    path.write_text("<html><body>Please log in</body></html>")
+    assert "not a PDF: starts with '<html><body>'" in str(parse_error(parser, path))
+
+
+def test_truncated_download(parser: PyMuPDFParser, tmp_path: Path) -> None:
+    data = make_pdf(tmp_path / "long.pdf", repeat=6).read_bytes()
+    (tmp_path / "cut.pdf").write_bytes(data[:int(len(data) * 0.3)])
+    assert "truncated" in str(parse_error(parser, tmp_path / "cut.pdf"))
+
+
+def test_truncated_real_paper(parser: PyMuPDFParser, shared_pdfs: list[Path], tmp_path: Path) -> None:
+    source = next(p for p in shared_pdfs if p.name.startswith("s2orc"))
+    data = source.read_bytes()
+    (tmp_path / "s2orc_cut.pdf").write_bytes(data[:int(len(data) * 0.3)])
+    assert "truncated" in str(parse_error(parser, tmp_path / "s2orc_cut.pdf"))
+
+
+def test_password_protected(parser: PyMuPDFParser, paper: Path, tmp_path: Path) -> None:
+    locked = tmp_path / "locked.pdf"
+    pymupdf.open(paper).save(locked, encryption=pymupdf.PDF_ENCRYPT_AES_256, user_pw="x", owner_pw="y")
+    assert "password-protected" in str(parse_error(parser, locked))
+
+
+def test_no_text_layer(parser: PyMuPDFParser, tmp_path: Path) -> None:
+    doc = pymupdf.open()
+    doc.new_page().draw_rect(pymupdf.Rect(50, 50, 200, 200), color=(1, 0, 0))
+    doc.save(tmp_path / "scan.pdf")
+    assert "no extractable text" in str(parse_error(parser, tmp_path / "scan.pdf"))
+
+
+def test_too_large_and_missing(paper: Path, tmp_path: Path) -> None:
+    small = PyMuPDFParser(max_bytes=1000)
+    assert "over the limit of 1,000" in str(parse_error(small, paper))
+    assert "file not found" in str(parse_error(small, tmp_path / "nope.pdf"))
+
+
+def test_garbage_after_pdf_magic(parser: PyMuPDFParser, tmp_path: Path) -> None:
+    path = tmp_path / "garbage.pdf"
+    path.write_bytes(b"%PDF-1.7\n" + bytes(range(256)) * 20)
+    err = parse_error(parser, path)
+    assert path.name in str(err)
+
+
+def test_build_parser_follows_settings() -> None:
+    parser = build_parser(Settings.load(ingest={"max_pages": 7, "max_bytes": 1234}))
+    assert isinstance(parser, PyMuPDFParser) and (parser.max_pages, parser.max_bytes) == (7, 1234)
+
+
+@pytest.fixture
+def without_layout():
+    """pymupdf4llm's older (non-layout) path, as on a machine without pymupdf-layout; restored after."""
+    import pymupdf4llm
+
+    was = pymupdf4llm._use_layout
+    pymupdf4llm.use_layout(False)
+    try:
+        yield
+    finally:
+        pymupdf4llm.use_layout(was)
+
+
+def test_without_layout_mode_still_parses(without_layout: None, paper: Path) -> None:
+    from actors.steps.sections import outline
+
+    doc = PyMuPDFParser().parse(paper)
+    assert "no_layout" in doc.flags and not doc.parser.endswith("+layout")
+    assert doc.title == "Heat Stress in Wheat Crops" and doc.page_spans == ((1, 0, len(doc.markdown)),)
+    assert outline(doc.markdown, doc.title).paths == (
+        "Heat Stress in Wheat Crops", "Abstract", "1 Introduction", "2 Methods", "2 Methods > 2.1 Field trials",
+        "References")
