@@ -186,13 +186,9 @@ class Orchestrator:
 
     async def _final_event(self, kind: str, message: str, iteration: int, **payload: Any) -> None:
         """The run's last event is awaited, so it is in the hub before run() returns."""
-        if self.hub is None:
-            self.emit(Stage.RUN, kind, message, iteration=iteration, **payload)
-            return
-        from messages.status import StatusEvent
-
-        await self.hub.publish.remote(StatusEvent(  # type: ignore[attr-defined]
-            run_id=self.run_id, stage=Stage.RUN, kind=kind, message=message, iteration=iteration, payload=payload))
+        ref = self.emit(Stage.RUN, kind, message, iteration=iteration, **payload)
+        if ref is not None:
+            await ref
 
     def _checkpoint(self) -> None:
         self.rundir.save_state(self.state)

@@ -3,11 +3,17 @@
 Every actor publishes typed StatusEvents here; the hub numbers them (seq 1, 2, ...), appends each to
 ``events.jsonl`` as it arrives, and lets readers (CLI, gateway) wait for events after a sequence
 number — a long poll on an asyncio condition, no sleeping.
+
+Ray does not keep the order of calls into an async actor, even from one caller, so every emitter
+numbers its own events (``source``, ``n``) and the hub releases each source's events in that order,
+holding back one that overtook an earlier one until the gap is filled.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
+import secrets
 from pathlib import Path
 
 from messages.status import StatusEvent
@@ -25,14 +31,41 @@ class StatusHub:
                     if line.strip():
                         self._events.append(StatusEvent.model_validate_json(line))
         self._cond: asyncio.Condition | None = None
+        self._next: dict[str, int] = {}  # per source: the next n to release
+        self._held: dict[str, dict[int, StatusEvent]] = {}
+        self._seq_of: dict[tuple[str, int], int] = {}
 
     def _condition(self) -> asyncio.Condition:
         if self._cond is None:
             self._cond = asyncio.Condition()
         return self._cond
 
-    async def publish(self, event: StatusEvent) -> int:
-        """Number the event, persist it, wake waiting readers. Returns its seq."""
+    #: a source whose held-back events pile up past this has lost one (its process died): release them
+    MAX_HELD = 256
+
+    async def publish(self, event: StatusEvent, source: str | None = None, n: int | None = None) -> int:
+        """Number the event, persist it, wake waiting readers. Returns its seq.
+
+        With ``source`` and ``n`` (1, 2, ... per source) the event is released only after the
+        source's earlier events; the call returns once it is released.
+        """
+        if source is None or n is None:
+            return await self._append(event)
+        held = self._held.setdefault(source, {})
+        held[n] = event
+        expected = self._next.get(source, 1)
+        if len(held) > self.MAX_HELD:
+            expected = min(held)
+        while expected in held:
+            self._seq_of[(source, expected)] = await self._append(held.pop(expected))
+            expected += 1
+        self._next[source] = expected
+        cond = self._condition()
+        async with cond:
+            await cond.wait_for(lambda: self._next.get(source, 1) > n)
+        return self._seq_of.pop((source, n), 0)
+
+    async def _append(self, event: StatusEvent) -> int:
         numbered = event.model_copy(update={"seq": len(self._events) + 1})
         self._events.append(numbered)
         if self._path is not None:
@@ -69,10 +102,21 @@ class HubEmit:
     def __init__(self, run_id: str, hub: object | None) -> None:
         self.run_id = run_id
         self.hub = hub
+        self.source = f"{os.getpid()}-{secrets.token_hex(4)}"
+        self.n = 0
 
-    def __call__(self, stage, kind, message="", *, iteration=None, requirement_id=None, **payload) -> None:
+    def __call__(self, stage, kind, message="", *, iteration=None, requirement_id=None, **payload):
+        """Publish without waiting; returns the call's ObjectRef (await it to know it is in the log)."""
         if self.hub is None:
-            return
+            return None
         event = StatusEvent(run_id=self.run_id, stage=stage, kind=kind, message=message, iteration=iteration,
                             requirement_id=requirement_id, payload=payload)
-        self.hub.publish.remote(event)  # type: ignore[attr-defined]
+        self.n += 1
+        return self.hub.publish.remote(event, self.source, self.n)  # type: ignore[attr-defined]
+
+    def __getstate__(self) -> dict:
+        # a copy in another process is another source with its own numbering
+        return {"run_id": self.run_id, "hub": self.hub}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__init__(state["run_id"], state["hub"])

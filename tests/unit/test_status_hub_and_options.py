@@ -92,3 +92,17 @@ def test_hub_as_actor_keeps_order_across_callers(ray_cluster, tmp_path) -> None:
         mine = [e.message for e in events if e.message.startswith(tag)]
         assert mine == [f"{tag}{i}" for i in range(20)]
     ray.kill(hub)
+
+
+def test_hub_releases_each_source_in_its_own_order() -> None:
+    async def scenario() -> list[str]:
+        hub = StatusHub("r")
+        late = asyncio.create_task(hub.publish(ev("second"), "src", 2))  # overtook the first
+        await asyncio.sleep(0)
+        assert await hub.events(0) == []  # held back until the gap is filled
+        await hub.publish(ev("other"), "other-src", 1)
+        await hub.publish(ev("first"), "src", 1)
+        assert await late == 3
+        return [e.kind for e in await hub.events(0)]
+
+    assert asyncio.run(scenario()) == ["other", "first", "second"]
