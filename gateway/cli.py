@@ -157,7 +157,7 @@ def execute(settings: Settings, query: str, *, yes: bool, requirements_file: Pat
     from actors.steps.plan import requirements_from_text
     from gateway.session import ResearchSession
 
-    session = ResearchSession(settings, llm=llm)
+    session = ResearchSession(settings, llm=llm, quiet=True)
     console.print(f"run [bold]{session.run_id}[/bold] → {session.rundir.path}")
     try:
         if requirements_file is not None:

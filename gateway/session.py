@@ -21,7 +21,8 @@ from messages.status import RunSummary, Stage, StatusEvent
 
 
 class ResearchSession:
-    def __init__(self, settings: Settings, *, llm: Any | None = None, run_id: str | None = None) -> None:
+    def __init__(self, settings: Settings, *, llm: Any | None = None, run_id: str | None = None,
+                 quiet: bool = False) -> None:
         from infra.ray_runtime import start_ray
 
         # actors run in other processes (other machines, later): hand them absolute paths
@@ -30,7 +31,7 @@ class ResearchSession:
         self.settings = settings
         self.run_id = run_id or new_run_id()
         self.rundir = RunDir(settings.run.runs_dir, self.run_id)
-        start_ray(num_cpus=settings.ray.num_cpus, address=settings.ray.address)
+        start_ray(num_cpus=settings.ray.num_cpus, address=settings.ray.address, quiet=quiet)
         import ray
 
         self.hub = ray.remote(StatusHub).options(**options_for("status_hub", settings)).remote(

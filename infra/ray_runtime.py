@@ -179,6 +179,7 @@ def start_ray(
     num_cpus: int | None = None,
     address: str | None = None,
     namespace: str = "forage",
+    quiet: bool = False,
 ) -> None:
     """Start, or attach to, a Ray runtime that keeps all traffic on loopback.
 
@@ -196,6 +197,9 @@ def start_ray(
             module docstring).  Because the node IP is pinned to 127.0.0.1,
             only a cluster on this machine can be attached to.
         namespace: Ray namespace for named actors.
+        quiet: keep Ray's own log lines and the workers' output off the
+            terminal (they stay in Ray's session log folder). For the CLI,
+            whose progress view they would garble.
 
     Note:
         This function changes ``os.environ`` of the current process.  The
@@ -223,6 +227,8 @@ def start_ray(
     worker_env.update(dict.fromkeys(_NO_PROXY_KEYS, no_proxy))
     runtime_env: dict[str, Any] = {"env_vars": worker_env}
     init_kwargs: dict[str, Any] = {"namespace": namespace, "runtime_env": runtime_env}
+    if quiet:
+        init_kwargs.update(log_to_driver=False, logging_level=logging.ERROR)
     if address is None:
         init_kwargs.update(
             address="local",

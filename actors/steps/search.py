@@ -60,8 +60,8 @@ class LibrarySearch:
                 skipped.append(Skipped(item=str(path), reason=f"cannot read: {exc}", retryable=True))
                 continue
             # zero-byte and broken files are offered too: the Ingestor records why each one fails
-            fresh.append(Candidate(key=key, source="library", path=str(path.resolve()),
-                                   title=path.stem.replace("_", " ")))
+            # no title: the parser reads the real one from the PDF (a file name is not a title)
+            fresh.append(Candidate(key=key, source="library", path=str(path.resolve())))
         offered = len(seen) + len(fresh)
         exhausted = offered >= len(files) or not fresh
         results = SearchResults(run_id=request.run_id, iteration=request.iteration, candidates=tuple(fresh),

@@ -1,0 +1,66 @@
+"""`forage demo` end to end with the embedded model, under strace: it finishes with a report whose
+citations all resolve, and the whole process tree (Ray's C++ processes and every worker included)
+makes zero non-loopback connections.
+
+This is the one CI run of the real embedded-model path (SmolLM2-135M through xllamacpp).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.test_ray_privacy import _child_env, _strace_cmd, inet_destinations, non_loopback
+
+pytestmark = [pytest.mark.slow, pytest.mark.real_llm]
+
+FORAGE = Path(sys.executable).with_name("forage")
+
+
+@pytest.fixture(scope="module")
+def demo_run(tmp_path_factory):
+    if not FORAGE.exists():
+        pytest.skip(f"the forage command is not installed next to {sys.executable}: run infra/install.sh")
+    tmp = tmp_path_factory.mktemp("demo")
+    trace = tmp / "trace.txt"
+    cmd = [*_strace_cmd(), "-o", str(trace), str(FORAGE), "demo", "--runs-dir", str(tmp / "runs"),
+           "--store", str(tmp / "store")]
+    proc = subprocess.run(cmd, cwd=tmp, env=_child_env(), capture_output=True, text=True, timeout=1500)
+    return proc, trace.read_text(), tmp
+
+
+def test_demo_finishes_with_a_report(demo_run) -> None:
+    proc, _, tmp = demo_run
+    assert proc.returncode == 0, f"stdout:\n{proc.stdout[-3000:]}\nstderr:\n{proc.stderr[-3000:]}"
+    assert "report:" in proc.stdout
+    (run_dir,) = (tmp / "runs").iterdir()
+    state = json.loads((run_dir / "run.json").read_text())
+    assert state["status"] == "finished"
+    assert all(d["status"] == "stored" for d in state["documents"].values()), state["documents"]
+    assert len(state["documents"]) == 4
+
+
+def test_demo_citations_all_resolve(demo_run) -> None:
+    _, _, tmp = demo_run
+    (run_dir,) = (tmp / "runs").iterdir()
+    report = (run_dir / "report.md").read_text()
+    cited = {int(n) for n in re.findall(r"\[(\d+)\]", report.split("## Sources Consulted")[0])}
+    evidence = [json.loads(line) for line in (run_dir / "evidence.jsonl").read_text().splitlines()]
+    assert cited <= {row["n"] for row in evidence}
+    row = evidence[0]
+    out = subprocess.run([str(FORAGE), "chunk", row["chunk_id"], "--json", "--run", run_dir.name,
+                          "--runs-dir", str(run_dir.parent)], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert row["quote"] in json.loads(out.stdout)["text"]
+
+
+def test_demo_makes_no_non_loopback_connection(demo_run) -> None:
+    _, trace, _ = demo_run
+    destinations = inet_destinations(trace)
+    assert destinations, "the trace saw no connection at all: strace did not follow the process tree"
+    assert non_loopback(destinations) == []
