@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 from typing import Annotated, Any
 
+import click
 import typer
 from rich.console import Console
 from rich.live import Live
@@ -100,15 +101,17 @@ def show_requirements(plan: RequirementsPlan) -> None:
     console.print("[dim]Nothing leaves this machine: the source is the local library.[/dim]")
 
 
-def approve(plan: RequirementsPlan, *, yes: bool) -> RequirementsPlan:
+def approve(plan: RequirementsPlan, *, yes: bool, interactive: bool | None = None) -> RequirementsPlan:
     """Accept, edit ($EDITOR) or drop requirements. Returns the approved plan."""
     from actors.steps.plan import requirements_from_text, requirements_to_text
 
+    if interactive is None:
+        interactive = sys.stdin.isatty()
     while True:
         show_requirements(plan)
         if yes:
             return plan.model_copy(update={"approved": True})
-        if not sys.stdin.isatty():
+        if not interactive:
             raise ForageError("cannot ask for approval without a terminal: pass --yes, or --requirements FILE")
         answer = typer.prompt("[a]ccept, [e]dit, [d]rop N, [q]uit", default="a").strip().lower()
         if answer in ("a", "accept", "y", "yes"):
@@ -116,7 +119,7 @@ def approve(plan: RequirementsPlan, *, yes: bool) -> RequirementsPlan:
         if answer in ("q", "quit"):
             raise typer.Exit(1)
         if answer in ("e", "edit"):
-            edited = typer.edit(requirements_to_text(plan), extension=".txt")
+            edited = click.edit(requirements_to_text(plan), extension=".txt")
             if edited is not None:
                 plan = requirements_from_text(edited, plan.query)
             continue

@@ -1,0 +1,129 @@
+"""The `forage` command line: bad input is refused with one clear sentence before any work starts,
+and the approval step accepts, drops and edits requirements (with a real $EDITOR program)."""
+
+from __future__ import annotations
+
+import stat
+
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from gateway.cli import app, approve
+from messages import Requirement, RequirementsPlan, ResearchQuery
+from tests.loopback_ollama import LoopbackOllama, closed_loopback_url
+
+runner = CliRunner()
+
+
+@pytest.fixture
+def library(tmp_path, shared_pdfs):
+    lib = tmp_path / "lib"
+    lib.mkdir()
+    (lib / "paper.pdf").symlink_to(shared_pdfs[0])
+    return lib
+
+
+def invoke(*args: str, env: dict[str, str] | None = None):
+    result = runner.invoke(app, list(args), env=env)
+    return result, " ".join(result.output.split())
+
+
+def assert_no_ray_started() -> None:
+    import ray
+
+    assert not ray.is_initialized(), "preflight must fail before Ray starts"
+
+
+def test_empty_query_is_refused(library) -> None:
+    result, out = invoke("research", "   ", "--library", str(library), "--yes")
+    assert result.exit_code == 2 and "query is empty" in out
+    assert_no_ray_started()
+
+
+def test_missing_library(tmp_path) -> None:
+    result, out = invoke("research", "q?", "--library", str(tmp_path / "nope"), "--yes")
+    assert result.exit_code == 2 and "does not exist" in out
+
+
+def test_library_without_pdfs(tmp_path) -> None:
+    (tmp_path / "notes.txt").write_text("x")
+    result, out = invoke("research", "q?", "--library", str(tmp_path), "--yes")
+    assert result.exit_code == 2 and "holds no .pdf files" in out
+
+
+def test_no_library_given() -> None:
+    result, out = invoke("research", "q?", "--yes")
+    assert result.exit_code == 2 and "--library" in out
+
+
+def test_ollama_unreachable_is_one_sentence(library) -> None:
+    url = closed_loopback_url()
+    result, out = invoke("research", "q?", "--library", str(library), "--yes", "--llm", "ollama",
+                         env={"FORAGE_LLM__HOST": url})
+    assert result.exit_code == 2
+    assert f"Ollama is not reachable at {url}" in out and "ollama serve" in out
+    assert_no_ray_started()
+
+
+def test_ollama_model_missing_names_the_pull_command(library) -> None:
+    with LoopbackOllama(models=("llama3.2:1b",)) as server:
+        result, out = invoke("research", "q?", "--library", str(library), "--yes", "--llm", "ollama",
+                             "--model", "qwen2.5:7b-instruct", env={"FORAGE_LLM__HOST": server.url})
+    assert result.exit_code == 2 and "ollama pull qwen2.5:7b-instruct" in out
+
+
+def plan() -> RequirementsPlan:
+    q = ResearchQuery(run_id="r", text="query")
+    reqs = tuple(Requirement(id=f"R{i}", text=f"requirement number {i}") for i in (1, 2, 3))
+    return RequirementsPlan(run_id="r", query=q, requirements=reqs)
+
+
+def run_approval(input_text: str, env: dict[str, str] | None = None) -> RequirementsPlan:
+    captured: list[RequirementsPlan] = []
+    cmd = typer.Typer()
+
+    @cmd.command()
+    def go() -> None:
+        captured.append(approve(plan(), yes=False, interactive=True))
+
+    result = runner.invoke(cmd, [], input=input_text, env=env)
+    assert result.exit_code == 0, result.output
+    return captured[0]
+
+
+def test_yes_accepts_as_derived() -> None:
+    assert approve(plan(), yes=True).approved
+
+
+def test_without_terminal_and_without_yes_asks_for_a_flag() -> None:
+    with pytest.raises(Exception, match="--yes"):
+        approve(plan(), yes=False, interactive=False)
+
+
+def test_drop_then_accept() -> None:
+    approved = run_approval("d 2\na\n")
+    assert approved.approved and [r.id for r in approved.requirements] == ["R1", "R3"]
+
+
+def test_cannot_drop_everything() -> None:
+    approved = run_approval("d 1 2 3\na\n")
+    assert len(approved.requirements) == 3
+
+
+def test_edit_with_a_real_editor(tmp_path) -> None:
+    editor = tmp_path / "editor.sh"
+    # an "editor" that rewrites the requirements file the way a researcher would
+    editor.write_text("#!/bin/sh\nprintf '# mine\\nR1: anticoagulant bleeding risk after injury\\n"
+                      "- trace compilation of dynamic languages\\n' > \"$1\"\n")
+    editor.chmod(editor.stat().st_mode | stat.S_IEXEC)
+    approved = run_approval("e\na\n", env={"EDITOR": str(editor), "VISUAL": str(editor)})
+    assert [r.text for r in approved.requirements] == ["anticoagulant bleeding risk after injury",
+                                                      "trace compilation of dynamic languages"]
+    assert approved.approved
+
+
+def test_chunk_reports_unknown_ids(tmp_path) -> None:
+    result, out = invoke("chunk", "nope:00001", "--json", "--store", str(tmp_path / "store"))
+    assert result.exit_code == 1 and "no chunk" in out
+
