@@ -215,18 +215,20 @@ def research(
     model: Annotated[str | None, typer.Option(help="Ollama model name.")] = None,
     runs_dir: Annotated[Path | None, typer.Option(help="Where runs/<run_id>/ goes.")] = None,
     store: Annotated[Path | None, typer.Option(help="LanceDB store folder.")] = None,
-    offline: Annotated[bool, typer.Option(help="Send nothing off this machine (the library source never does).")]
-    = True,
 ) -> None:
     """Research QUERY over a local library of PDFs and write a cited report."""
     settings = _settings(preset, library, llm, model, runs_dir, store)
+    raise typer.Exit(checked_run(settings, query, yes=yes, requirements_file=requirements))
+
+
+def checked_run(settings: Settings, query: str, *, yes: bool, requirements_file: Path | None) -> int:
+    """Preflight, then the run. Bad input exits with code 2 and one clear sentence."""
     try:
         preflight(settings, query)
-        code = execute(settings, query, yes=yes, requirements_file=requirements)
+        return execute(settings, query, yes=yes, requirements_file=requirements_file)
     except (ForageError, ValueError) as exc:
         err.print(f"[red]error:[/red] {_one_line(exc)}")
         raise typer.Exit(2) from None
-    raise typer.Exit(code)
 
 
 @app.command()
@@ -248,12 +250,7 @@ def demo(
     console.print("[dim]A 135M-parameter model writes a weak report; the pipeline is the point. "
                   "Point Forage at Ollama for real quality (see README).[/dim]")
     console.print(f"query: {DEMO_QUERY}")
-    try:
-        preflight(settings, DEMO_QUERY)
-        code = execute(settings, DEMO_QUERY, yes=True, requirements_file=None)
-    except (ForageError, ValueError) as exc:
-        err.print(f"[red]error:[/red] {_one_line(exc)}")
-        raise typer.Exit(2) from None
+    code = checked_run(settings, DEMO_QUERY, yes=True, requirements_file=None)
     if code == 0:
         console.print(f"check any citation: forage chunk CHUNK_ID --json --store {store}")
     raise typer.Exit(code)
