@@ -1,8 +1,10 @@
 """Requirements: from the researcher's query to a short list of information needs.
 
 :func:`derive_requirements` asks the LLM for content-only, self-contained requirements, cleans and
-deduplicates them and numbers them R1..Rn. When the LLM fails, the query itself becomes R1 and the
-plan says so in ``degraded``: planning never stops a run.
+deduplicates them and numbers them R1..Rn. A small model's garbage is dropped: items with fewer than
+three words and items that echo the JSON-repair feedback of :mod:`infra.llm.jsonfix` (a JSON decoder
+or pydantic error message). When the LLM fails or nothing usable is left, the query itself becomes R1
+and the plan says so in ``degraded``: planning never stops a run.
 
 :func:`requirements_to_text` writes the file the researcher edits before approving;
 :func:`requirements_from_text` reads it back (round trip: ``from_text(to_text(plan))`` gives the
@@ -34,6 +36,18 @@ _META = re.compile(
     r"(?:papers|literature|studies|articles|publications|sources|references|documents|research|work)\s+"
     r"(?:on|about|that|which|regarding|discussing|describing|covering|for|of|into|explaining|showing)\s+",
     re.IGNORECASE)
+# the retry feedback of infra/llm/jsonfix.py echoed back by the model: JSON decoder messages ("Unterminated
+# string starting at (character 332)"), pydantic messages ("Field required", "Input should be a valid
+# string") and the correction requests themselves ("Your answer was not valid JSON ... Reply with ...")
+_FEEDBACK = re.compile(
+    r"unterminated string|expecting (?:value|property name|'[,:]' delimiter)|invalid control character"
+    r"|invalid \\?escape|\((?:char|character) \d+\)|line \d+ column \d+"
+    r"|field required|input should be a valid|should have at (?:most|least) \d+|validation errors? for"
+    r"|your answer (?:was|did)|reply (?:again )?with (?:one|a corrected)|match(?:es)? the \w+ schema"
+    r"|token limit was reached|\bnot_json\b",
+    re.IGNORECASE)
+_WORD = re.compile(r"[^\W\d_]{2,}")  # an alphabetic word (two letters or more)
+MIN_REQUIREMENT_WORDS = 3
 _PUNCT = str.maketrans({c: " " for c in string.punctuation + "“”‘’–—…"})
 
 _SYSTEM = (
@@ -65,13 +79,25 @@ def clean_requirement(text: str) -> str:
     return text.strip(" \t\"'")
 
 
-def _unique(texts: Iterable[str], min_words: int = 1) -> list[str]:
-    """``texts`` without near-duplicates (see :func:`normalize`) and without ones under ``min_words`` words."""
+def echoes_feedback(text: str) -> bool:
+    """Whether model-written text echoes the JSON-repair feedback of :mod:`infra.llm.jsonfix`: a JSON
+    decoder or pydantic error message, or the correction request itself."""
+    return _FEEDBACK.search(text) is not None
+
+
+def usable_requirement(text: str) -> bool:
+    """Whether an LLM-written requirement is worth keeping: at least three alphabetic words, and not an
+    echo of the JSON-repair feedback (see :func:`echoes_feedback`)."""
+    return len(_WORD.findall(text)) >= MIN_REQUIREMENT_WORDS and not echoes_feedback(text)
+
+
+def _unique(texts: Iterable[str]) -> list[str]:
+    """``texts`` without near-duplicates (see :func:`normalize`) and without ones under 3 characters."""
     seen: set[str] = set()
     out: list[str] = []
     for text in texts:
         key = normalize(text)
-        if len(key) < 3 or len(key.split()) < min_words or key in seen:
+        if len(key) < 3 or key in seen:
             continue
         seen.add(key)
         out.append(text)
@@ -116,19 +142,24 @@ async def derive_requirements(query: ResearchQuery, llm: LLM, max_requirements: 
     """At most ``max_requirements`` (1..10) content-only requirements R1..Rn for ``query``.
 
     One structured LLM call. Items are cleaned (list markers and "find papers about" wrappers
-    removed), near-identical ones dropped, the rest trimmed to ``max_requirements``. If the LLM
-    fails (LLMOutputError, LLMTimeout) or gives nothing usable, the query text itself becomes R1
-    and ``degraded`` says why. Other errors (e.g. LLMUnavailable) propagate.
+    removed), garbage dropped (see :func:`usable_requirement`), near-identical ones dropped, the rest
+    trimmed to ``max_requirements``. If the LLM fails (LLMOutputError, LLMTimeout) or gives nothing
+    usable, the query text itself becomes R1 and ``degraded`` says why. Other errors (e.g.
+    LLMUnavailable) propagate.
     """
     n = max(1, min(int(max_requirements), MAX_PLAN_REQUIREMENTS))
     try:
         answer = await llm.structured(_messages(query, n), RequirementList)
     except (LLMOutputError, LLMTimeout) as exc:
         return _fallback(query, f"the LLM failed ({type(exc).__name__}: {_shorten(str(exc), 200)})")
-    # a one-word answer ("QUERY", "Photosynthesis") is an echo or a topic, not a self-contained requirement
-    texts = _unique((_shorten(clean_requirement(t), _REQ_MAX_CHARS) for t in answer.requirements), min_words=2)
+    # "QUERY", "Photosynthesis" (an echo or a topic) and "Unterminated string starting at (character 332)"
+    # (our own repair feedback) are not self-contained requirements
+    cleaned = [_shorten(clean_requirement(t), _REQ_MAX_CHARS) for t in answer.requirements]
+    texts = _unique(t for t in cleaned if usable_requirement(t))
     if not texts:
-        return _fallback(query, "the LLM returned no usable requirement")
+        dropped = sum(1 for t in cleaned if t)
+        return _fallback(query, "the LLM returned no usable requirement"
+                         + (f" ({dropped} dropped as too short or as echoed error feedback)" if dropped else ""))
     return RequirementsPlan(run_id=query.run_id, query=query, requirements=_numbered(texts[:n]))
 
 

@@ -15,6 +15,13 @@ without a valid citation is dropped (``removed_sentences``). Labels become globa
 in order of first citation; sources with evidence that no sentence cites are numbered after them.
 If the LLM fails for a section, the section is written deterministically from the evidence and the
 failure recorded in ``failed_steps``. :func:`check_citations` re-checks a finished report.
+
+A small model writes garbage, so every model-written text goes through :func:`tidy` first: repetition
+loops are collapsed, text cut off at the schema's length limit is trimmed back to whole words, and
+what is left must look like prose (:func:`plausible`). An implausible Mechanism sentence becomes
+``NO_MECHANISM``, an implausible Evidence sentence is dropped (``removed_sentences``), an implausible
+overview is written deterministically, and a title that shares no content word with the query or
+the requirements is replaced by one taken from the query.
 """
 
 from __future__ import annotations
@@ -29,7 +36,15 @@ from markdown_it import MarkdownIt
 
 from actors.steps.events import Emit, null_emit
 from actors.steps.forage import block
-from actors.steps.schemas import MAX_EVIDENCE_SENTENCES, OverviewDraft, SectionDraft
+from actors.steps.plan import echoes_feedback
+from actors.steps.schemas import (
+    MAX_EVIDENCE_SENTENCES,
+    OVERVIEW_CHARS,
+    SENTENCE_CHARS,
+    TITLE_CHARS,
+    OverviewDraft,
+    SectionDraft,
+)
 from infra.errors import LLMOutputError, LLMTimeout
 from infra.llm.base import LLM, ChatMessage
 from infra.settings import Settings
@@ -57,6 +72,24 @@ _LABEL = re.compile(r"\b(Evidence|Mechanism)\s*:", re.IGNORECASE)
 _SEGMENT = re.compile(r"\b(Evidence|Mechanism):")
 _SENTENCE_END = re.compile(r"[.!?](?=\s|$)")
 _MD_SPECIAL = re.compile(r"([\\`*_\[\]<>|#])")
+_WORD = re.compile(r"[^\W\d_]{2,}")  # an alphabetic word (two letters or more)
+_FINAL_PUNCT = re.compile(r"[.!?…][\"'”’)\]]*$")
+_SENTENCE_SPLIT = re.compile(r"(?<=[.!?])\s+")
+
+MIN_SENTENCE_WORDS = 3  # alphabetic words a model-written sentence needs
+MIN_LETTER_SHARE = 0.5  # letters among its non-space characters ("2022-01-01T00:00:00Z" has 0.1)
+LOOP_WORDS = 4  # a phrase of this many words that occurs 3 times or more is a repetition loop
+CUT_SLACK = 0.98  # text at least this share of its maxLength, without final punctuation, was cut off
+TITLE_WORDS = 8  # words of the query in a title derived from it
+_STOP_WORDS = frozenset("""
+    a about above after again against all also among an and any are as at be because been before being between
+    both but by can could did do does doing during each few for from further had has have having how however if
+    in into is it its itself more most no nor not of off on once only or other our out over own same should so
+    some such than that the their them then there these they this those through to too under until up upon very
+    was we were what when where which while who whom why will with within without would you your
+    report review overview summary topic topics study studies research literature paper papers document
+    documents analysis introduction findings finding evidence query requirement requirements process
+""".split())  # noqa: SIM905 (a word list reads better as text)
 
 _SECTION_SYSTEM = (
     "You write one section of a literature report. Use only the numbered evidence items you are given.\n"
@@ -184,6 +217,68 @@ def whole_sentences(text: str) -> str:
     if len(unique) > 1 and not re.search(r"[.!?][\"')\]]*$", unique[-1]):
         unique.pop()
     return " ".join(unique)
+
+
+def plausible(text: str) -> bool:
+    """Whether model-written text looks like prose: at least ``MIN_SENTENCE_WORDS`` alphabetic words,
+    letters making up at least ``MIN_LETTER_SHARE`` of its non-space characters (so a timestamp or a
+    soup of digits and punctuation fails), and no echo of the JSON-repair feedback."""
+    chars = "".join(text.split())
+    if not chars or len(_WORD.findall(text)) < MIN_SENTENCE_WORDS or echoes_feedback(text):
+        return False
+    return sum(c.isalpha() for c in chars) / len(chars) >= MIN_LETTER_SHARE
+
+
+def collapse_loop(text: str) -> str:
+    """``text`` with a repetition loop cut off: when a phrase of ``LOOP_WORDS`` words (case and
+    punctuation ignored) occurs three times or more, only the text before its second occurrence is
+    kept, ending in "…". '' when that keeps less than half of the words (the text is mostly loop)."""
+    words = text.split()
+    keys = [re.sub(r"[^\w]", "", w.casefold()) for w in words]
+    seen: dict[tuple[str, ...], list[int]] = {}
+    cut = len(words)
+    for i in range(len(words) - LOOP_WORDS + 1):
+        at = seen.setdefault(tuple(keys[i:i + LOOP_WORDS]), [])
+        at.append(i)
+        if len(at) == 3:
+            cut = min(cut, at[1])
+    if cut == len(words):
+        return text
+    if cut * 2 < len(words):
+        return ""
+    return " ".join(words[:cut]).rstrip(",;:-–— ") + "…"
+
+
+def trim_cut(text: str) -> str:
+    """Text cut off mid-sentence, trimmed back to its last complete sentence or, when there is none, to
+    its last whole word followed by "…" (the last word may itself be cut, so it goes too)."""
+    text = text.rstrip()
+    if _FINAL_PUNCT.search(text):
+        return text
+    ends = list(re.finditer(r"[.!?][\"'”’)\]]*(?=\s)", text))
+    if ends:
+        return text[:ends[-1].end()]
+    words = text.split()
+    return " ".join(words[:-1]).rstrip(",;:-–— ") + "…" if len(words) > 1 else ""
+
+
+def tidy(raw: str, limit: int, *, drop_unfinished: bool = False) -> str:
+    """Model-written text (limited to ``limit`` characters by its schema) as presentable plain text, or
+    '' when nothing plausible is left.
+
+    Citation markers and labels are removed (:func:`plain_text`); text at the length limit without
+    final punctuation is trimmed back (:func:`trim_cut`); repeated sentences are dropped and a
+    repetition loop inside a sentence is collapsed (:func:`collapse_loop`); sentences that are not
+    :func:`plausible` are dropped. ``drop_unfinished`` also drops a last sentence without final
+    punctuation when there are others (see :func:`whole_sentences`). Not yet escaped.
+    """
+    text = plain_text(raw)
+    if len(raw.rstrip()) >= limit * CUT_SLACK:
+        text = trim_cut(text)
+    if drop_unfinished:
+        text = whole_sentences(text)
+    sentences = dict.fromkeys(collapse_loop(s) for s in _SENTENCE_SPLIT.split(text))
+    return " ".join(s for s in sentences if plausible(s))
 
 
 def clean_sentence(text: str) -> tuple[str, list[int]]:
@@ -373,8 +468,10 @@ class WriteStep:
 
     @staticmethod
     def _checked(text: str, labels: Iterable[int], k: int, removed: dict[str, int]) -> tuple[str, list[int]]:
-        """Clean one generated sentence; keep the labels 1..k, count the others as removed."""
-        clean, inline = clean_sentence(text)
+        """Tidy one generated sentence ('' if implausible, see :func:`tidy`); keep the labels 1..k, count
+        the others as removed."""
+        clean = escape_md(tidy(text, SENTENCE_CHARS).rstrip(".;:, "))
+        inline = citation_numbers(text)
         wanted = list(dict.fromkeys([*inline, *labels]))
         valid = [n for n in wanted if 1 <= n <= k]
         removed["citations"] += len(wanted) - len(valid)
@@ -427,14 +524,21 @@ class WriteStep:
                                              f"{block('FINDINGS', chr(10).join(lines))}\n\n"
                                              "Write the overview paragraph and the topic title.")}],
                 OverviewDraft)
-            overview = escape_md(whole_sentences(plain_text(draft.overview)))
-            title = plain_text(draft.title).strip(" #.")
-            if overview:
-                return title or _topic(request.query.text), overview
-            failed.append("overview: the LLM returned an empty overview; written deterministically")
         except (LLMOutputError, LLMTimeout) as exc:
             failed.append(f"overview: {type(exc).__name__}: {_excerpt(str(exc), 200)}; written deterministically")
-        return _topic(request.query.text), self._overview_fallback(request, sections)
+            return query_title(request.query.text), self._overview_fallback(request, sections)
+        overview = escape_md(tidy(draft.overview, OVERVIEW_CHARS, drop_unfinished=True))
+        if not overview:
+            failed.append("overview: the LLM's overview was empty or not plausible prose; written deterministically")
+            overview = self._overview_fallback(request, sections)
+        title = plain_text(draft.title).strip(" #.")
+        if len(draft.title.rstrip()) >= TITLE_CHARS * CUT_SLACK:
+            title = trim_cut(title)
+        if not on_topic(title, [request.query.text, *(s.coverage.requirement.text for s in sections)]):
+            failed.append(f"overview: the LLM's title {_excerpt(title, 60)!r} shares no word with the query or the "
+                          "requirements; the title is taken from the query")
+            title = query_title(request.query.text)
+        return title, overview
 
     @staticmethod
     def _overview_fallback(request: WriteRequest, sections: Sequence[_Section]) -> str:
@@ -509,6 +613,30 @@ def _ref(src: _Source) -> SourceRef:
 
 def _coverage_word(coverage: float) -> str:
     return "answered" if coverage >= 1.0 else "partly" if coverage > 0 else "not covered"
+
+
+def content_words(text: str) -> set[str]:
+    """Comparison keys of the words of ``text`` that carry content: alphabetic, 3 letters or more, not a
+    stop word; a word of 5 letters or more is keyed by its first 5 (so plurals and -ic/-is match)."""
+    words = (w.casefold() for w in _WORD.findall(text))
+    return {w[:5] for w in words if len(w) >= 3 and w not in _STOP_WORDS}
+
+
+def on_topic(title: str, texts: Iterable[str]) -> bool:
+    """Whether a model-written title is plausible and shares a content word with one of ``texts``."""
+    chars = "".join(title.split())
+    if not chars or sum(c.isalpha() for c in chars) / len(chars) < MIN_LETTER_SHARE:
+        return False
+    wanted = set().union(*(content_words(t) for t in texts))
+    return bool(content_words(title) & wanted)
+
+
+def query_title(query: str) -> str:
+    """A short title taken from the query: the first ``TITLE_WORDS`` words of its first line, without a
+    trailing '?' (or other closing punctuation), "…" when words were left out."""
+    words = _topic(query).split()
+    title = " ".join(words[:TITLE_WORDS]).rstrip("?!.,;: …")
+    return (title + "…" if len(words) > TITLE_WORDS else title) or "Research"
 
 
 def _topic(query: str, limit: int = 90) -> str:

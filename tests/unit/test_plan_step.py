@@ -6,10 +6,16 @@ import asyncio
 
 import pytest
 
-from actors.steps.plan import derive_requirements, normalize, requirements_from_text, requirements_to_text
+from actors.steps.plan import (
+    derive_requirements,
+    normalize,
+    requirements_from_text,
+    requirements_to_text,
+    usable_requirement,
+)
 from actors.steps.schemas import RequirementList
 from infra.errors import ConfigError, LLMOutputError, LLMTimeout, LLMUnavailable
-from infra.llm.fakes import ScriptedLLM
+from infra.llm.fakes import FunctionLLM, Raw, ScriptedLLM
 from messages.plan import ResearchQuery
 
 QUERY = ResearchQuery(run_id="run-plan", text="How do microplastics affect freshwater fish health?")
@@ -165,3 +171,64 @@ def test_one_word_answers_are_not_requirements():
     plan = derive(ScriptedLLM([{"requirements": ["QUERY", "Photosynthesis",
                                                  "How do microplastics damage fish gills?"]}]))
     assert [r.text for r in plan.requirements] == ["How do microplastics damage fish gills?"]
+
+
+# -- a weak model's garbage (SmolLM2-135M) -----------------------------------------------------------------
+GOOD = "How do microplastics damage the gills of freshwater fish?"
+
+
+@pytest.mark.parametrize("echo", [
+    "Unterminated string starting at (character 332)",
+    "R3: Expecting ',' delimiter (character 57)",
+    "Expecting value: line 1 column 1 (char 0)",
+    "Invalid control character at (character 12) in the answer",
+    "- requirements.0: String should have at most 300 characters (got 'Which effects…')",
+    "requirements: Input should be a valid list (got 3)",
+    "Field required for the requirements of the answer",
+    "Your answer was not valid JSON. Reply with one JSON object that matches the RequirementList schema",
+    "Your answer was cut off before the JSON was complete (the token limit was reached; ...)",
+])
+def test_echoed_repair_feedback_is_not_a_requirement(echo):
+    plan = derive(ScriptedLLM([{"requirements": [echo, GOOD]}]))
+    assert [(r.id, r.text) for r in plan.requirements] == [("R1", GOOD)]
+    assert plan.degraded == ()
+
+
+def test_the_feedback_the_model_saw_and_echoed_is_dropped():
+    """The real retry path: a cut-off answer, then a model that parrots the correction it was sent."""
+    def parrot(messages, schema):
+        if not any(m["role"] == "assistant" for m in messages):
+            return Raw('{"requirements": ["How do microplastics reach')  # broken JSON: retried with feedback
+        feedback = messages[-1]["content"]
+        return {"requirements": [*feedback.split(". "), GOOD]}
+
+    llm = FunctionLLM(parrot)
+    plan = derive(llm)
+    assert "Unterminated string starting at" in llm.calls_log[1].last_user_message
+    assert [r.text for r in plan.requirements] == [GOOD]
+
+
+@pytest.mark.parametrize("short", ["QUERY R1", "Fish health", "R2: 12.5 % (n = 40)", "2022-01-01T00:00:00Z",
+                                   "a b c d e f"])
+def test_requirements_with_fewer_than_three_words_are_dropped(short):
+    assert not usable_requirement(short)
+    plan = derive(ScriptedLLM([{"requirements": [short, GOOD]}]))
+    assert [r.text for r in plan.requirements] == [GOOD]
+
+
+def test_only_garbage_falls_back_to_the_query():
+    plan = derive(ScriptedLLM([{"requirements": ["Unterminated string starting at (character 332)", "QUERY",
+                                                 "2022-01-01T00:00:00Z"]}]))
+    assert [(r.id, r.text) for r in plan.requirements] == [("R1", QUERY.text)]
+    assert len(plan.degraded) == 1
+    assert "no usable requirement (3 dropped" in plan.degraded[0] and "query itself is R1" in plan.degraded[0]
+
+
+@pytest.mark.parametrize("text", [
+    "How does the database schema affect query latency in column stores?",
+    "Which token limit do transformer language models have in practice?",
+    "How are missing values in JSON records handled by data validation tools?",
+])
+def test_requirements_that_merely_mention_schemas_or_json_are_kept(text):
+    assert usable_requirement(text)
+    assert [r.text for r in derive(ScriptedLLM([{"requirements": [text]}])).requirements] == [text]

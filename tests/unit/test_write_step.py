@@ -10,9 +10,20 @@ import pytest
 
 from actors.steps.events import RecordingEmit
 from actors.steps.schemas import OverviewDraft, SectionDraft
-from actors.steps.write import NO_EVIDENCE, WriteStep, check_citations, first_sentence, harvard
+from actors.steps.write import (
+    NO_EVIDENCE,
+    NO_MECHANISM,
+    WriteStep,
+    check_citations,
+    collapse_loop,
+    first_sentence,
+    harvard,
+    plausible,
+    query_title,
+    trim_cut,
+)
 from infra.errors import LLMOutputError, LLMTimeout
-from infra.llm.fakes import ScriptedLLM
+from infra.llm.fakes import FunctionLLM, ScriptedLLM
 from infra.settings import Settings
 from infra.store.base import ChunkRecord, DocumentRecord
 from messages.forage import Evidence, RequirementCoverage
@@ -41,14 +52,14 @@ def make_doc(name: str, title: str, texts: list[tuple[str, str]], **meta) -> tup
 
 A = make_doc("a", "Light Reactions of Photosynthesis", [
     ("Introduction", "Plants depend on sunlight. This study examines how leaves use it."),
-    ("Results > Light capture", "## Light capture\nChlorophyll in photosystem II absorbs photons. The light "
-                                "reactions split water and produce ATP and NADPH."),
+    ("Results > Light capture", ("## Light capture\nChlorophyll in photosystem II absorbs photons. The light "
+                                 "reactions split water and produce ATP and NADPH.")),
 ], authors=("Ada Lovelace", "Alan Turing"), year=2020, origin="a.pdf")
 B = make_doc("b", "Notes on [Leaf] *Energy*", [
-    ("Body", "Leaves of sun-exposed plants hold more chlorophyll per area than shade leaves do, which "
-             "increases the share of absorbed light that ends up as chemical energy in the Calvin cycle and "
-             "beyond; the effect was strongest in young leaves measured at noon in midsummer under clear sky "
-             "conditions."),
+    ("Body", ("Leaves of sun-exposed plants hold more chlorophyll per area than shade leaves do, which "
+              "increases the share of absorbed light that ends up as chemical energy in the Calvin cycle and "
+              "beyond; the effect was strongest in young leaves measured at noon in midsummer under clear sky "
+              "conditions.")),
 ])
 C = make_doc("c", "The Calvin Cycle", [
     ("Results", "The Calvin cycle uses ATP and NADPH to fix carbon dioxide into sugars."),
@@ -245,7 +256,7 @@ def test_llm_failure_gives_a_deterministic_section(store):
     assert "Mechanism: no synthesis is available" in r1
     assert [f.split(":")[0] for f in report.failed_steps] == ["section R1", "overview"]
     # the deterministic overview and title
-    assert md.startswith(f"# {QUERY.text} — Report\n")
+    assert md.startswith("# How do plants turn sunlight into chemical energy — Report\n")  # query, no '?'
     overview = section(md, "Overview")
     assert "Of its 4 requirements, 2 were answered" in overview and "foraging failed for 1" in overview
     assert check_citations(md, report.sources) == []
@@ -329,3 +340,116 @@ def test_helpers():
     ref = SourceRef(n=4, doc_id="d", title="A Study.", authors=tuple(f"Author {i}" for i in range(8)), year=None)
     assert harvard(ref) == ("[4] Author 0, Author 1, Author 2, Author 3, Author 4, Author 5 et al. (n.d.) "
                             "*A Study*.")
+
+
+# -- a weak model's garbage (SmolLM2-135M) -----------------------------------------------------------------
+TIMESTAMP = "2022-01-01T00:00:00Z"
+SOUP = "2022-01-01T00:00:00.000000" + "-00:00:00" * 40
+LOOP = ("The document provides a comprehensive review of the topic's topic, and "
+        + "the document provides a summary of the topic's topic, and " * 5).strip()
+FIRST = "Photosystem II absorbs photons and splits water in the light reactions."
+LONG = ("Bleeding-edge measurements in sun leaves showed that chlorophyll content per area, the ratio of "
+        "chlorophyll a to b, the density of reaction centres, the turnover of the D1 protein, the size of "
+        "the antenna complexes and the efficiency of non-photochemical quenching all changed with the light "
+        "climate of the canopy, especially in young leaves measured at noon during midsummer under clear skies "
+        "and hemosiderin")
+R2_DRAFT = draft("Sugars store the energy of ATP and NADPH", [("The Calvin cycle fixes carbon", [1])])
+
+
+def test_plausible_sentences():
+    assert plausible("Light drives water splitting")
+    assert plausible("ATP yield rose by 35% (p < 0.05) in 12 of 20 trials")
+    for garbage in (TIMESTAMP, SOUP, "Nothing valid", "", "12.5 % (n = 40) [1, 2]", "a b c d e f g",
+                    "Unterminated string starting at (character 332)"):
+        assert not plausible(garbage), garbage
+
+
+def test_repetition_loops_are_collapsed():
+    assert collapse_loop(LOOP) == ""  # mostly loop
+    head = "Heparin lowered the rate of venous thrombosis after major injury in the pooled trials, and"
+    tail = " it prevents clots in trauma patients" * 3
+    assert collapse_loop(head + tail) == head + " it prevents clots in trauma patients…"  # first occurrence kept
+    plain = "Sun leaves hold more chlorophyll than shade leaves, and shade leaves hold more carotenoids"
+    assert collapse_loop(plain) == plain  # a phrase twice is no loop
+
+
+def test_cut_text_is_trimmed_to_whole_sentences_or_words():
+    assert trim_cut("Plants use light. Chlorophyll absorbs photo") == "Plants use light."
+    assert trim_cut("Chlorophyll absorbs photons and splits wat") == "Chlorophyll absorbs photons and splits…"
+    assert trim_cut("Chlorophyll absorbs photons.") == "Chlorophyll absorbs photons."
+    assert query_title("How do plants turn sunlight into chemical energy?") == (
+        "How do plants turn sunlight into chemical energy")
+    assert query_title("Why are some leaves red in autumn and others yellow or brown?") == (
+        "Why are some leaves red in autumn and…")
+
+
+def test_implausible_mechanism_and_evidence_are_replaced_or_dropped(store):
+    llm = ScriptedLLM({SectionDraft: [
+        draft(TIMESTAMP, [(TIMESTAMP, [1]), (SOUP, [2]), (LOOP, [1]), ("Sun leaves hold more chlorophyll", [2])],
+              [1]),
+        draft(SOUP, [("The Calvin cycle fixes carbon", [1])])],
+        OverviewDraft: [OVERVIEW]})
+    report = write(store, llm)
+    md = report.markdown
+    r1, r2 = section(md, R1.text), section(md, R2.text)
+    assert f"Mechanism: {NO_MECHANISM}." in r1 and f"Mechanism: {NO_MECHANISM}." in r2
+    # the mechanism's citation went with it, so B is the first source cited
+    assert r1.count("Evidence:") == 1 and "Evidence: Sun leaves hold more chlorophyll [1]." in r1
+    assert "2022" not in md and "topic's topic" not in md
+    assert report.removed_sentences == 3
+    assert check_citations(md, report.sources) == []
+
+
+def test_only_implausible_evidence_falls_back_to_the_listed_evidence(store):
+    llm = ScriptedLLM({SectionDraft: [draft("Light drives water splitting", [(TIMESTAMP, [1]), (LOOP, [2])]),
+                                      R2_DRAFT],
+                       OverviewDraft: [OVERVIEW]})
+    report = write(store, llm)
+    r1 = section(report.markdown, R1.text)
+    assert "Evidence: Photosystem II absorbs photons and splits water [1]." in r1
+    assert "Evidence: Sun leaves hold more chlorophyll [2]." in r1
+    assert report.removed_sentences == 2
+    assert any(f.startswith("section R1: no Evidence sentence") for f in report.failed_steps)
+
+
+def test_sentences_cut_at_the_length_limit_end_on_a_whole_word(store):
+    cut_two = (FIRST + " " + LONG)[:400]
+    cut_one = LONG[:400]
+    assert cut_one[-1].isalpha() and LONG[400].isalpha()  # the limit falls inside a word
+    llm = ScriptedLLM({SectionDraft: [draft(cut_two, [(cut_one, [2])], [1]), R2_DRAFT],
+                       OverviewDraft: [OVERVIEW]})
+    r1 = section(write(store, llm).markdown, R1.text)
+    assert f"Mechanism: {FIRST[:-1]} [1]." in r1
+    assert "Evidence: Bleeding-edge measurements" in r1
+    assert "under clear skies and… [2]." in r1 and "hemos" not in r1
+
+
+def test_a_looping_or_implausible_overview_is_written_deterministically(store):
+    for overview in (f"{TIMESTAMP}. {SOUP}", LOOP):
+        llm = ScriptedLLM({SectionDraft: [draft("Light drives water splitting", [("Photosystem II splits water",
+                                                                                   [1])]), R2_DRAFT],
+                           OverviewDraft: [{"title": "Photosynthetic Energy Capture", "overview": overview}]})
+        report = write(store, llm)
+        assert "This report addresses the research query" in section(report.markdown, "Overview")
+        assert [f.split(":")[0] for f in report.failed_steps] == ["overview"]
+        assert report.markdown.startswith("# Photosynthetic Energy Capture — Report\n")
+
+
+def test_an_off_topic_title_is_replaced_by_one_from_the_query(store):
+    def model(messages, schema):
+        if schema is SectionDraft:
+            return draft("Light drives water splitting", [("Photosystem II splits water", [1])])
+        return {"title": "FINISHED PROCESS", "overview": "Plants capture light with chlorophyll."}
+
+    report = write(store, FunctionLLM(model))
+    assert report.markdown.startswith("# How do plants turn sunlight into chemical energy — Report\n")
+    assert len(report.failed_steps) == 1 and "'FINISHED PROCESS' shares no word" in report.failed_steps[0]
+    assert "Plants capture light with chlorophyll." in section(report.markdown, "Overview")
+
+
+def test_a_title_sharing_a_word_with_a_requirement_is_kept(store):
+    llm = ScriptedLLM({SectionDraft: [draft("Light drives water splitting", [("Photosystem II splits water", [1])]),
+                                      R2_DRAFT],
+                       OverviewDraft: [{"title": "Chlorophyll and Sugars", "overview": OVERVIEW.overview}]})
+    report = write(store, llm)
+    assert report.markdown.startswith("# Chlorophyll and Sugars — Report\n") and report.failed_steps == ()
