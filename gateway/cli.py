@@ -9,7 +9,6 @@
 from __future__ import annotations
 
 import json
-import os
 import sys
 from pathlib import Path
 from typing import Annotated, Any
@@ -312,8 +311,9 @@ def _one_line(exc: BaseException) -> str:
 
 
 def main() -> None:
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    from infra import privacy
+
+    privacy.apply()
     app()
 
 

@@ -214,6 +214,9 @@ def start_ray(
         logger.debug("Ray already initialised; start_ray() is a no-op")
         return
 
+    from infra import privacy
+
+    privacy.apply()  # library telemetry off, inherited by Ray's daemons and workers
     saved_proxy_env = {key: os.environ.get(key) for key in PROXY_ENV_KEYS}
     no_proxy = _with_loopback_hosts(os.environ.get(key) for key in _NO_PROXY_KEYS)
     os.environ.update(PRIVACY_ENV)

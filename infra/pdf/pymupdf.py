@@ -40,6 +40,8 @@ from typing import Any
 
 from markdown_it import MarkdownIt
 
+from infra import privacy
+
 from infra.errors import PDFError
 from infra.pdf.base import ParsedDocument
 
@@ -103,6 +105,7 @@ class PyMuPDFParser:
     """PDF → Markdown with pymupdf4llm; at most ``max_pages`` pages of files up to ``max_bytes``."""
 
     def __init__(self, max_pages: int = 60, max_bytes: int = 100_000_000) -> None:
+        privacy.apply()  # before onnxruntime (the layout engine) starts: it would send telemetry otherwise
         import pymupdf4llm
 
         self.max_pages = max_pages
