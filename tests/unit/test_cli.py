@@ -29,16 +29,17 @@ def invoke(*args: str, env: dict[str, str] | None = None):
     return result, " ".join(result.output.split())
 
 
-def assert_no_ray_started() -> None:
-    import ray
+def assert_no_run_started(out: str, runs_dir) -> None:
+    """Preflight failed before a session (Ray, actors, a run folder) was created."""
+    assert "→" not in out, "a run was started"
+    assert not runs_dir.exists(), "a run folder was written"
 
-    assert not ray.is_initialized(), "preflight must fail before Ray starts"
 
-
-def test_empty_query_is_refused(library) -> None:
-    result, out = invoke("research", "   ", "--library", str(library), "--yes")
+def test_empty_query_is_refused(library, tmp_path) -> None:
+    runs = tmp_path / "runs"
+    result, out = invoke("research", "   ", "--library", str(library), "--yes", "--runs-dir", str(runs))
     assert result.exit_code == 2 and "query is empty" in out
-    assert_no_ray_started()
+    assert_no_run_started(out, runs)
 
 
 def test_missing_library(tmp_path) -> None:
@@ -57,13 +58,14 @@ def test_no_library_given() -> None:
     assert result.exit_code == 2 and "--library" in out
 
 
-def test_ollama_unreachable_is_one_sentence(library) -> None:
+def test_ollama_unreachable_is_one_sentence(library, tmp_path) -> None:
     url = closed_loopback_url()
+    runs = tmp_path / "runs"
     result, out = invoke("research", "q?", "--library", str(library), "--yes", "--llm", "ollama",
-                         env={"FORAGE_LLM__HOST": url})
+                         "--runs-dir", str(runs), env={"FORAGE_LLM__HOST": url})
     assert result.exit_code == 2
     assert f"Ollama is not reachable at {url}" in out and "ollama serve" in out
-    assert_no_ray_started()
+    assert_no_run_started(out, runs)
 
 
 def test_ollama_model_missing_names_the_pull_command(library) -> None:
