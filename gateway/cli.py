@@ -4,12 +4,14 @@
     forage research "QUERY" --library DIR    your PDFs, your Ollama
     forage chunk CHUNK_ID --json             print a stored chunk, to check a citation
     forage runs                              list runs and their state
+    forage eval retrieval --beir DIR         measured retrieval quality on a BEIR dataset
 """
 
 from __future__ import annotations
 
 import json
 import sys
+from enum import Enum
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -298,6 +300,103 @@ def runs(runs_dir: Annotated[Path, typer.Option(help="Runs folder.")] = Path("ru
         table.add_row(path.parent.name, state.get("status", "?"), "" if cov is None else f"{cov:.2f}",
                       str(state.get("query", ""))[:60])
     console.print(table)
+
+
+# -- eval --------------------------------------------------------------------------------------------
+eval_app = typer.Typer(no_args_is_help=True, help="Measure Forage's parts on public benchmarks.")
+app.add_typer(eval_app, name="eval")
+
+
+class EvalMode(str, Enum):
+    bm25 = "bm25"
+    dense = "dense"
+    hybrid = "hybrid"
+    all = "all"
+
+
+class FusionName(str, Enum):
+    relative_score = "relative_score"
+    rrf = "rrf"
+
+
+@eval_app.command("retrieval")
+def eval_retrieval(
+    beir: Annotated[Path, typer.Option(help="BEIR folder: corpus.jsonl, queries.jsonl, qrels/<split>.tsv.")],
+    mode: Annotated[EvalMode, typer.Option(help="Search to evaluate (all: bm25, dense and hybrid).")] = EvalMode.all,
+    k: Annotated[int, typer.Option(min=1, help="Documents ranked per query (nDCG@k, Recall@k, MRR@k).")] = 10,
+    alpha: Annotated[float | None, typer.Option(min=0.0, max=1.0, help="Hybrid weight of the vector side "
+                                                "(default: store.hybrid_alpha).")] = None,
+    fusion: Annotated[FusionName, typer.Option(help="Hybrid fusion.")] = FusionName.relative_score,
+    split: Annotated[str, typer.Option(help="qrels split to evaluate.")] = "test",
+    store: Annotated[Path | None, typer.Option(help="Store folder to load into and keep (default: a temporary "
+                                               "one). Known documents are not loaded again.")] = None,
+    out: Annotated[Path | None, typer.Option(help="Write the results as JSON here.")] = None,
+    limit_queries: Annotated[int | None, typer.Option(min=1, help="Evaluate only the first N judged queries "
+                                                      "of --split.")] = None,
+    chunks: Annotated[int | None, typer.Option(min=1, help="Chunks retrieved per query before ranking "
+                                               "documents by their best chunk (default: 4 × k).")] = None,
+    tune: Annotated[bool, typer.Option("--tune", help="Grid-search alpha × fusion on --tune-split, then "
+                                       "evaluate the best setting on --split too.")] = False,
+    tune_split: Annotated[str, typer.Option(help="qrels split used by --tune.")] = "train",
+    tune_limit: Annotated[int | None, typer.Option(min=1, help="Tune on only the first N judged queries "
+                                                   "of --tune-split.")] = None,
+    batch_docs: Annotated[int, typer.Option(min=1, help="Documents embedded together per ingest call.")] = 256,
+) -> None:
+    """Retrieval quality (nDCG, Recall, P, MRR) of BM25, dense and hybrid search on a BEIR dataset,
+    with the corpus loaded through Forage's own ingestion and store."""
+    from actors.steps.evaluate import MODES, evaluate_retrieval
+
+    modes = MODES if mode == EvalMode.all else (mode.value,)
+
+    def progress(done: int, total: int, seconds: float) -> None:
+        err.print(f"[dim]loaded {done:,}/{total:,} documents ({seconds:.0f} s)[/dim]", highlight=False)
+
+    try:
+        results = evaluate_retrieval(Settings.load(), beir, modes=modes, k=k, alpha=alpha, fusion=fusion.value,
+                                     split=split, store_path=store, n_chunks=chunks, limit_queries=limit_queries,
+                                     tune=tune, tune_split=tune_split, tune_limit=tune_limit,
+                                     batch_docs=batch_docs, progress=progress)
+    except ForageError as exc:
+        err.print(f"[red]error:[/red] {_one_line(exc)}")
+        raise typer.Exit(1 if exc.retryable else 2) from None
+    show_retrieval(results)
+    if out is not None:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
+        console.print(f"results: {out}")
+
+
+def show_retrieval(results: dict[str, Any]) -> None:
+    """The metrics per mode as a table; the tuning grid's best settings when there is one."""
+    timings = results["timings"]
+    table = Table(title=f"{results['dataset']} · {results['split']} · {results['n_queries']} queries · "
+                        f"hybrid alpha={results['alpha']} {results['fusion']}")
+    table.add_column("mode")
+    names = list(next(iter(results["metrics"].values())))
+    for name in names:
+        table.add_column(name, justify="right")
+    table.add_column("ms/query", justify="right")
+    for mode, metrics in results["metrics"].items():
+        table.add_row(mode, *(f"{metrics[n]:.4f}" for n in names), f"{timings['per_query_ms'][mode]:.1f}")
+    console.print(table)
+    load = results["load"]
+    console.print(f"{load['n_docs']:,} documents ({load['stored']:,} stored, {load['skipped']:,} known, "
+                  f"{load['failed']:,} failed) · {results['n_chunks']:,} chunks · load {timings['load_s']:.1f} s "
+                  f"(embed {timings['embed_s']:.1f} s, store {timings['store_s']:.1f} s) · query embedding "
+                  f"{timings['query_embed_ms']:.1f} ms/query", highlight=False)
+    tuned = results.get("tune")
+    if tuned:
+        metric = tuned["metric"]
+        grid = Table(title=f"hybrid fusion tuned on {tuned['split']} ({tuned['n_queries']} queries), best first")
+        for col in ("alpha", "fusion", metric):
+            grid.add_column(col, justify="right")
+        for point in tuned["grid"][:5]:
+            grid.add_row(f"{point['alpha']:.1f}", point["fusion"], f"{point[metric]:.4f}")
+        console.print(grid)
+        best = tuned["best"]
+        test = tuned[results["split"]]
+        console.print(f"best: alpha={best['alpha']} {best['fusion']} → {results['split']}: "
+                      + ", ".join(f"{n} {v:.4f}" for n, v in test.items()), highlight=False)
 
 
 def _one_line(exc: BaseException) -> str:

@@ -1,19 +1,30 @@
-"""One document through parse → sections → chunks → embeddings → store, without Ray.
+"""Documents through sections → chunks → embeddings → store, without Ray.
 
-:meth:`IngestStep.ingest` never raises for a bad document: it returns an ``IngestResult`` with
-``status="failed"``, a reason a person can act on, and ``retryable`` (from the ForageError that
-stopped it; anything unexpected counts as not retryable). Documents are identified by the sha256 of
-their bytes, so the same file is stored once (a second request is ``skipped`` without parsing) and a
-changed file under the same key replaces the earlier version (``store.upsert_document`` replaces by
-key).
+Two ways in, one shared indexing path (:meth:`IngestStep._prepare` → :meth:`IngestStep._embed` →
+:meth:`IngestStep._store`):
+
+* :meth:`IngestStep.ingest` — a PDF candidate: parse → outline → chunks → context line → embed → store.
+* :meth:`IngestStep.ingest_text` / :meth:`IngestStep.ingest_texts` — documents given as text (title and
+  body, e.g. abstracts of a benchmark corpus): the text becomes the Markdown ``# <title>\\n\\n<text>``
+  and takes the same path from the outline on, with ``parser="text"`` and no pages. ``ingest_texts``
+  embeds the chunks of all its documents in one embedder call (the embedder batches them), then
+  stores each document with its own ``store.upsert_document`` call (the store contract, unchanged).
+
+Neither raises for a bad document: each returns an ``IngestResult`` with ``status="failed"``, a
+reason a person can act on, and ``retryable`` (from the ForageError that stopped it; anything
+unexpected counts as not retryable). Documents are identified by the sha256 of their bytes (the
+PDF file, or the UTF-8 Markdown built from a text), so the same content is stored once (a second
+request is ``skipped`` without parsing or embedding) and changed content under the same key
+replaces the earlier version (``store.upsert_document`` replaces by key).
 """
 
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from time import perf_counter
-from typing import Any
 
 from actors.steps.chunking import chunk_sections, context_line, window_for
 from actors.steps.events import Emit, null_emit
@@ -22,9 +33,11 @@ from infra.embed.base import Embedder
 from infra.errors import ForageError, PDFError
 from infra.pdf.base import PDFParser
 from infra.settings import Settings
-from infra.store.base import DocumentRecord, Store
+from infra.store.base import ChunkRecord, DocumentRecord, Store
 from messages.ingest import IngestRequest, IngestResult
 from messages.status import Stage
+
+TEXT_PARSER = "text"
 
 
 def file_sha256(path: Path) -> str:
@@ -33,11 +46,45 @@ def file_sha256(path: Path) -> str:
         return hashlib.file_digest(handle, "sha256").hexdigest()
 
 
-class IngestStep:
-    """Parse, chunk, embed and store one candidate document; report what happened."""
+def text_markdown(title: str, text: str) -> str:
+    """The Markdown a text document is stored as: ``# <title>`` (whitespace collapsed), a blank line, the text.
 
-    def __init__(self, settings: Settings, store: Store, embedder: Embedder, parser: PDFParser,
+    Without a title it is the text alone. The title heading is not chunk text (headings never are):
+    it reaches the embedder through the context line, as a PDF's title does.
+    """
+    title = " ".join(title.split())
+    body = text.strip("\n")
+    return f"# {title}\n\n{body}\n" if title else f"{body}\n"
+
+
+@dataclass(frozen=True, slots=True)
+class TextDocument:
+    """A document given as text: ``key`` says where it came from (e.g. ``beir:scifact:4983``)."""
+
+    key: str
+    title: str
+    text: str
+    authors: tuple[str, ...] = ()
+    year: int | None = None
+    origin: str = ""
+
+
+@dataclass(slots=True)
+class _Prepared:
+    """A document cut into chunks, with the exact strings the embedder will read (context line + chunk)."""
+
+    doc: DocumentRecord
+    chunks: list[ChunkRecord]
+    inputs: list[str]
+    timings: dict[str, float] = field(default_factory=dict)
+
+
+class IngestStep:
+    """Parse (PDFs) or take text, chunk, embed and store documents; report what happened to each."""
+
+    def __init__(self, settings: Settings, store: Store, embedder: Embedder, parser: PDFParser | None = None,
                  emit: Emit = null_emit) -> None:
+        """``parser`` is needed for :meth:`ingest` (PDFs) only; text documents need none."""
         self.settings = settings
         self.store = store
         self.embedder = embedder
@@ -45,37 +92,31 @@ class IngestStep:
         self.emit = emit
         self.max_tokens, self.overlap = window_for(settings, embedder)
 
+    # ------------------------------------------------------------------ PDFs
+
     def ingest(self, request: IngestRequest) -> IngestResult:
         """Store the candidate's file (or skip it when known); a bad document gives status 'failed'."""
         started = perf_counter()
-        candidate = request.candidate
         timings: dict[str, float] = {}
         try:
             result = self._ingest(request, started, timings)
         except ForageError as exc:
-            result = self._failed(request, str(exc), exc.retryable, started)
+            result = self._failed(request.run_id, request.candidate.key, request.candidate.path, str(exc),
+                                  exc.retryable, started)
         except Exception as exc:  # noqa: BLE001 - a bad document must never take the caller down
-            result = self._failed(request, f"unexpected {type(exc).__name__} while ingesting: {exc}", False, started)
-        if result.status == "failed":
-            self.emit(Stage.INGEST, "failed", f"{candidate.key}: {result.reason}", key=candidate.key,
-                      path=result.path, reason=result.reason, retryable=result.retryable)
-        else:
-            self.emit(Stage.INGEST, "document", f"{result.status}: {result.title} ({result.n_chunks} chunks)",
-                      key=candidate.key, path=result.path, status=result.status, doc_id=result.doc_id,
-                      title=result.title, n_chunks=result.n_chunks, flags=list(result.flags),
-                      seconds=round(result.seconds, 3), **{k: round(v, 3) for k, v in timings.items()},
-                      note=result.reason)
+            result = self._failed(request.run_id, request.candidate.key, request.candidate.path,
+                                  _unexpected(exc), False, started)
+        self._report(result, timings)
         return result
-
-    def _failed(self, request: IngestRequest, reason: str, retryable: bool, started: float) -> IngestResult:
-        return IngestResult(run_id=request.run_id, key=request.candidate.key, path=request.candidate.path,
-                            status="failed", reason=reason, retryable=retryable, seconds=perf_counter() - started)
 
     def _ingest(self, request: IngestRequest, started: float, timings: dict[str, float]) -> IngestResult:
         candidate = request.candidate
         if not candidate.path:
             raise PDFError(f"{candidate.key}: no local file to ingest (candidate has only "
                            f"{'a URL' if candidate.url else 'metadata'})", retryable=False)
+        if self.parser is None:
+            raise PDFError(f"{candidate.key}: this ingest step has no PDF parser (it was built for text)",
+                           retryable=False)
         path = Path(candidate.path).expanduser()
         try:
             size = path.stat().st_size
@@ -90,50 +131,206 @@ class IngestStep:
         except OSError as exc:
             raise ForageError(f"{path.name}: cannot read the file: {exc}", retryable=True) from exc
 
-        common: dict[str, Any] = {"run_id": request.run_id, "key": candidate.key, "path": str(path),
-                                  "doc_id": doc_id}
-        known = self.store.get_document(doc_id)
+        known = self._known(request.run_id, candidate.key, str(path), doc_id, started)
         if known is not None:
-            note = None if known.key == candidate.key else f"same file already stored as {known.key}"
-            return IngestResult(**common, status="skipped", title=known.title, n_chunks=known.n_chunks,
-                                parser=known.parser, flags=known.flags, reason=note,
-                                seconds=perf_counter() - started)
+            return known
         previous = self.store.document_by_key(candidate.key)
 
         t = perf_counter()
         parsed = self.parser.parse(path)
         timings["parse_s"] = perf_counter() - t
 
-        t = perf_counter()
-        tree = outline(parsed.markdown, parsed.title or candidate.title)
-        title = candidate.title or parsed.title or tree.title or path.stem
-        chunks = chunk_sections(doc_id, parsed.markdown, tree.sections, parsed.page_spans,
-                                self.embedder.token_spans, self.max_tokens, self.overlap)
-        timings["chunk_s"] = perf_counter() - t
-        if not chunks:
-            raise PDFError(f"{path.name}: no text to index after parsing", retryable=False)
+        prepared = self._prepare(
+            doc_id, candidate.key, parsed.markdown, outline_title=parsed.title or candidate.title,
+            title=candidate.title or parsed.title, fallback_title=path.stem, page_spans=parsed.page_spans,
+            authors=candidate.authors or parsed.authors, year=candidate.year or parsed.year,
+            parser=parsed.parser, flags=parsed.flags, origin=path.name)
+        [vectors] = self._embed([prepared])
+        self._store(prepared, vectors)
+        timings.update(prepared.timings)
+        return self._stored(request.run_id, prepared, str(path), previous, started, "file changed")
 
+    # ------------------------------------------------------------------ text
+
+    def ingest_text(self, run_id: str, key: str, title: str, text: str, *, authors: Sequence[str] = (),
+                    year: int | None = None, origin: str = "") -> IngestResult:
+        """Store one document given as text (title + body) through the same path as PDFs."""
+        document = TextDocument(key=key, title=title, text=text, authors=tuple(authors), year=year, origin=origin)
+        return self.ingest_texts(run_id, [document])[0]
+
+    def ingest_texts(self, run_id: str, documents: Sequence[TextDocument]) -> list[IngestResult]:
+        """Store many text documents: chunks of all of them embedded in one embedder call, then one
+        ``store.upsert_document`` per document. One result per document, in order; never raises.
+
+        A document whose content is already stored (also earlier in the same batch) is ``skipped``.
+        An embedder failure fails every document of the batch that still needed embedding (with the
+        embedder's ``retryable``); a store failure fails only that document.
+        """
+        started = perf_counter()
+        results: list[IngestResult | None] = [None] * len(documents)
+        prepared: dict[int, tuple[_Prepared, DocumentRecord | None]] = {}
+        first_with: dict[str, int] = {}  # doc_id → index of the first document of this batch with that content
+        repeats: dict[int, int] = {}  # index → index of the earlier document with the same content
+        for i, document in enumerate(documents):
+            try:
+                outcome = self._prepare_text(run_id, document, first_with, started)
+            except ForageError as exc:
+                outcome = self._failed(run_id, document.key, None, str(exc), exc.retryable, started)
+            except Exception as exc:  # noqa: BLE001
+                outcome = self._failed(run_id, document.key, None, _unexpected(exc), False, started)
+            if isinstance(outcome, int):
+                repeats[i] = outcome
+            elif isinstance(outcome, IngestResult):
+                results[i] = outcome
+            else:
+                prepared[i] = outcome
+                first_with[outcome[0].doc.doc_id] = i
+
+        order = list(prepared)
+        try:
+            vectors = self._embed([prepared[i][0] for i in order])
+        except Exception as exc:  # noqa: BLE001 - the whole batch shares the embedder call
+            retryable = exc.retryable if isinstance(exc, ForageError) else False
+            reason = str(exc) if isinstance(exc, ForageError) else _unexpected(exc)
+            for i in order:
+                results[i] = self._failed(run_id, documents[i].key, None, reason, retryable, started)
+            order = []
+        for n, i in enumerate(order):
+            item, previous = prepared[i]
+            try:
+                self._store(item, vectors[n])
+                results[i] = self._stored(run_id, item, None, previous, started, "text changed")
+            except ForageError as exc:
+                results[i] = self._failed(run_id, documents[i].key, None, str(exc), exc.retryable, started)
+            except Exception as exc:  # noqa: BLE001
+                results[i] = self._failed(run_id, documents[i].key, None, _unexpected(exc), False, started)
+        for i, j in repeats.items():
+            results[i] = self._repeat(documents[i], results[j], started)
+
+        final: list[IngestResult] = []
+        for i, result in enumerate(results):
+            assert result is not None
+            self._report(result, prepared[i][0].timings if i in prepared else {})
+            final.append(result)
+        return final
+
+    def _repeat(self, document: TextDocument, first: IngestResult | None, started: float) -> IngestResult:
+        """The outcome of a document whose content an earlier document of the same batch has."""
+        assert first is not None
+        if first.status == "failed":
+            return first.model_copy(update={"key": document.key, "seconds": perf_counter() - started})
+        note = None if first.key == document.key else f"same text already stored as {first.key}"
+        return IngestResult(run_id=first.run_id, key=document.key, doc_id=first.doc_id, status="skipped",
+                            title=first.title, n_chunks=first.n_chunks, parser=first.parser, flags=first.flags,
+                            reason=note, seconds=perf_counter() - started)
+
+    def _prepare_text(self, run_id: str, document: TextDocument, first_with: dict[str, int],
+                      started: float) -> int | IngestResult | tuple[_Prepared, DocumentRecord | None]:
+        """The index of an earlier document of the batch with the same content, a 'skipped' result
+        (content already stored), or the prepared document and the version it replaces (same key)."""
+        if not document.key.strip():
+            raise ForageError("a text document needs a key (where it came from)", retryable=False)
+        if not document.text.strip():
+            raise ForageError(f"{document.key}: empty text, nothing to index", retryable=False)
+        markdown = text_markdown(document.title, document.text)
+        doc_id = hashlib.sha256(markdown.encode("utf-8")).hexdigest()
+        if doc_id in first_with:
+            return first_with[doc_id]
+        known = self._known(run_id, document.key, None, doc_id, started)
+        if known is not None:
+            return known
+        previous = self.store.document_by_key(document.key)
+        title = " ".join(document.title.split())
+        item = self._prepare(doc_id, document.key, markdown, outline_title=title or None, title=title or None,
+                             fallback_title=document.origin or document.key, page_spans=(),
+                             authors=document.authors, year=document.year, parser=TEXT_PARSER, flags=(),
+                             origin=document.origin or document.key)
+        return item, previous
+
+    # ------------------------------------------------------------------ the shared path
+
+    def _known(self, run_id: str, key: str, path: str | None, doc_id: str, started: float) -> IngestResult | None:
+        """A 'skipped' result when content with this doc_id is already stored, else None."""
+        known = self.store.get_document(doc_id)
+        if known is None:
+            return None
+        note = None if known.key == key else f"same {'file' if path else 'text'} already stored as {known.key}"
+        return IngestResult(run_id=run_id, key=key, path=path, doc_id=doc_id, status="skipped", title=known.title,
+                            n_chunks=known.n_chunks, parser=known.parser, flags=known.flags, reason=note,
+                            seconds=perf_counter() - started)
+
+    def _prepare(self, doc_id: str, key: str, markdown: str, *, outline_title: str | None, title: str | None,
+                 fallback_title: str, page_spans: Sequence[tuple[int, int, int]], authors: Sequence[str],
+                 year: int | None, parser: str, flags: Sequence[str], origin: str) -> _Prepared:
+        """Outline → chunks → the embedder's inputs (context line + chunk text) and the DocumentRecord."""
         t = perf_counter()
+        tree = outline(markdown, outline_title)
+        title = title or tree.title or fallback_title
+        chunks = chunk_sections(doc_id, markdown, tree.sections, page_spans, self.embedder.token_spans,
+                                self.max_tokens, self.overlap)
+        if not chunks:
+            raise PDFError(f"{origin}: no text to index after parsing", retryable=False)
         contexts: dict[str, str] = {}
-        texts = []
+        inputs = []
         for chunk in chunks:
             if chunk.section_path not in contexts:
                 contexts[chunk.section_path] = context_line(title, chunk.section_path, self.embedder.token_spans)
-            texts.append(contexts[chunk.section_path] + chunk.text)
-        vectors = self.embedder.embed(texts)
-        timings["embed_s"] = perf_counter() - t
-        if len(vectors) != len(chunks):
-            raise ForageError(f"embedder {self.embedder.name} returned {len(vectors)} vectors for "
-                              f"{len(chunks)} chunks", retryable=False)
-
+            inputs.append(contexts[chunk.section_path] + chunk.text)
         doc = DocumentRecord(
-            doc_id=doc_id, key=candidate.key, title=title, authors=candidate.authors or parsed.authors,
-            year=candidate.year or parsed.year, abstract=tree.abstract, sections=tree.paths,
-            markdown=parsed.markdown, parser=parsed.parser, flags=parsed.flags, n_chunks=len(chunks),
-            origin=path.name)
+            doc_id=doc_id, key=key, title=title, authors=tuple(authors), year=year, abstract=tree.abstract,
+            sections=tree.paths, markdown=markdown, parser=parser, flags=tuple(flags), n_chunks=len(chunks),
+            origin=origin)
+        return _Prepared(doc, chunks, inputs, {"chunk_s": perf_counter() - t})
+
+    def _embed(self, items: Sequence[_Prepared]) -> list[list[list[float]]]:
+        """One embedder call for the chunks of all ``items``; the vectors of each item, in order."""
+        inputs = [text for item in items for text in item.inputs]
+        if not inputs:
+            return []
         t = perf_counter()
-        self.store.upsert_document(doc, chunks, vectors)
-        timings["store_s"] = perf_counter() - t
-        note = f"replaces {previous.doc_id[:16]} (file changed)" if previous and previous.doc_id != doc_id else None
-        return IngestResult(**common, status="stored", title=title, n_chunks=len(chunks), parser=parsed.parser,
-                            flags=parsed.flags, reason=note, seconds=perf_counter() - started)
+        vectors = self.embedder.embed(inputs)
+        seconds = perf_counter() - t
+        if len(vectors) != len(inputs):
+            raise ForageError(f"embedder {self.embedder.name} returned {len(vectors)} vectors for "
+                              f"{len(inputs)} chunks", retryable=False)
+        out: list[list[list[float]]] = []
+        start = 0
+        for item in items:
+            out.append(vectors[start:start + len(item.inputs)])
+            start += len(item.inputs)
+            item.timings["embed_s"] = seconds * len(item.inputs) / len(inputs)  # the item's share of the call
+        return out
+
+    def _store(self, item: _Prepared, vectors: Sequence[Sequence[float]]) -> None:
+        t = perf_counter()
+        self.store.upsert_document(item.doc, item.chunks, vectors)
+        item.timings["store_s"] = perf_counter() - t
+
+    def _stored(self, run_id: str, item: _Prepared, path: str | None, previous: DocumentRecord | None,
+                started: float, changed: str) -> IngestResult:
+        doc = item.doc
+        note = (f"replaces {previous.doc_id[:16]} ({changed})"
+                if previous is not None and previous.doc_id != doc.doc_id else None)
+        return IngestResult(run_id=run_id, key=doc.key, path=path, doc_id=doc.doc_id, status="stored",
+                            title=doc.title, n_chunks=len(item.chunks), parser=doc.parser, flags=doc.flags,
+                            reason=note, seconds=perf_counter() - started)
+
+    def _failed(self, run_id: str, key: str, path: str | None, reason: str, retryable: bool,
+                started: float) -> IngestResult:
+        return IngestResult(run_id=run_id, key=key, path=path, status="failed", reason=reason, retryable=retryable,
+                            seconds=perf_counter() - started)
+
+    def _report(self, result: IngestResult, timings: dict[str, float]) -> None:
+        if result.status == "failed":
+            self.emit(Stage.INGEST, "failed", f"{result.key}: {result.reason}", key=result.key,
+                      path=result.path, reason=result.reason, retryable=result.retryable)
+        else:
+            self.emit(Stage.INGEST, "document", f"{result.status}: {result.title} ({result.n_chunks} chunks)",
+                      key=result.key, path=result.path, status=result.status, doc_id=result.doc_id,
+                      title=result.title, n_chunks=result.n_chunks, flags=list(result.flags),
+                      seconds=round(result.seconds, 3), **{k: round(v, 3) for k, v in timings.items()},
+                      note=result.reason)
+
+
+def _unexpected(exc: BaseException) -> str:
+    return f"unexpected {type(exc).__name__} while ingesting: {exc}"
