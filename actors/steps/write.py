@@ -39,6 +39,7 @@ from actors.steps.forage import block
 from actors.steps.plan import echoes_feedback
 from actors.steps.schemas import (
     MAX_EVIDENCE_SENTENCES,
+    MOTIVE_CHARS,
     OVERVIEW_CHARS,
     SENTENCE_CHARS,
     TITLE_CHARS,
@@ -482,8 +483,10 @@ class WriteStep:
         """Deterministic Evidence sentences, one per evidence item (labels offset+1, offset+2, ...)."""
         out = []
         for i, (ev, src) in enumerate(items, start=offset + 1):
-            what = ev.motive or (f"{src.title} has passages that answer this requirement" if ev.tag == "answers"
-                                 else f"{src.title} has passages related to this requirement")
+            # the motive is model text too (from the Forager): it gets the same plausibility checks
+            what = tidy(ev.motive, MOTIVE_CHARS) or (
+                f"{src.title} has passages that answer this requirement" if ev.tag == "answers"
+                else f"{src.title} has passages related to this requirement")
             text, _ = clean_sentence(what)
             out.append(_Sentence("Evidence", text or escape_md(src.title), [i]))
         return out

@@ -453,3 +453,23 @@ def test_a_title_sharing_a_word_with_a_requirement_is_kept(store):
                        OverviewDraft: [{"title": "Chlorophyll and Sugars", "overview": OVERVIEW.overview}]})
     report = write(store, llm)
     assert report.markdown.startswith("# Chlorophyll and Sugars — Report\n") and report.failed_steps == ()
+
+
+def test_listed_evidence_tidies_the_foragers_motives() -> None:
+    """The deterministic fallback lists Forager motives, which are model text: loops and cut words go."""
+    from actors.steps.write import WriteStep, _Source
+    from messages import Evidence
+
+    loop = ("The document provides a summary of the topic's topic, and the document provides a summary of the "
+            "topic's topic, and the document provides a summary of the topic's topic, and the document provides")
+    from actors.steps.schemas import MOTIVE_CHARS
+
+    cut = ("The use of heparin is a common treatment. The use of heparin is a risk factor for bleeding and "
+           "hemostasis problems " * 4)[:MOTIVE_CHARS]  # cut by the schema's maxLength in the middle of a word
+    assert cut[-1].isalpha() and cut[-2].isalpha()
+    items = [(Evidence(doc_id="d1", title="Doc one", tag="answers", motive=m, chunk_ids=("c:1",)),
+              _Source("d1", "Doc one")) for m in (loop, cut, "2022-01-01T00:00:00Z")]
+    texts = [s.text for s in WriteStep._listed(items, 0)]
+    assert "topic's topic, and the document provides a summary of the topic's topic, and" not in texts[0]
+    assert not texts[1].endswith(cut[-6:]) and texts[1].startswith("The use of heparin is a common treatment")
+    assert texts[2] == "Doc one has passages that answer this requirement"
