@@ -182,7 +182,7 @@ class Orchestrator:
     @staticmethod
     def _nothing_new(coverages: Sequence[RequirementCoverage]) -> bool:
         # the Foragers judged nothing new this iteration: the store is foraged out for these requirements
-        return all(c.status == "failed" or not any(True for _ in c.judgements) for c in coverages)
+        return all(c.status == "failed" or not c.judgements for c in coverages)
 
     async def _final_event(self, kind: str, message: str, iteration: int, **payload: Any) -> None:
         """The run's last event is awaited, so it is in the hub before run() returns."""
@@ -312,9 +312,6 @@ class RayCrew:
         if self._writer is None:
             self._writer = self._actor(Writer, "writer", self.settings, self.run_id, self.hub, llm=self.llm)
         return await self._writer.write.remote(request)
-
-    def forager_handles(self) -> dict[str, Any]:
-        return dict(self._foragers)
 
     async def close(self) -> None:
         import ray

@@ -138,3 +138,9 @@ def test_mean_coverage_counts_failed_as_zero() -> None:
     bad = RequirementCoverage(run_id=RUN, requirement=req, iteration=1, coverage=1.0, status="failed")
     assert mean_coverage([ok, bad]) == 0.5
     assert mean_coverage([]) == 0.0
+
+
+def test_stops_when_sources_are_exhausted_and_nothing_new_was_judged(tmp_path) -> None:
+    crew = RecordingCrew([2], [{"R1": 0.0, "R2": 0.0}])  # foragers report no new judgements
+    summary, _, _ = run(crew, tmp_path, max_iterations=6)
+    assert summary.iterations == 2 and "sources exhausted" in summary.stop_reason
