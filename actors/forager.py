@@ -46,6 +46,8 @@ class Forager:
                        requirement_id=request.requirement.id, traceback=traceback.format_exc(limit=5))
             return RequirementCoverage(run_id=request.run_id, requirement=request.requirement,
                                        iteration=request.iteration, status="failed", coverage=0.0, error=reason)
+        finally:
+            await self._emit.aflush()  # this requirement's events are in the log before its result
 
     def pid(self) -> int:
         return os.getpid()

@@ -37,7 +37,10 @@ class Ingestor:
         return self._step
 
     def ingest(self, request: IngestRequest) -> IngestResult:
-        return self._ensure().ingest(request)
+        try:
+            return self._ensure().ingest(request)
+        finally:
+            self._emit.flush()  # the document's events are in the log before its result
 
     def pid(self) -> int:
         return os.getpid()

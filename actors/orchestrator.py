@@ -76,7 +76,10 @@ class Orchestrator:
     # -- the loop ---------------------------------------------------------------------------------
     def _crew_or_default(self) -> Crew:
         if self._crew is None:
-            self._crew = RayCrew(self.settings, self.run_id, self.hub, llm=self._llm_for_workers())
+            # the crew reports through the Orchestrator's own emitter, so its events are ordered
+            # before the run's final event
+            self._crew = RayCrew(self.settings, self.run_id, self.hub, llm=self._llm_for_workers(),
+                                 emit=self.emit)
         return self._crew
 
     def _llm_for_workers(self) -> Any | None:
@@ -220,13 +223,14 @@ class LocalCrew:
 class RayCrew:
     """Workers as Ray actors: a Searcher, a pool of Ingestors, one Forager per requirement, a Writer."""
 
-    def __init__(self, settings: Settings, run_id: str, hub: object | None, llm: Any | None = None) -> None:
+    def __init__(self, settings: Settings, run_id: str, hub: object | None, llm: Any | None = None,
+                 emit: Emit | None = None) -> None:
         self.settings, self.run_id, self.hub, self.llm = settings, run_id, hub, llm
         self._searcher = None
         self._ingestors: list[Any] = []
         self._foragers: dict[str, Any] = {}
         self._writer = None
-        self.emit = HubEmit(run_id, hub)
+        self.emit: Emit = emit or HubEmit(run_id, hub)
 
     def _actor(self, cls: type, role: str, *args: Any, **kwargs: Any) -> Any:
         import ray

@@ -13,7 +13,11 @@ class Searcher:
     def __init__(self, settings: Settings, run_id: str, hub: object | None = None) -> None:
         if settings.search.library is None:
             raise ConfigError("no source library configured (settings.search.library)")
-        self._step = LibrarySearch(settings.search.library, emit=HubEmit(run_id, hub))
+        self._emit = HubEmit(run_id, hub)
+        self._step = LibrarySearch(settings.search.library, emit=self._emit)
 
     def search(self, request: SearchRequest) -> SearchResults:
-        return self._step.search(request)
+        try:
+            return self._step.search(request)
+        finally:
+            self._emit.flush()

@@ -104,6 +104,7 @@ class HubEmit:
         self.hub = hub
         self.source = f"{os.getpid()}-{secrets.token_hex(4)}"
         self.n = 0
+        self._pending: list = []
 
     def __call__(self, stage, kind, message="", *, iteration=None, requirement_id=None, **payload):
         """Publish without waiting; returns the call's ObjectRef (await it to know it is in the log)."""
@@ -112,7 +113,24 @@ class HubEmit:
         event = StatusEvent(run_id=self.run_id, stage=stage, kind=kind, message=message, iteration=iteration,
                             requirement_id=requirement_id, payload=payload)
         self.n += 1
-        return self.hub.publish.remote(event, self.source, self.n)  # type: ignore[attr-defined]
+        ref = self.hub.publish.remote(event, self.source, self.n)  # type: ignore[attr-defined]
+        self._pending.append(ref)
+        return ref
+
+    def flush(self) -> None:
+        """Block until every event published so far is in the hub's log (call before returning a result,
+        so the result's events are ordered before anything its receiver publishes next)."""
+        pending, self._pending = self._pending, []
+        if pending:
+            import ray
+
+            ray.get(pending)
+
+    async def aflush(self) -> None:
+        """:meth:`flush` for async actors."""
+        pending, self._pending = self._pending, []
+        for ref in pending:
+            await ref
 
     def __getstate__(self) -> dict:
         # a copy in another process is another source with its own numbering

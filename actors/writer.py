@@ -24,4 +24,7 @@ class Writer:
 
             self._step = WriteStep(self.settings, build_store(self.settings), self._llm or build_llm(self.settings),
                                    emit=self._emit)
-        return await self._step.write(request)
+        try:
+            return await self._step.write(request)
+        finally:
+            await self._emit.aflush()
