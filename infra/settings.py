@@ -77,6 +77,49 @@ class IngestSettings(Section):
 class SearchSettings(Section):
     library: Path | None = Field(default=None, description="Folder of PDFs to use as the source library.")
     batch_size: int = Field(default=8, ge=1, description="Documents the Searcher offers per iteration.")
+    sources: tuple[Literal["openalex", "arxiv"], ...] = Field(
+        default=("openalex", "arxiv"),
+        description="Online databases searched with the approved search strings (none when net.offline).")
+    openalex_url: str = Field(default="https://api.openalex.org", description="OpenAlex API base URL.")
+    arxiv_url: str = Field(default="https://export.arxiv.org/api/query", description="arXiv API query URL.")
+    mailto: str | None = Field(
+        default=None, description="Your email for OpenAlex's polite pool (sent with every OpenAlex request).")
+    openalex_api_key: str | None = Field(default=None, description="OpenAlex API key, if you have one.")
+    arxiv_delay_s: float = Field(
+        default=3.0, ge=0,
+        description="Seconds between arXiv requests; arXiv asks for at least 3 (lower values apply only to "
+                    "hosts other than export.arxiv.org, e.g. a test server).")
+    per_query: int = Field(default=25, ge=1, le=200, description="Results asked of each source per search string.")
+    max_search_strings: int = Field(default=6, ge=1, le=20, description="At most this many approved search strings.")
+    score_batch: int = Field(default=8, ge=1, le=30, description="Papers the LLM scores in one call.")
+    accept_score: int = Field(default=3, ge=1, le=5, description="Candidates scoring at least this (1-5) are accepted.")
+    fallback_keep: int = Field(
+        default=5, ge=0, description="When every score fails, keep this many top candidates by retrieval rank.")
+    snowball: bool = Field(default=True, description="Follow references and citing works of accepted papers.")
+    snowball_max: int = Field(default=20, ge=0, description="Most references + citing works fetched per iteration.")
+    papers_dir: Path = Field(default=Path(".forage/papers"), description="Where downloaded PDFs are kept.")
+
+
+class NetSettings(Section):
+    offline: bool = Field(default=False, description="Send nothing at all: only local sources are used.")
+    timeout_s: float = Field(default=30.0, gt=0, description="Per request (connect + read) for API calls.")
+    retries: int = Field(default=3, ge=0, description="Extra attempts after a 429, 5xx or a network error.")
+    backoff_s: float = Field(default=1.0, ge=0, description="First backoff; doubles per attempt (Retry-After wins).")
+    max_backoff_s: float = Field(default=30.0, ge=0, description="Longest single wait between attempts.")
+    download_timeout_s: float = Field(default=60.0, gt=0, description="Per PDF download, start to last byte.")
+    max_pdf_bytes: int = Field(default=50_000_000, ge=1024, description="Downloads larger than this are abandoned.")
+    per_host: int = Field(default=2, ge=1, description="Concurrent downloads per host (politeness).")
+    downloads: int = Field(default=6, ge=1, description="Concurrent downloads in all.")
+    user_agent: str = Field(default="Forage/0.1 (local-first literature research)", description="User-Agent header.")
+
+
+class ZoteroSettings(Section):
+    library_id: str | None = Field(default=None, description="Zotero user or group library id (Web API).")
+    library_type: Literal["user", "group"] = Field(default="user", description="'user' or 'group' library.")
+    api_key: str | None = Field(default=None, description="Zotero Web API key (needs write access to push).")
+    endpoint: str = Field(default="https://api.zotero.org", description="Zotero Web API base URL.")
+    local: bool = Field(default=False, description="Read through the Zotero 7 local API on 127.0.0.1:23119.")
+    push: bool = Field(default=False, description="File accepted papers in a Zotero collection named after the run.")
 
 
 class ForageSettings(Section):
@@ -116,6 +159,8 @@ class Settings(BaseSettings):
     ingest: IngestSettings = IngestSettings()
     search: SearchSettings = SearchSettings()
     forage: ForageSettings = ForageSettings()
+    net: NetSettings = NetSettings()
+    zotero: ZoteroSettings = ZoteroSettings()
     ray: RayOptions = RayOptions()
 
     @model_validator(mode="before")
