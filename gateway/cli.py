@@ -409,6 +409,24 @@ def _one_line(exc: BaseException) -> str:
     return " ".join(text.split())
 
 
+# -- command groups kept in their own modules (each defines ``register(app)``) ----------------------
+library_app = typer.Typer(no_args_is_help=True, help="Manage the shared paper library (sources, stores).")
+app.add_typer(library_app, name="library")
+
+
+def _register_extensions() -> None:
+    import importlib
+
+    for name in EXTENSIONS:
+        importlib.import_module(name).register(app)
+
+
+# one line per module; each adds its commands (library commands go on ``gateway.cli.library_app``)
+EXTENSIONS: list[str] = [
+]
+_register_extensions()
+
+
 def main() -> None:
     from infra import privacy
 

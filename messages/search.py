@@ -7,7 +7,7 @@ from typing import Literal
 from pydantic import Field
 
 from messages.base import Frozen, Message
-from messages.plan import Requirement
+from messages.plan import Requirement, SearchQuery
 
 
 class SearchRequest(Message):
@@ -20,6 +20,10 @@ class SearchRequest(Message):
     exclude_keys: tuple[str, ...] = Field(
         default=(), description="Dedupe keys of candidates already offered in this run."
     )
+    search_queries: tuple[SearchQuery, ...] = Field(
+        default=(), description="Approved search strings; without them no online source is asked.")
+    accepted_ids: tuple[str, ...] = Field(
+        default=(), description="OpenAlex ids of papers accepted earlier in the run (snowballing seeds).")
 
 
 class Candidate(Frozen):
@@ -32,6 +36,18 @@ class Candidate(Frozen):
     title: str | None = None
     authors: tuple[str, ...] = ()
     year: int | None = None
+    doi: str | None = Field(default=None, description="Bare DOI, lower case (10.xxxx/...).")
+    arxiv_id: str | None = Field(default=None, description="arXiv id without version (2101.00001).")
+    openalex_id: str | None = Field(default=None, description="OpenAlex work id (W123...).")
+    abstract: str | None = None
+    venue: str | None = None
+    pdf_urls: tuple[str, ...] = Field(default=(), description="Open-access PDF locations, best first.")
+    landing_url: str | None = None
+    found_by: str | None = Field(default=None, description="Search string, 'snowball:<id>' or 'library'.")
+    score: int | None = Field(default=None, ge=1, le=5, description="LLM relevance score from title + abstract.")
+    score_reason: str | None = None
+    abstract_only: bool = Field(default=False, description="No PDF could be had: ingest title + abstract.")
+    download_failures: tuple[str, ...] = Field(default=(), description="'<url>: <reason>' per failed location.")
 
 
 class Skipped(Frozen):

@@ -11,7 +11,7 @@ import messages
 from messages import (
     Candidate, ChunkJudgement, CitedChunk, Evidence, ForageRequest, IngestRequest, IngestResult, Message,
     PlanRequest, Report, Requirement, RequirementCoverage, RequirementsPlan, ResearchQuery, RunSummary,
-    SearchRequest, SearchResults, Skipped, SourceRef, Stage, StatusEvent, WriteRequest,
+    SearchQuery, SearchRequest, SearchResults, Skipped, SourceRef, Stage, StatusEvent, WriteRequest,
 )
 
 RUN = "20261122-000000-0123456789abcdef"
@@ -25,13 +25,19 @@ COVERAGE = RequirementCoverage(
                                motive="bleeding"),),
     failed_steps=("classify dddddddddddddddd:00004: LLMOutputError",))
 CANDIDATE = Candidate(key="file:/tmp/a.pdf", path="/tmp/a.pdf", title="a")
+ONLINE = Candidate(key="doi:10.1/x", source="openalex", doi="10.1/x", openalex_id="W1", arxiv_id="2101.00001",
+                   abstract="We study soil.", pdf_urls=("https://a.org/x.pdf",), found_by="soil moisture", score=4,
+                   score_reason="on topic", abstract_only=True, download_failures=("https://a.org/x.pdf: 403",))
+SEARCH = SearchQuery(text="soil moisture sensing", year_from=2020, open_access=True, requirement_ids=("R1",))
 
 EXAMPLES: list[Message] = [
     QUERY,
     PlanRequest(run_id=RUN, query=QUERY),
-    RequirementsPlan(run_id=RUN, query=QUERY, requirements=(REQ,), approved=True, degraded=("fallback",)),
-    SearchRequest(run_id=RUN, iteration=1, query=QUERY.text, requirements=(REQ,), exclude_keys=("file:/x",)),
-    SearchResults(run_id=RUN, iteration=1, candidates=(CANDIDATE,),
+    RequirementsPlan(run_id=RUN, query=QUERY, requirements=(REQ,), approved=True, degraded=("fallback",),
+                     search_queries=(SEARCH,)),
+    SearchRequest(run_id=RUN, iteration=1, query=QUERY.text, requirements=(REQ,), exclude_keys=("file:/x",),
+                  search_queries=(SEARCH,), accepted_ids=("W1",)),
+    SearchResults(run_id=RUN, iteration=1, candidates=(CANDIDATE, ONLINE),
                   skipped=(Skipped(item="/tmp/b.pdf", reason="unreadable"),), exhausted=True),
     IngestRequest(run_id=RUN, candidate=CANDIDATE),
     IngestResult(run_id=RUN, key=CANDIDATE.key, path=CANDIDATE.path, status="failed", reason="not a PDF",
