@@ -130,6 +130,28 @@ class ForageSettings(Section):
     max_deep_dives: int = Field(default=2, ge=0, description="Documents deep-dived per requirement per iteration.")
 
 
+PROBLEM_LABELS = ("prediction or forecasting", "classification or detection", "causal effect or mechanism",
+                  "measurement or monitoring", "optimization or control", "intervention or treatment outcome",
+                  "review or synthesis", "other problem")
+METHOD_LABELS = ("randomized or controlled trial", "observational or cohort study", "laboratory experiment",
+                 "field study or survey", "statistical modelling", "machine learning", "simulation or theory",
+                 "systematic review or meta-analysis", "other method")
+
+
+class WriteSettings(Section):
+    regenerate_sections: bool = Field(
+        default=True, description="Write a section once more when citations had to be removed from it or it rests "
+                                  "on one source while its evidence has others.")
+    comparison: bool = Field(default=True, description="Contribution records, overlap, differentiation and the "
+                                                       "problem × method gap matrix of the cited papers.")
+    max_compared: int = Field(default=12, ge=2, description="Most cited papers given contribution records.")
+    charts: bool = Field(default=True, description="PNG and SVG charts beside the report.")
+    problem_labels: tuple[str, ...] = Field(default=PROBLEM_LABELS, min_length=1,
+                                            description="Taxonomy of problems for the gap matrix (rows).")
+    method_labels: tuple[str, ...] = Field(default=METHOD_LABELS, min_length=1,
+                                           description="Taxonomy of methods for the gap matrix (columns).")
+
+
 class RayOptions(Section):
     address: str | None = Field(default=None, description="Ray cluster address; None starts a local one.")
     num_cpus: int | None = Field(default=None, description="CPUs for a local Ray; None lets Ray decide.")
@@ -162,6 +184,7 @@ class Settings(BaseSettings):
     net: NetSettings = NetSettings()
     zotero: ZoteroSettings = ZoteroSettings()
     ray: RayOptions = RayOptions()
+    write: WriteSettings = WriteSettings()
 
     @model_validator(mode="before")
     @classmethod

@@ -38,11 +38,22 @@ class CitedChunk(Frozen):
     quote: str
 
 
+class SectionSources(Frozen):
+    """Which source numbers have evidence for one requirement's section (what its citations may name)."""
+
+    requirement_id: str
+    heading: str = Field(description="The section's '## ' heading text as rendered.")
+    sources: tuple[int, ...] = ()
+
+
 class Report(Message):
     markdown: str
     sources: tuple[SourceRef, ...] = ()
     cited_chunks: tuple[CitedChunk, ...] = ()
     removed_citations: int = Field(default=0, description="Citations dropped because they did not resolve.")
     removed_sentences: int = 0
+    regenerated_sections: int = Field(default=0, description="Sections written a second time to repair citations "
+                                      "or to use more of their sources.")
+    sections: tuple[SectionSources, ...] = ()
     llm_calls: int = 0
     failed_steps: tuple[str, ...] = ()

@@ -53,6 +53,11 @@ class RunDir:
         return self.path / "evidence.jsonl"
 
     @property
+    def report_json(self) -> Path:
+        """The whole Report (sources, cited chunks, what each section may cite, counts) for verify/export."""
+        return self.path / "report.json"
+
+    @property
     def events_jsonl(self) -> Path:
         return self.path / "events.jsonl"
 
@@ -68,3 +73,13 @@ class RunDir:
         atomic_write(self.report_md, report.markdown)
         lines = [c.model_dump_json() for c in report.cited_chunks]
         atomic_write(self.evidence_jsonl, "\n".join(lines) + ("\n" if lines else ""))
+        atomic_write(self.report_json, report.model_dump_json(indent=2) + "\n")
+
+    def load_report(self) -> Report:
+        """The saved Report (report.json), with report.md as the text actually on disk."""
+        if not self.report_json.exists():
+            raise FileNotFoundError(f"no report.json in {self.path}: the run has no saved report")
+        report = Report.model_validate_json(self.report_json.read_text(encoding="utf-8"))
+        if self.report_md.exists():
+            report = report.model_copy(update={"markdown": self.report_md.read_text(encoding="utf-8")})
+        return report

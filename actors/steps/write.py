@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
@@ -52,7 +53,7 @@ from infra.settings import Settings
 from infra.store.base import ChunkRecord, Store
 from messages.forage import Evidence, RequirementCoverage
 from messages.status import Stage
-from messages.write import CitedChunk, Report, SourceRef, WriteRequest
+from messages.write import CitedChunk, Report, SectionSources, SourceRef, WriteRequest
 
 SOURCES_HEADING = "Sources Consulted"
 MAX_ITEMS_SHOWN = 8  # evidence items the LLM sees per section; the rest are listed deterministically
@@ -130,19 +131,24 @@ def _excerpt(text: str, limit: int = 80) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def check_citations(markdown: str, sources: Sequence[SourceRef]) -> list[str]:
+def check_citations(markdown: str, sources: Sequence[SourceRef],
+                    sections: Sequence[SectionSources] | None = None) -> list[str]:
     """Problems with a report's citations; an empty list means none were found.
 
     Checks, using the Markdown structure (markdown-it): every [n] before the '## Sources Consulted'
     heading is a known source and has an entry in that section; every 'Evidence:' sentence carries at
-    least one citation; every entry in Sources Consulted is a known source.
+    least one citation; every entry in Sources Consulted is a known source and is listed once; no two
+    sources share a number. With ``sections`` (what each requirement's section may cite), a citation
+    under a requirement's heading must name a source with evidence for that requirement.
     """
     known = {s.n for s in sources}
+    allowed = {s.heading.strip(): set(s.sources) for s in sections or ()}
     tokens = MarkdownIt("commonmark").enable("table").parse(markdown)
-    body: list[tuple[str, bool]] = []  # (inline text, is it a paragraph)
+    body: list[tuple[str, bool, str]] = []  # (inline text, is it a paragraph, the h2 heading it is under)
     listed: list[tuple[int, str]] = []
     in_sources = has_sources = False
     heading: str | None = None
+    current = ""
     for i, tok in enumerate(tokens):
         if tok.type == "heading_open":
             heading = tok.tag
@@ -151,10 +157,11 @@ def check_citations(markdown: str, sources: Sequence[SourceRef]) -> list[str]:
             continue
         if heading is not None:
             if heading == "h2":
-                in_sources = tok.content.strip() == SOURCES_HEADING
+                current = tok.content.strip()
+                in_sources = current == SOURCES_HEADING
                 has_sources = has_sources or in_sources
             if not in_sources:
-                body.append((tok.content, False))
+                body.append((tok.content, False, current))
             heading = None
             continue
         is_paragraph = i > 0 and tokens[i - 1].type == "paragraph_open"
@@ -163,15 +170,21 @@ def check_citations(markdown: str, sources: Sequence[SourceRef]) -> list[str]:
             if entry:
                 listed.append((int(entry.group(1)), tok.content))
         else:
-            body.append((tok.content, is_paragraph))
+            body.append((tok.content, is_paragraph, current))
 
     problems: list[str] = []
+    for n, count in Counter(s.n for s in sources).items():
+        if count > 1:
+            problems.append(f"{count} sources share the number [{n}]")
     cited: list[int] = []
-    for text, is_paragraph in body:
+    for text, is_paragraph, under in body:
         for n in citation_numbers(text):
             cited.append(n)
             if n not in known:
                 problems.append(f"dangling citation [{n}]: {_excerpt(text)}")
+            elif is_paragraph and under in allowed and n not in allowed[under]:
+                problems.append(f"citation [{n}] names a source without evidence for the section "
+                                f"'{_excerpt(under, 50)}': {_excerpt(text)}")
         if is_paragraph:
             starts = [m for m in _SEGMENT.finditer(text)]
             for k, m in enumerate(starts):
@@ -187,6 +200,9 @@ def check_citations(markdown: str, sources: Sequence[SourceRef]) -> list[str]:
     for n in dict.fromkeys(cited):
         if n in known and n not in listed_numbers:
             problems.append(f"citation [{n}] has no entry in {SOURCES_HEADING}")
+    for n, count in Counter(n for n, _ in listed).items():
+        if count > 1:
+            problems.append(f"{SOURCES_HEADING} lists [{n}] {count} times")
     for n, text in listed:
         if n not in known:
             problems.append(f"{SOURCES_HEADING} lists [{n}], which is not a known source: {_excerpt(text)}")
@@ -347,6 +363,26 @@ class _Section:
     items: list[tuple[Evidence, _Source]] = field(default_factory=list)  # label i+1 -> items[i]
     sentences: list[_Sentence] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)  # plain paragraphs (no citation)
+    regenerated: bool = False
+
+
+@dataclass
+class _Draft:
+    """One checked section draft."""
+
+    mechanism: _Sentence
+    evidence: list[_Sentence]
+    removed_citations: int
+    removed_sentences: int
+    uncited: int  # plausible evidence sentences dropped for want of a valid citation
+    distinct: int  # distinct documents cited
+
+    def score(self) -> tuple[bool, int, int]:
+        return bool(self.evidence), self.distinct, -(self.removed_citations + self.removed_sentences)
+
+
+def _distinct(items: Sequence[tuple[Evidence, _Source]]) -> int:
+    return len({src.doc_id for _, src in items})
 
 
 class WriteStep:
@@ -390,21 +426,27 @@ class WriteStep:
             self.emit(Stage.WRITE, "section", f"wrote the section for {req.id}", iteration=request.iterations,
                       requirement_id=req.id, sentences=len(section.sentences),
                       removed_citations=removed["citations"] - before["citations"],
-                      removed_sentences=removed["sentences"] - before["sentences"])
+                      removed_sentences=removed["sentences"] - before["sentences"], regenerated=section.regenerated)
 
         numbered = self._number(sections, sources)
         title, overview = await self._overview(request, sections, failed)
         markdown = self._render(request, title, overview, sections, numbered)
         refs = tuple(_ref(s) for s in numbered)
         cited = self._cited_chunks(sections, numbered, chunks, failed)
+        allowed = tuple(SectionSources(requirement_id=s.coverage.requirement.id,
+                                       heading=escape_md(s.coverage.requirement.text),
+                                       sources=tuple(sorted({src.n for _, src in s.items if src.n is not None})))
+                        for s in sections)
         # cannot fail by construction; if it ever does, the run record says so
-        failed.extend(f"citation check: {p}" for p in check_citations(markdown, refs))
+        failed.extend(f"citation check: {p}" for p in check_citations(markdown, refs, allowed))
         report = Report(run_id=request.run_id, markdown=markdown, sources=refs, cited_chunks=cited,
                         removed_citations=removed["citations"], removed_sentences=removed["sentences"],
+                        regenerated_sections=sum(s.regenerated for s in sections), sections=allowed,
                         llm_calls=self.llm_calls - calls_before, failed_steps=tuple(failed))
         self.emit(Stage.WRITE, "written", f"report with {len(refs)} sources", iteration=request.iterations,
                   sources=len(refs), cited_chunks=len(cited), removed_citations=report.removed_citations,
-                  removed_sentences=report.removed_sentences, llm_calls=report.llm_calls, failed_steps=len(failed))
+                  removed_sentences=report.removed_sentences, regenerated_sections=report.regenerated_sections,
+                  llm_calls=report.llm_calls, failed_steps=len(failed))
         return report
 
     # -- sources -------------------------------------------------------------------------------------
@@ -453,19 +495,67 @@ class WriteStep:
             section.sentences = [_Sentence("Mechanism", NO_MECHANISM, []), *self._listed(section.items, 0)]
             return
 
+        result = self._apply(draft, shown)
+        feedback = self._feedback(result, shown) if self.settings.write.regenerate_sections else []
+        if feedback:
+            # one regeneration: the model sees its own answer and what was wrong with it
+            self.llm_calls += 1
+            section.regenerated = True
+            retry = [*messages, {"role": "assistant", "content": draft.model_dump_json()},
+                     {"role": "user", "content": "Write the section again. " + " ".join(feedback)}]
+            try:
+                second = self._apply(await self.llm.structured(retry, SectionDraft), shown)
+            except (LLMOutputError, LLMTimeout) as exc:
+                failed.append(f"section {req.id}: the regeneration failed ({type(exc).__name__}); the first draft "
+                              "was kept with its faults removed")
+            else:
+                if second.score() >= result.score():
+                    result = second
+            if result.distinct < min(2, _distinct(shown)):
+                failed.append(f"section {req.id}: the section rests on one source although its evidence has "
+                              f"{_distinct(shown)}")
+        removed["citations"] += result.removed_citations
+        removed["sentences"] += result.removed_sentences
+        evidence = result.evidence
+        if not evidence:
+            failed.append(f"section {req.id}: no Evidence sentence with a valid citation; evidence listed as found")
+            evidence = self._listed(shown, 0)
+        section.sentences = [result.mechanism, *evidence, *self._listed(section.items[k:], k)]
+
+    def _apply(self, draft: SectionDraft, shown: Sequence[tuple[Evidence, _Source]]) -> _Draft:
+        """A section draft checked against its evidence items: labels outside 1..k removed, sentences that are
+        implausible or left without a citation dropped."""
+        k = len(shown)
+        removed = {"citations": 0, "sentences": 0}
         mech_text, mech_labels = self._checked(draft.mechanism, draft.mechanism_sources, k, removed)
-        sentences = [_Sentence("Mechanism", mech_text or NO_MECHANISM, mech_labels if mech_text else [])]
+        mechanism = _Sentence("Mechanism", mech_text or NO_MECHANISM, mech_labels if mech_text else [])
         evidence: list[_Sentence] = []
+        uncited = 0
         for item in draft.evidence:
             text, labels = self._checked(item.sentence, item.sources, k, removed)
             if not text or not labels:
                 removed["sentences"] += 1
+                uncited += bool(text)
                 continue
             evidence.append(_Sentence("Evidence", text, labels))
-        if not evidence:
-            failed.append(f"section {req.id}: no Evidence sentence with a valid citation; evidence listed as found")
-            evidence = self._listed(shown, 0)
-        section.sentences = sentences + evidence + self._listed(section.items[k:], k)
+        docs = {shown[label - 1][1].doc_id for x in (mechanism, *evidence) for label in x.labels}
+        return _Draft(mechanism, evidence, removed["citations"], removed["sentences"], uncited, len(docs))
+
+    @staticmethod
+    def _feedback(result: _Draft, shown: Sequence[tuple[Evidence, _Source]]) -> list[str]:
+        """What is wrong with a checked draft, as instructions for its one regeneration ([] when nothing)."""
+        k = len(shown)
+        out = []
+        if result.removed_citations:
+            out.append(f"{result.removed_citations} of your source numbers were not among the items 1 to {k}; "
+                       f"use only numbers 1 to {k}.")
+        if result.uncited or not result.evidence:
+            out.append("Every evidence sentence needs at least one item number in 'sources'.")
+        available = _distinct(shown)
+        if available >= 2 and result.distinct < 2:
+            out.append(f"You relied on a single source although {available} different documents give evidence; "
+                       "use at least two of them, stating what each one contributes.")
+        return out
 
     @staticmethod
     def _checked(text: str, labels: Iterable[int], k: int, removed: dict[str, int]) -> tuple[str, list[int]]:

@@ -113,8 +113,10 @@ def store(tmp_path_factory, embedder):
     return s
 
 
-def settings() -> Settings:
-    return Settings.load()
+def settings(**write) -> Settings:
+    """Without regeneration, comparison and charts unless asked: the tests below script one draft per section."""
+    return Settings.load().updated(write={"regenerate_sections": False, "comparison": False, "charts": False,
+                                          **write})
 
 
 OVERVIEW = OverviewDraft(title="Photosynthetic Energy Capture",
