@@ -65,13 +65,31 @@ class Orchestrator:
             self._llm = build_llm(self.settings)
         self.emit(Stage.PLAN, "started", "deriving requirements from the query")
         plan = await derive_requirements(request.query, self._llm, self.settings.run.max_requirements)
+        plan = await self.propose_search(plan)
         self.emit(Stage.PLAN, "requirements", f"{len(plan.requirements)} requirements proposed",
-                  requirements=[r.model_dump() for r in plan.requirements], degraded=list(plan.degraded))
+                  requirements=[r.model_dump() for r in plan.requirements], degraded=list(plan.degraded),
+                  search_queries=[q.model_dump() for q in plan.search_queries])
         self.state = {"run_id": self.run_id, "status": "awaiting_approval", "query": request.query.text,
                       "proposed_requirements": [r.model_dump() for r in plan.requirements],
+                      "proposed_search_queries": [q.model_dump() for q in plan.search_queries],
                       "degraded": list(plan.degraded)}
         self.rundir.save_state(self.state)
         return plan
+
+    async def propose_search(self, plan: RequirementsPlan) -> RequirementsPlan:
+        """Add proposed search strings to a plan when online sources may be used (never when offline)."""
+        from actors.searcher import online
+        from actors.steps.search_terms import propose_search_queries
+
+        if not online(self.settings):
+            return plan
+        if self._llm is None:
+            from infra.llm import build_llm
+
+            self._llm = build_llm(self.settings)
+        queries, degraded = await propose_search_queries(plan.query.text, plan.requirements, self._llm,
+                                                         max_strings=self.settings.search.max_search_strings)
+        return plan.model_copy(update={"search_queries": queries, "degraded": (*plan.degraded, *degraded)})
 
     # -- the loop ---------------------------------------------------------------------------------
     def _crew_or_default(self) -> Crew:
@@ -96,6 +114,7 @@ class Orchestrator:
         self.state.update({
             "run_id": self.run_id, "status": "running", "query": plan.query.text,
             "requirements": [r.model_dump() for r in plan.requirements],
+            "search_queries": [q.model_dump() for q in plan.search_queries],
             "settings": {"preset": self.settings.preset, "min_coverage": s.min_coverage,
                          "max_iterations": s.max_iterations, "llm": self.settings.llm.backend,
                          "embedder": self.settings.embed.backend, "store": self.settings.store.backend},
@@ -115,7 +134,7 @@ class Orchestrator:
                 results = await crew.search(SearchRequest(
                     run_id=self.run_id, iteration=iteration, query=plan.query.text,
                     requirements=plan.requirements, max_results=self.settings.search.batch_size,
-                    exclude_keys=tuple(offered)))
+                    exclude_keys=tuple(offered), search_queries=plan.search_queries))
                 offered.extend(c.key for c in results.candidates)
                 self.state["search_skipped"].extend(sk.model_dump() for sk in results.skipped)
                 ingested = await crew.ingest([IngestRequest(run_id=self.run_id, candidate=c)
@@ -205,6 +224,8 @@ class LocalCrew:
         self.searcher, self.ingestor, self.foragers, self.writer = searcher, ingestor, foragers, writer
 
     async def search(self, request: SearchRequest) -> SearchResults:
+        if asyncio.iscoroutinefunction(self.searcher.search):
+            return await self.searcher.search(request)
         return await asyncio.to_thread(self.searcher.search, request)
 
     async def ingest(self, requests: Sequence[IngestRequest]) -> list[IngestResult]:
@@ -244,7 +265,7 @@ class RayCrew:
         from actors.searcher import Searcher
 
         if self._searcher is None:
-            self._searcher = self._actor(Searcher, "searcher", self.settings, self.run_id, self.hub)
+            self._searcher = self._actor(Searcher, "searcher", self.settings, self.run_id, self.hub, llm=self.llm)
         return await self._searcher.search.options(**method_options("searcher", "search", self.settings)).remote(request)
 
     async def ingest(self, requests: Sequence[IngestRequest]) -> list[IngestResult]:

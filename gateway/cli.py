@@ -99,7 +99,31 @@ def show_requirements(plan: RequirementsPlan) -> None:
     console.print(table)
     if plan.degraded:
         console.print(f"[yellow]note:[/yellow] {'; '.join(plan.degraded)}")
-    console.print("[dim]Nothing leaves this machine: the source is the local library.[/dim]")
+    show_search_strings(plan)
+
+
+def show_search_strings(plan: RequirementsPlan) -> None:
+    """The exact strings that will leave the machine, or a plain statement that nothing will."""
+    if not plan.search_queries:
+        console.print("[dim]Nothing leaves this machine: the source is the local library.[/dim]")
+        return
+    table = Table(title="Search strings sent to the online databases (nothing else from your query leaves)")
+    table.add_column("#")
+    table.add_column("exact string")
+    table.add_column("filters")
+    table.add_column("for")
+    for i, q in enumerate(plan.search_queries, 1):
+        filters = []
+        if q.kind != "keywords":
+            filters.append(f"{q.kind} lookup")
+        if q.year_from or q.year_to:
+            filters.append(f"years {q.year_from or '…'}–{q.year_to or '…'}")
+        if q.open_access:
+            filters.append("open access")
+        table.add_row(str(i), q.text, ", ".join(filters), ", ".join(q.requirement_ids))
+    console.print(table)
+    console.print("[dim]Paper downloads go to the open-access locations the databases list; every request is "
+                  "recorded in the run's egress.jsonl.[/dim]")
 
 
 def approve(plan: RequirementsPlan, *, yes: bool, interactive: bool | None = None) -> RequirementsPlan:
@@ -114,7 +138,8 @@ def approve(plan: RequirementsPlan, *, yes: bool, interactive: bool | None = Non
             return plan.model_copy(update={"approved": True})
         if not interactive:
             raise ForageError("cannot ask for approval without a terminal: pass --yes, or --requirements FILE")
-        answer = typer.prompt("[a]ccept, [e]dit, [d]rop N, [q]uit", default="a").strip().lower()
+        answer = typer.prompt("[a]ccept, [e]dit requirements, edit [s]earch strings, [d]rop N, [q]uit",
+                              default="a").strip().lower()
         if answer in ("a", "accept", "y", "yes"):
             return plan.model_copy(update={"approved": True})
         if answer in ("q", "quit"):
@@ -122,7 +147,11 @@ def approve(plan: RequirementsPlan, *, yes: bool, interactive: bool | None = Non
         if answer in ("e", "edit"):
             edited = click.edit(requirements_to_text(plan), extension=".txt")
             if edited is not None:
-                plan = requirements_from_text(edited, plan.query)
+                plan = requirements_from_text(edited, plan.query).model_copy(
+                    update={"search_queries": plan.search_queries})
+            continue
+        if answer in ("s", "search"):
+            plan = edit_search_strings(plan)
             continue
         if answer.startswith("d"):
             ids = {f"R{x}" if x.isdigit() else x.upper() for x in answer[1:].replace(",", " ").split()}
@@ -135,6 +164,25 @@ def approve(plan: RequirementsPlan, *, yes: bool, interactive: bool | None = Non
         console.print(f"[red]unknown answer {answer!r}[/red]")
 
 
+SEARCH_HELP = ("# One search string per line, sent verbatim to OpenAlex and arXiv. Optional filters after ' | ':\n"
+               "#   YEAR-YEAR (or YEAR- / -YEAR), oa (open access only). 'title: ...' / 'author: ...' look up\n"
+               "#   a named paper or person. Delete a line to send nothing for it; delete all to stay local.\n")
+
+
+def edit_search_strings(plan: RequirementsPlan) -> RequirementsPlan:
+    from actors.steps.search_terms import parse_search_lines, search_lines
+
+    edited = click.edit(SEARCH_HELP + search_lines(plan.search_queries) + "\n", extension=".txt")
+    if edited is None:
+        return plan
+    try:
+        queries = parse_search_lines(edited)
+    except ValueError as exc:
+        console.print(f"[red]{_one_line(exc)}[/red]")
+        return plan
+    return plan.model_copy(update={"search_queries": queries})
+
+
 # -- the run -----------------------------------------------------------------------------------------
 def preflight(settings: Settings, query: str) -> None:
     """Everything that can be checked before any work starts, each failure one clear sentence."""
@@ -143,10 +191,14 @@ def preflight(settings: Settings, query: str) -> None:
     from actors.steps.search import library_files
     from infra.llm import build_llm
 
+    from actors.searcher import online
+
     ResearchQuery(run_id="preflight", text=query)  # empty query → ValidationError
-    if settings.search.library is None:
-        raise ForageError("no library given: pass --library DIR (a folder of PDFs)")
-    library_files(settings.search.library)
+    if settings.search.library is None and not online(settings):
+        raise ForageError("nothing to search: pass --library DIR (a folder of PDFs), or drop --offline to search "
+                          "OpenAlex and arXiv")
+    if settings.search.library is not None:
+        library_files(settings.search.library)
     asyncio.run(build_llm(settings).check())
     if settings.embed.backend == "ollama":
         from infra.embed import build_embedder
@@ -157,8 +209,9 @@ def preflight(settings: Settings, query: str) -> None:
 
 
 def execute(settings: Settings, query: str, *, yes: bool, requirements_file: Path | None,
-            llm: Any | None = None) -> int:
+            llm: Any | None = None, searches_file: Path | None = None) -> int:
     from actors.steps.plan import requirements_from_text
+    from actors.steps.search_terms import parse_search_lines
     from gateway.session import ResearchSession
 
     session = ResearchSession(settings, llm=llm, quiet=True)
@@ -167,9 +220,14 @@ def execute(settings: Settings, query: str, *, yes: bool, requirements_file: Pat
         if requirements_file is not None:
             text = Path(requirements_file).read_text(encoding="utf-8")
             plan = requirements_from_text(text, ResearchQuery(run_id=session.run_id, text=query))
+            if searches_file is None:
+                plan = session.propose_search(plan)
         else:
             with console.status("deriving requirements from your query…"):
                 plan = session.plan(query)
+        if searches_file is not None:
+            plan = plan.model_copy(update={"search_queries": parse_search_lines(
+                Path(searches_file).read_text(encoding="utf-8"))})
         plan = approve(plan, yes=yes)
         view = ProgressView(plan, live=console.is_terminal)
         if view.live:
@@ -191,11 +249,18 @@ def execute(settings: Settings, query: str, *, yes: bool, requirements_file: Pat
 
 
 def _settings(preset: PresetName | None, library: Path | None, llm_backend: str | None, model: str | None,
-              runs_dir: Path | None, store: Path | None) -> Settings:
+              runs_dir: Path | None, store: Path | None, offline: bool = False, mailto: str | None = None,
+              zotero: bool = False) -> Settings:
     settings = Settings.load(preset)
     changes: dict[str, dict[str, Any]] = {}
     if library is not None:
         changes["search"] = {"library": library.expanduser().resolve()}
+    if mailto:
+        changes.setdefault("search", {})["mailto"] = mailto
+    if offline:
+        changes["net"] = {"offline": True}
+    if zotero:
+        changes["zotero"] = {"push": True}
     if llm_backend or model:
         changes["llm"] = {k: v for k, v in (("backend", llm_backend), ("model", model)) if v}
     if runs_dir is not None:
@@ -216,17 +281,25 @@ def research(
     model: Annotated[str | None, typer.Option(help="Ollama model name.")] = None,
     runs_dir: Annotated[Path | None, typer.Option(help="Where runs/<run_id>/ goes.")] = None,
     store: Annotated[Path | None, typer.Option(help="LanceDB store folder.")] = None,
+    offline: Annotated[bool, typer.Option("--offline", help="Send nothing at all: only --library is used.")] = False,
+    searches: Annotated[Path | None, typer.Option(help="Use these search strings (one per line, see the "
+                                                  "approval editor for the format).")] = None,
+    mailto: Annotated[str | None, typer.Option(help="Your email for OpenAlex's polite pool.")] = None,
+    zotero: Annotated[bool, typer.Option("--zotero", help="File accepted papers in a Zotero collection "
+                                         "named after the run (zotero settings).")] = False,
 ) -> None:
-    """Research QUERY over a local library of PDFs and write a cited report."""
-    settings = _settings(preset, library, llm, model, runs_dir, store)
-    raise typer.Exit(checked_run(settings, query, yes=yes, requirements_file=requirements))
+    """Research QUERY: search OpenAlex and arXiv with the strings you approve (and/or a local library of
+    PDFs), read the papers, and write a cited report."""
+    settings = _settings(preset, library, llm, model, runs_dir, store, offline, mailto, zotero)
+    raise typer.Exit(checked_run(settings, query, yes=yes, requirements_file=requirements, searches_file=searches))
 
 
-def checked_run(settings: Settings, query: str, *, yes: bool, requirements_file: Path | None) -> int:
+def checked_run(settings: Settings, query: str, *, yes: bool, requirements_file: Path | None,
+                searches_file: Path | None = None) -> int:
     """Preflight, then the run. Bad input exits with code 2 and one clear sentence."""
     try:
         preflight(settings, query)
-        return execute(settings, query, yes=yes, requirements_file=requirements_file)
+        return execute(settings, query, yes=yes, requirements_file=requirements_file, searches_file=searches_file)
     except (ForageError, ValueError) as exc:
         err.print(f"[red]error:[/red] {_one_line(exc)}")
         raise typer.Exit(2) from None
@@ -243,6 +316,7 @@ def demo(
         llm={"backend": "embedded", "n_ctx": 4096, "max_tokens": 512},
         embed={"backend": "minilm"},
         search={"library": demo_library()},
+        net={"offline": True},
         store={"path": store},
         run={"max_requirements": requirements, **({"runs_dir": runs_dir} if runs_dir else {})},
     )

@@ -46,6 +46,12 @@ class ResearchSession:
         q = ResearchQuery(run_id=self.run_id, text=query)
         return ray.get(self.orchestrator.plan.remote(PlanRequest(run_id=self.run_id, query=q)))
 
+    def propose_search(self, plan: RequirementsPlan) -> RequirementsPlan:
+        """Proposed search strings for a plan the researcher wrote (none when offline)."""
+        import ray
+
+        return ray.get(self.orchestrator.propose_search.remote(plan))
+
     def run(self, plan: RequirementsPlan, on_event: Callable[[StatusEvent], None] | None = None,
             poll_s: float = 0.5) -> RunSummary:
         import ray

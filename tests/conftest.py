@@ -23,6 +23,13 @@ def _forbid_real_llm(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyP
         install_real_llm_guard(monkeypatch)
 
 
+@pytest.fixture(autouse=True)
+def _offline_by_default(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Settings built in a test are offline unless the test says ``net={"offline": False}`` (and then it
+    points the sources at a loopback server): no test can reach the real OpenAlex, arXiv or Zotero."""
+    monkeypatch.setenv("FORAGE_NET__OFFLINE", "true")
+
+
 @pytest.fixture(scope="session")
 def shared_data() -> Path:
     if not SHARED_DATA.exists():

@@ -67,6 +67,7 @@ class TextDocument:
     authors: tuple[str, ...] = ()
     year: int | None = None
     origin: str = ""
+    flags: tuple[str, ...] = ()
 
 
 @dataclass(slots=True)
@@ -96,6 +97,13 @@ class IngestStep:
 
     def ingest(self, request: IngestRequest) -> IngestResult:
         """Store the candidate's file (or skip it when known); a bad document gives status 'failed'."""
+        candidate = request.candidate
+        if not candidate.path and candidate.abstract_only and candidate.abstract and candidate.abstract.strip():
+            # no PDF could be had: the title and abstract still carry evidence (flagged abstract_only)
+            document = TextDocument(key=candidate.key, title=candidate.title or "", text=candidate.abstract,
+                                    authors=candidate.authors, year=candidate.year, origin=candidate.key,
+                                    flags=("abstract_only",))
+            return self.ingest_texts(request.run_id, [document])[0]
         started = perf_counter()
         timings: dict[str, float] = {}
         try:
@@ -243,8 +251,8 @@ class IngestStep:
         title = " ".join(document.title.split())
         item = self._prepare(doc_id, document.key, markdown, outline_title=title or None, title=title or None,
                              fallback_title=document.origin or document.key, page_spans=(),
-                             authors=document.authors, year=document.year, parser=TEXT_PARSER, flags=(),
-                             origin=document.origin or document.key)
+                             authors=document.authors, year=document.year, parser=TEXT_PARSER,
+                             flags=document.flags, origin=document.origin or document.key)
         return item, previous
 
     # ------------------------------------------------------------------ the shared path
