@@ -1,0 +1,113 @@
+"""Re-checking a finished report against the store: `forage verify RUN`.
+
+A report is sound when its Markdown passes :func:`~actors.steps.write.check_citations` (every [n]
+resolves, names a source with evidence for its section, every Evidence sentence is cited, every
+entry is listed once), every line of evidence.jsonl names a chunk that is still in the store with
+the same sha256 and a quote that occurs in it, under the source it claims, and every cited source
+has at least one such chunk. Nothing here calls a model.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from actors.steps.rundir import RunDir
+from actors.steps.write import SOURCES_HEADING, check_citations, citation_numbers
+from infra.store.base import Store
+from messages.write import CitedChunk, Report
+
+
+@dataclass(frozen=True)
+class Check:
+    """One verified claim of the report."""
+
+    what: str
+    ok: bool
+    detail: str = ""
+
+
+def find_run(run: str, runs_dir: Path) -> RunDir:
+    """A run by id under ``runs_dir``, or by the path of its folder. FileNotFoundError when it has no run.json."""
+    path = Path(run).expanduser()
+    if (path / "run.json").exists():
+        rundir = RunDir(path.resolve().parent, path.resolve().name)
+    else:
+        rundir = RunDir(runs_dir, run)
+    if not rundir.run_json.exists():
+        raise FileNotFoundError(f"no run {run!r}: {rundir.run_json} does not exist")
+    return rundir
+
+
+def load_cited_chunks(rundir: RunDir) -> list[CitedChunk]:
+    if not rundir.evidence_jsonl.exists():
+        return []
+    lines = rundir.evidence_jsonl.read_text(encoding="utf-8").splitlines()
+    return [CitedChunk.model_validate_json(line) for line in lines if line.strip()]
+
+
+def load_report(rundir: RunDir, state: dict[str, Any] | None = None) -> Report:
+    """The run's report: report.json when saved; else rebuilt from run.json's sources and report.md."""
+    if rundir.report_json.exists():
+        return rundir.load_report()
+    state = state if state is not None else rundir.read_state()
+    if not rundir.report_md.exists():
+        raise FileNotFoundError(f"run {rundir.run_id} has no report ({rundir.report_md} does not exist)")
+    return Report.model_validate({"run_id": rundir.run_id, "markdown": rundir.report_md.read_text(encoding="utf-8"),
+                                  "sources": state.get("sources", []),
+                                  "cited_chunks": [c.model_dump() for c in load_cited_chunks(rundir)]})
+
+
+def body_citations(markdown: str) -> list[int]:
+    """Source numbers cited before the Sources Consulted heading."""
+    return citation_numbers(markdown.split(f"\n## {SOURCES_HEADING}", 1)[0])
+
+
+def verify_report(report: Report, cited: list[CitedChunk], store: Store) -> list[Check]:
+    """Every check of a finished report; see the module docstring."""
+    checks: list[Check] = []
+    problems = check_citations(report.markdown, report.sources, report.sections or None)
+    cited_numbers = sorted(set(body_citations(report.markdown)))
+    checks.append(Check(f"citations in the text ({len(cited_numbers)} sources cited)", not problems,
+                        "; ".join(problems[:5]) + (f"; … {len(problems) - 5} more" if len(problems) > 5 else "")))
+    by_n = {s.n: s for s in report.sources}
+    for c in cited:
+        label = f"[{c.n}] chunk {c.chunk_id}"
+        chunk = store.get_chunk(c.chunk_id)
+        if chunk is None:
+            checks.append(Check(label, False, "not in the store"))
+            continue
+        faults = []
+        if hashlib.sha256(chunk.text.encode("utf-8")).hexdigest() != c.sha256:
+            faults.append("text changed (sha256 differs)")
+        if c.quote not in chunk.text:
+            faults.append("quote not found in the chunk")
+        if chunk.doc_id != c.doc_id:
+            faults.append(f"belongs to document {chunk.doc_id[:12]}, not {c.doc_id[:12]}")
+        source = by_n.get(c.n)
+        if source is None:
+            faults.append(f"[{c.n}] is not a source of the report")
+        elif source.doc_id != c.doc_id:
+            faults.append(f"[{c.n}] is another document")
+        checks.append(Check(label, not faults, "; ".join(faults) or f"“{c.quote[:60]}”"))
+    backed = {c.n for c in cited}
+    for n in cited_numbers:
+        if n in by_n and n not in backed:
+            checks.append(Check(f"[{n}] evidence", False, "cited in the text but no chunk in evidence.jsonl"))
+    return checks
+
+
+def verify_run(rundir: RunDir, store: Store) -> list[Check]:
+    report = load_report(rundir)
+    return verify_report(report, load_cited_chunks(rundir), store)
+
+
+def store_path(rundir: RunDir) -> Path:
+    """The store the run used (run.json's store_path)."""
+    state = json.loads(rundir.run_json.read_text(encoding="utf-8"))
+    if not state.get("store_path"):
+        raise ValueError(f"run {rundir.run_id} records no store_path in run.json; pass --store")
+    return Path(state["store_path"])

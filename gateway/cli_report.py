@@ -1,0 +1,52 @@
+"""`forage verify RUN` and `forage export RUN --format …`: check and share a finished report."""
+
+from __future__ import annotations
+
+from enum import Enum
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+
+class ExportFormat(str, Enum):
+    md = "md"
+    html = "html"
+    bibtex = "bibtex"
+    ris = "ris"
+    json = "json"
+
+
+def verify(
+    run: Annotated[str, typer.Argument(help="Run id (or the path of its folder).")],
+    runs_dir: Annotated[Path, typer.Option(help="Runs folder.")] = Path("runs"),
+    store: Annotated[Path | None, typer.Option(help="Store folder (default: the one recorded in run.json).")] = None,
+) -> None:
+    """Re-check a finished report against the store: every [n] resolves, every cited chunk exists with the
+    same sha256 and quote. Exit code 1 when something fails."""
+    from actors.steps.verify import find_run, store_path, verify_run
+    from gateway import cli as base
+    from infra.settings import Settings
+    from infra.store import build_store
+
+    try:
+        rundir = find_run(run, runs_dir)
+        settings = Settings.load().updated(store={"path": store or store_path(rundir)})
+        checks = verify_run(rundir, build_store(settings))
+    except (FileNotFoundError, ValueError) as exc:
+        base.err.print(f"[red]error:[/red] {base._one_line(exc)}")
+        raise typer.Exit(2) from None
+    failed = [c for c in checks if not c.ok]
+    table = Table(title=f"verify {rundir.run_id}: {len(checks) - len(failed)} of {len(checks)} checks passed")
+    table.add_column("check")
+    table.add_column("result")
+    table.add_column("detail", max_width=80)
+    for c in checks:
+        table.add_row(c.what, "[green]ok[/green]" if c.ok else "[red]FAIL[/red]", c.detail)
+    base.console.print(table)
+    raise typer.Exit(1 if failed else 0)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("verify")(verify)

@@ -1,0 +1,95 @@
+"""A finished run produced in-process for the report tools' tests (verify, export, charts, comparison).
+
+The Orchestrator runs its real loop and run folder; the crew offers no new documents and its Foragers
+return fixed coverage (lower in the first iteration); the Writer is the real WriteStep over a real
+LanceStore holding the hand-made documents of test_write_step, with a scripted model (:func:`answer`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from test_write_step import A, B, C, QUERY, coverages
+
+from actors.orchestrator import Orchestrator
+from actors.steps.events import RecordingEmit
+from actors.steps.write import WriteStep
+from infra.llm.fakes import FunctionLLM
+from infra.settings import Settings
+from messages import (
+    ForageRequest, IngestRequest, IngestResult, Report, RequirementCoverage, RequirementsPlan, SearchRequest,
+    SearchResults, WriteRequest,
+)
+
+RUN = "20260101-000000-feedfacecafebeef"
+
+
+def answer(messages: list[dict[str, str]], schema: type) -> Any:
+    """A plain scripted model: cites every item it is shown, one record per paper, fixed labels."""
+    user = next(m["content"] for m in reversed(messages) if m["role"] == "user")
+    name = schema.__name__
+    if name == "SectionDraft":
+        labels = sorted({int(n) for n in re.findall(r"^\[(\d+)\] ", user, re.M)})
+        return {"mechanism": "The cited studies describe how the process works.", "mechanism_sources": labels[:1],
+                "evidence": [{"sentence": f"Study {n} reports a finding on this requirement.", "sources": [n]}
+                             for n in labels]}
+    if name == "OverviewDraft":
+        return {"title": "Photosynthesis and energy", "overview": "Plants capture light and store it in sugars."}
+    raise AssertionError(f"no scripted answer for {name}")
+
+
+class FixedCrew:
+    def __init__(self, writer: WriteStep, coverages: Sequence[RequirementCoverage]) -> None:
+        self.writer, self.coverages, self.rounds = writer, coverages, 0
+
+    async def search(self, request: SearchRequest) -> SearchResults:
+        return SearchResults(run_id=request.run_id, iteration=request.iteration, candidates=(), exhausted=False)
+
+    async def ingest(self, requests: Sequence[IngestRequest]) -> list[IngestResult]:
+        return []
+
+    async def forage(self, requests: Sequence[ForageRequest]) -> list[RequirementCoverage]:
+        self.rounds += 1
+        out = []
+        for r, cov in zip(requests, self.coverages, strict=True):
+            first = self.rounds == 1 and cov.coverage == 1.0
+            out.append(cov.model_copy(update={"iteration": r.iteration, "coverage": 0.5 if first else cov.coverage}))
+        return out
+
+    async def write(self, request: WriteRequest) -> Report:
+        return await self.writer.write(request)
+
+    async def close(self) -> None:
+        return None
+
+
+def fill_store(path: Path):
+    from infra.embed.minilm import MiniLMEmbedder
+    from infra.store.lancedb import LanceStore
+
+    store = LanceStore(path, dim=384)
+    embedder = MiniLMEmbedder()
+    for record, chunks in (A, B, C):
+        store.upsert_document(record, chunks, embedder.embed([c.text for c in chunks]))
+    return store
+
+
+def make_run(tmp_path: Path, llm: Any | None = None, **write: Any) -> tuple[Settings, Path]:
+    """Run the Orchestrator to the end; returns the settings and the run folder."""
+    store_dir = tmp_path / "store"
+    store = fill_store(store_dir)
+    settings = Settings.load().updated(run={"runs_dir": tmp_path / "runs", "max_iterations": 2},
+                                       store={"path": store_dir}, write=write)
+    covs = coverages()
+    step = WriteStep(settings, store, llm or FunctionLLM(answer))
+    plan = RequirementsPlan(run_id=RUN, query=QUERY.model_copy(update={"run_id": RUN}),
+                            requirements=tuple(c.requirement for c in covs), approved=True)
+    covs = tuple(c.model_copy(update={"run_id": RUN}) for c in covs)
+    orch = Orchestrator(settings, RUN, crew=FixedCrew(step, covs), emit=RecordingEmit(RUN))
+    summary = asyncio.run(orch.run(plan))
+    assert summary.status == "finished", summary.stop_reason
+    return settings, tmp_path / "runs" / RUN
