@@ -48,5 +48,32 @@ def verify(
     raise typer.Exit(1 if failed else 0)
 
 
+def export(
+    run: Annotated[str, typer.Argument(help="Run id (or the path of its folder).")],
+    fmt: Annotated[ExportFormat, typer.Option("--format", "-f", help="md, html (self-contained), bibtex, ris "
+                                              "or json.")] = ExportFormat.md,
+    out: Annotated[Path | None, typer.Option(help="Write here instead of printing.")] = None,
+    runs_dir: Annotated[Path, typer.Option(help="Runs folder.")] = Path("runs"),
+) -> None:
+    """Export a finished run's report: Markdown, self-contained HTML (charts inline, readable offline),
+    BibTeX or RIS of its sources, or everything as JSON."""
+    from actors.steps.export import export as render
+    from actors.steps.rundir import atomic_write
+    from actors.steps.verify import find_run
+    from gateway import cli as base
+
+    try:
+        text = render(find_run(run, runs_dir), fmt.value)
+    except (FileNotFoundError, ValueError) as exc:
+        base.err.print(f"[red]error:[/red] {base._one_line(exc)}")
+        raise typer.Exit(2) from None
+    if out is None:
+        typer.echo(text, nl=False)
+        return
+    atomic_write(out.expanduser(), text)
+    base.console.print(f"{fmt.value}: {out}")
+
+
 def register(app: typer.Typer) -> None:
     app.command("verify")(verify)
+    app.command("export")(export)

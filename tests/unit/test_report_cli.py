@@ -75,3 +75,103 @@ def test_verify_fails_when_a_chunk_text_changed(finished, tmp_path):
 def test_verify_an_unknown_run_is_one_clear_error(tmp_path):
     result = invoke("verify", "no-such-run", "--runs-dir", str(tmp_path))
     assert result.exit_code == 2 and "no run 'no-such-run'" in result.output
+
+
+# -- export -------------------------------------------------------------------------------------------------
+def export_text(folder, fmt: str, tmp_path) -> str:
+    out = tmp_path / f"out.{fmt}"
+    result = invoke("export", str(folder), "--format", fmt, "--out", str(out))
+    assert result.exit_code == 0, result.output
+    return out.read_text(encoding="utf-8")
+
+
+def test_export_markdown_is_the_report(finished, tmp_path):
+    _, folder = finished
+    assert export_text(folder, "md", tmp_path) == (folder / "report.md").read_text()
+    printed = invoke("export", RUN, "--runs-dir", str(folder.parent), "--format", "md")
+    assert printed.exit_code == 0 and printed.output == (folder / "report.md").read_text()
+
+
+def test_export_bibtex_parses_with_all_sources(finished, tmp_path):
+    import bibtexparser
+
+    _, folder = finished
+    entries = bibtexparser.loads(export_text(folder, "bibtex", tmp_path)).entries
+    assert len(entries) == 3 and len({e["ID"] for e in entries}) == 3
+    by_title = {e["title"]: e for e in entries}
+    calvin = by_title["The Calvin Cycle"]
+    assert calvin["ENTRYTYPE"] == "article" and calvin["doi"] == "10.1000/calvin" and calvin["year"] == "1950"
+    assert calvin["author"] == "Melvin Calvin" and calvin["url"] == "https://doi.org/10.1000/calvin"
+    light = by_title["Light Reactions of Photosynthesis"]
+    assert light["author"] == "Ada Lovelace and Alan Turing" and light["ENTRYTYPE"] == "misc"
+    assert light["ID"] == "lovelace2020" and light["note"] == "a.pdf"
+    assert "Notes on [Leaf] *Energy*" in by_title  # brackets and asterisks survive as text
+
+
+def test_export_ris_has_its_fields(finished, tmp_path):
+    _, folder = finished
+    records = [r for r in export_text(folder, "ris", tmp_path).split("\n\n") if r.strip()]
+    assert len(records) == 3
+    for record in records:
+        lines = record.splitlines()
+        assert lines[0].startswith("TY  - ") and lines[-1] == "ER  - "
+        assert any(x.startswith("TI  - ") for x in lines)
+    calvin = next(r for r in records if "TI  - The Calvin Cycle" in r)
+    assert "AU  - Melvin Calvin" in calvin and "PY  - 1950" in calvin and "DO  - 10.1000/calvin" in calvin
+    assert "TY  - JOUR" in calvin
+
+
+def test_export_json_loads(finished, tmp_path):
+    _, folder = finished
+    data = json.loads(export_text(folder, "json", tmp_path))
+    assert data["run_id"] == RUN and data["status"] == "finished"
+    assert len(data["iterations"]) == 2 and len(data["report"]["sources"]) == 3
+    assert data["report"]["markdown"] == (folder / "report.md").read_text()
+
+
+def test_export_an_unknown_run_is_one_clear_error(tmp_path):
+    result = invoke("export", "nope", "--runs-dir", str(tmp_path), "--format", "html")
+    assert result.exit_code == 2 and "no run 'nope'" in result.output
+
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync", "--no-first-run"]
+SVG = ('<svg xmlns="http://www.w3.org/2000/svg" width="40" height="20"><rect width="40" height="20" '
+       'fill="#36c"/></svg>')
+
+
+def test_export_html_is_self_contained_and_opens_offline_in_chromium(finished, tmp_path):
+    from pathlib import Path
+
+    if not Path(CHROMIUM).exists():
+        pytest.skip(f"needs Chromium at {CHROMIUM} (install.sh installs it)")
+    from playwright.sync_api import sync_playwright
+
+    target = copy_run(finished, tmp_path)
+    (target / "figures").mkdir(exist_ok=True)
+    (target / "figures" / "probe.svg").write_text(SVG)
+    md = (target / "report.md").read_text()
+    (target / "report.md").write_text(md + "\n![probe chart](figures/probe.svg)\n\n"
+                                      "![remote](http://example.invalid/x.png)\n\n<script>fetch('http://x')</script>\n")
+    html = export_text(target, "html", tmp_path)
+    assert "figures/probe.svg" not in html and "data:image/svg+xml;base64," in html
+    assert "example.invalid" not in html and "<script>" not in html
+    page_file = tmp_path / "report.html"
+    page_file.write_text(html)
+    requested: list[str] = []
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page()
+            page.on("request", lambda r: requested.append(r.url))
+            page.goto(page_file.as_uri(), wait_until="load")
+            heading = page.inner_text("h1")
+            images = page.eval_on_selector_all("img", "els => els.map(e => [e.naturalWidth, e.complete])")
+            sections = page.eval_on_selector_all("h2", "els => els.map(e => e.textContent)")
+        finally:
+            browser.close()
+    assert heading.endswith("— Report")
+    assert "Sources Consulted" in sections and "Overview" in sections
+    assert [40, True] in images  # the inlined chart rendered
+    assert requested and all(u.startswith(("file:", "data:")) for u in requested), requested
