@@ -1,0 +1,252 @@
+"""OpenAlex works search, title/author lookup and snowballing, through pyalex and the egress layer.
+
+pyalex builds the request URLs (``Works().search(...).filter(...).url``) and reads the works
+(``pyalex.Work`` rebuilds the abstract from ``abstract_inverted_index``); the requests go through an
+httpx client from :class:`~infra.net.Egress` (timeouts, ledger, offline refusal) because pyalex's
+own session has no timeout and its base URL is hard-coded: the ``https://api.openalex.org`` prefix
+is replaced by ``search.openalex_url``. Retries on 429/5xx/network errors follow
+:mod:`infra.sources.retry`. Paging uses cursors and resumes across iterations: asking the same
+search again continues where the last call stopped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+import pyalex
+from tenacity import Retrying
+
+from infra.errors import SourceError
+from infra.net import Egress
+from infra.settings import NetSettings, SearchSettings
+from infra.sources.keys import normalize_arxiv_id, normalize_doi, normalize_openalex_id, primary_key
+from infra.sources.retry import RetryableStatus, is_retryable_status, retry_after, retry_kwargs
+from messages.plan import SearchQuery
+from messages.search import Candidate
+
+PYALEX_BASE = "https://api.openalex.org"
+_OR_CHUNK = 50  # ids per openalex_id:W1|W2 filter (OpenAlex allows up to 100)
+
+
+@dataclass
+class _Pager:
+    """Where a search stands: the next cursor (None: exhausted) and results fetched but not yet handed out."""
+
+    cursor: str | None = "*"
+    buffer: list[Candidate] = field(default_factory=list)
+
+
+class OpenAlexSource:
+    def __init__(self, search: SearchSettings, net: NetSettings, egress: Egress) -> None:
+        self.search_settings, self.net = search, net
+        self._base = search.openalex_url.rstrip("/")
+        self._client = egress.client("openalex")
+        if search.openalex_api_key:  # a header, so the key never lands in the egress ledger
+            self._client.headers["Authorization"] = f"Bearer {search.openalex_api_key}"
+        self._pagers: dict[tuple[Any, ...], _Pager] = {}
+
+    def close(self) -> None:
+        self._client.close()
+
+    def __enter__(self) -> OpenAlexSource:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- public -------------------------------------------------------------------------------------
+    def search(self, q: SearchQuery, limit: int | None = None) -> list[Candidate]:
+        """Up to ``limit`` works for an approved search string; the next call continues after them.
+
+        ``kind='title'`` and ``kind='author'`` are answered by :meth:`lookup_title` / :meth:`lookup_author`.
+        """
+        if q.kind == "title":
+            return self.lookup_title(q.text, limit=limit, query=q)
+        if q.kind == "author":
+            return self.lookup_author(q.text, limit=limit, query=q)
+        return self._paged(("search", q.text, q.year_from, q.year_to, q.open_access),
+                           lambda: self._filtered(pyalex.Works().search(q.text), q, has_abstract=True),
+                           limit, found_by=q.text)
+
+    def lookup_title(self, title: str, limit: int | None = None, query: SearchQuery | None = None) -> list[Candidate]:
+        """Works whose title matches (``title.search`` filter): a named paper, found directly."""
+        q = query or SearchQuery(text=title, kind="title")
+        return self._paged(("title", title, q.year_from, q.year_to, q.open_access),
+                           lambda: self._filtered(pyalex.Works().filter(**{"title.search": title}), q),
+                           limit, found_by=q.text)
+
+    def lookup_author(self, name: str, limit: int | None = None, query: SearchQuery | None = None) -> list[Candidate]:
+        """Works by a named author (``raw_author_name.search`` filter over the works' authorships)."""
+        q = query or SearchQuery(text=name, kind="author")
+        return self._paged(("author", name, q.year_from, q.year_to, q.open_access),
+                           lambda: self._filtered(pyalex.Works().filter(**{"raw_author_name.search": name}), q),
+                           limit, found_by=q.text)
+
+    def exhausted(self, q: SearchQuery) -> bool:
+        """True once a search has handed out everything OpenAlex has for it."""
+        kind = "search" if q.kind == "keywords" else q.kind
+        pager = self._pagers.get((kind, q.text, q.year_from, q.year_to, q.open_access))
+        return pager is not None and pager.cursor is None and not pager.buffer
+
+    def work(self, openalex_id: str) -> Candidate:
+        """One work by id (``/works/W123``)."""
+        wid = _require_id(openalex_id)
+        return to_candidate(self._get_json(self._url(pyalex.Works(wid))), found_by=f"openalex:{wid}")
+
+    def references(self, openalex_id: str, limit: int) -> list[Candidate]:
+        """Works the given work cites (its ``referenced_works``), fetched by id in OR-filter batches."""
+        wid = _require_id(openalex_id)
+        ids = [i for x in self._get_json(self._url(pyalex.Works(wid))).get("referenced_works") or []
+               if (i := normalize_openalex_id(x))][:max(limit, 0)]
+        found: list[Candidate] = []
+        for start in range(0, len(ids), _OR_CHUNK):
+            chunk = ids[start:start + _OR_CHUNK]
+            works = pyalex.Works().filter_or(openalex_id=chunk)
+            works.params["per-page"] = len(chunk)
+            page = self._get_json(self._url(works))
+            found += [to_candidate(w, found_by=f"snowball:{wid}") for w in page.get("results") or []]
+        return found[:limit]
+
+    def cited_by(self, openalex_id: str, limit: int) -> list[Candidate]:
+        """Works citing the given work (``cites:W`` filter), first ``limit`` by OpenAlex's order."""
+        wid = _require_id(openalex_id)
+        out: list[Candidate] = []
+        for page in self._pages(lambda: pyalex.Works().filter(cites=wid), "*", limit):
+            out += [to_candidate(w, found_by=f"snowball:{wid}") for w in page.get("results") or []]
+            if len(out) >= limit:
+                break
+        return out[:limit]
+
+    # -- paging -------------------------------------------------------------------------------------
+    def _paged(self, key: tuple[Any, ...], build: Any, limit: int | None, found_by: str) -> list[Candidate]:
+        limit = self.search_settings.per_query if limit is None else limit
+        pager = self._pagers.setdefault(key, _Pager())
+        while len(pager.buffer) < limit and pager.cursor is not None:
+            works = build()
+            works.params["per-page"] = self.search_settings.per_query
+            works.params["cursor"] = pager.cursor
+            page = self._get_json(self._url(works))
+            results = page.get("results") or []
+            pager.buffer += [to_candidate(w, found_by=found_by) for w in results]
+            next_cursor = (page.get("meta") or {}).get("next_cursor")
+            pager.cursor = next_cursor if results and next_cursor and next_cursor != pager.cursor else None
+        out, pager.buffer = pager.buffer[:limit], pager.buffer[limit:]
+        return out
+
+    def _pages(self, build: Any, cursor: str, limit: int) -> Iterator[dict[str, Any]]:
+        current: str | None = cursor
+        while current is not None:
+            works = build()
+            works.params["per-page"] = min(max(limit, 1), 200)
+            works.params["cursor"] = current
+            page = self._get_json(self._url(works))
+            yield page
+            nxt = (page.get("meta") or {}).get("next_cursor")
+            current = nxt if page.get("results") and nxt and nxt != current else None
+
+    def _filtered(self, works: Any, q: SearchQuery, *, has_abstract: bool = False) -> Any:
+        filters: dict[str, Any] = {}
+        if q.year_from and q.year_to:
+            filters["publication_year"] = f"{q.year_from}-{q.year_to}"
+        elif q.year_from:
+            works = works.filter_gt(publication_year=q.year_from - 1)
+        elif q.year_to:
+            works = works.filter_lt(publication_year=q.year_to + 1)
+        if q.open_access:
+            filters["is_oa"] = True
+        if has_abstract:
+            filters["has_abstract"] = True
+        return works.filter(**filters) if filters else works
+
+    # -- HTTP ---------------------------------------------------------------------------------------
+    def _url(self, works: Any) -> str:
+        url: str = works.url
+        if not url.startswith(PYALEX_BASE):
+            raise SourceError(f"pyalex built an unexpected URL: {url}")
+        return self._base + url[len(PYALEX_BASE):]
+
+    def _get_json(self, url: str) -> dict[str, Any]:
+        if self.search_settings.mailto and "mailto=" not in url:
+            url += ("&" if "?" in url else "?") + str(httpx.QueryParams({"mailto": self.search_settings.mailto}))
+        try:
+            for attempt in Retrying(**retry_kwargs(self.net)):  # type: ignore[arg-type]
+                with attempt:
+                    response = self._client.get(url)
+                    if is_retryable_status(response.status_code):
+                        raise RetryableStatus(response.status_code, url, retry_after(response.headers))
+        except RetryableStatus as exc:
+            raise SourceError(f"OpenAlex answered HTTP {exc.status} after {self.net.retries + 1} tries: {url}",
+                              retryable=True) from exc
+        except httpx.TransportError as exc:
+            raise SourceError(f"OpenAlex unreachable after {self.net.retries + 1} tries "
+                              f"({type(exc).__name__}: {exc}): {url}", retryable=True) from exc
+        if response.status_code >= 400:
+            raise SourceError(f"OpenAlex refused the request (HTTP {response.status_code}: "
+                              f"{_error_text(response)}): {url}", retryable=False)
+        try:
+            data = response.json()
+        except ValueError as exc:
+            raise SourceError(f"OpenAlex answered something that is not JSON: {url}", retryable=True) from exc
+        if not isinstance(data, dict):
+            raise SourceError(f"OpenAlex answered an unexpected JSON shape: {url}", retryable=False)
+        return data
+
+
+def _require_id(value: str) -> str:
+    wid = normalize_openalex_id(value)
+    if wid is None:
+        raise SourceError(f"not an OpenAlex work id: {value!r}", retryable=False)
+    return wid
+
+
+def _error_text(response: httpx.Response) -> str:
+    try:
+        body = response.json()
+        return str(body.get("message") or body.get("error") or body)[:300]
+    except ValueError:
+        return response.text[:300]
+
+
+# -- mapping --------------------------------------------------------------------------------------
+def _arxiv_from_work(work: dict[str, Any]) -> str | None:
+    ids = work.get("ids") or {}
+    for value in (ids.get("arxiv"), work.get("doi")):
+        if a := normalize_arxiv_id(value):
+            return a
+    for loc in work.get("locations") or []:
+        for value in (loc.get("landing_page_url"), loc.get("pdf_url")):
+            if value and "arxiv.org/" in value and (a := normalize_arxiv_id(value)):
+                return a
+    return None
+
+
+def pdf_locations(work: dict[str, Any]) -> tuple[str, ...]:
+    """PDF URLs in the order to try: best_oa_location, the other locations, then open_access.oa_url."""
+    urls: list[str | None] = [(work.get("best_oa_location") or {}).get("pdf_url")]
+    urls += [(loc or {}).get("pdf_url") for loc in work.get("locations") or []]
+    urls.append((work.get("open_access") or {}).get("oa_url"))
+    return tuple(dict.fromkeys(u for u in urls if u))
+
+
+def to_candidate(data: dict[str, Any], *, found_by: str) -> Candidate:
+    """A Candidate from one OpenAlex work (as JSON)."""
+    work = pyalex.Work(data)
+    authors = tuple(name for a in work.get("authorships") or []
+                    if (name := (a.get("author") or {}).get("display_name") or a.get("raw_author_name")))
+    doi, arxiv_id = normalize_doi(work.get("doi")), _arxiv_from_work(work)
+    wid = normalize_openalex_id(work.get("id"))
+    title = work.get("display_name") or work.get("title")
+    year = work.get("publication_year")
+    primary = work.get("primary_location") or {}
+    venue = (primary.get("source") or {}).get("display_name")
+    landing = primary.get("landing_page_url") or (f"https://doi.org/{doi}" if doi else None)
+    abstract = work["abstract"] if work.get("abstract_inverted_index") else None
+    return Candidate(
+        key=primary_key(doi=doi, arxiv_id=arxiv_id, openalex_id=wid, title=title,
+                        first_author=authors[0] if authors else None, year=year),
+        source="openalex", title=title, authors=authors, year=year, doi=doi, arxiv_id=arxiv_id,
+        openalex_id=wid, abstract=abstract, venue=venue, pdf_urls=pdf_locations(work), landing_url=landing,
+        url=landing, found_by=found_by)
