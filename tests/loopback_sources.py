@@ -134,7 +134,8 @@ class LoopbackSources:
                 self._works.setdefault(w["id"].rsplit("/", 1)[-1], w)
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler_class())
         self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05},
+                                        daemon=True)
 
     # -- lifecycle ----------------------------------------------------------------------------------
     def start(self) -> LoopbackSources:
@@ -227,7 +228,7 @@ class LoopbackSources:
         elif "raw_author_name.search" in raw_filters:
             words = _words(raw_filters.pop("raw_author_name.search"))
             works = [w for w in self._works.values() if any(
-                all(x in _words(a.get("raw_author_name") or (a.get("author") or {}).get("display_name") or "")
+                all(x in _words(f"{a.get('raw_author_name') or ''} {(a.get('author') or {}).get('display_name') or ''}")
                     for x in words) for a in w.get("authorships") or [])]
         elif "openalex_id" in raw_filters:
             ids = [i.rsplit("/", 1)[-1] for i in raw_filters.pop("openalex_id").split("|")]
@@ -449,3 +450,18 @@ def _slice_feed(feed: str, start: int, size: int) -> str:
                   f"<opensearch:startIndex>{start}</opensearch:startIndex>", head)
     return head.rstrip() + "".join(entries[start:start + size]) + "\n</feed>\n"
 
+
+
+def _fixture() -> Any:
+    import pytest
+
+    @pytest.fixture
+    def loopback_sources(shared_data: Path) -> Any:
+        """A fresh :class:`LoopbackSources` per test (import this name into a test module to use it)."""
+        with LoopbackSources(shared_data, hang_limit_s=10.0) as srv:
+            yield srv
+
+    return loopback_sources
+
+
+loopback_sources = _fixture()
