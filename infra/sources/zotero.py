@@ -333,6 +333,13 @@ class ZoteroLibrary:
         ``error`` and on every paper; per-paper failures are on the paper.
         """
         name = collection_name or f"Forage {run_id}"
+        if not candidates:
+            return PushResult(collection_name=name)
+        if self.zot.local:
+            reason = ("the Zotero local API is read-only: pushing needs the Web API (set FORAGE_ZOTERO__LIBRARY_ID "
+                      "and FORAGE_ZOTERO__API_KEY, without zotero.local)")
+            return PushResult(collection_name=name, error=reason, items=tuple(
+                PushedItem(candidate_key=c.key, title=c.title, status="failed", reason=reason) for c in candidates))
         try:
             collection = self.find_collection(name)
             created_collection = collection is None

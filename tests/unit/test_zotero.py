@@ -375,3 +375,25 @@ def test_a_file_that_is_not_a_zotero_export_is_refused(tmp_path) -> None:
         read_zotero_csv(other)
     with pytest.raises(ConfigError, match="file not found"):
         read_zotero_csv(tmp_path / "none.csv")
+
+
+def test_loopback_pages_like_the_api(server, egress) -> None:
+    """pyzotero follows the loopback's Link: rel="next" pages to the whole recorded library."""
+    with library(server, egress) as zot:
+        items = zot.zot.everything(zot.zot.items(limit=7))
+        versions = zot.zot.item_versions()
+    assert [i["key"] for i in items] == list(server.items) and len(items) == 20
+    assert versions == {k: i["version"] for k, i in server.items.items()}
+    assert [r.query.get("start") for r in server.requests[:3]] == [None, "7", "14"]
+
+
+def test_nothing_to_push_sends_nothing_and_local_push_is_refused(server, egress, fixtures, tmp_path,
+                                                                 shared_pdfs) -> None:
+    with library(server, egress) as zot:
+        empty = zot.push("run-7", None, [])
+    assert empty.items == () and empty.error is None and server.requests == []
+    with LoopbackZotero(fixtures, local=True, api_key=None, library_id="0", data_dir=tmp_path) as srv:
+        zot = ZoteroLibrary(ZoteroSettings(local=True, endpoint=srv.url), egress)
+        result = zot.push("run-7", None, accepted(shared_pdfs)[:1])
+        zot.close()
+    assert "read-only" in result.error and result.items[0].status == "failed" and srv.requests == []
