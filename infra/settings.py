@@ -25,6 +25,11 @@ class RunSettings(Section):
     min_coverage: float = Field(default=0.85, ge=0, le=1, description="Stop looping once mean coverage reaches this.")
     max_iterations: int = Field(default=6, ge=1, description="Upper bound on search → ingest → forage iterations.")
     max_requirements: int = Field(default=5, ge=1, le=10, description="At most this many requirements per query.")
+    retention_days: int | None = Field(
+        default=None, ge=0,
+        description="Forget runs (their folder: query, events, report, egress ledger) this many days after their "
+                    "last activity, at the start of every `forage research` / `forage demo` and with "
+                    "`forage forget --expired`. None (the default) keeps runs until you forget them.")
 
 
 class LLMSettings(Section):
@@ -82,6 +87,7 @@ class SearchSettings(Section):
         description="Online databases searched with the approved search strings (none when net.offline).")
     openalex_url: str = Field(default="https://api.openalex.org", description="OpenAlex API base URL.")
     arxiv_url: str = Field(default="https://export.arxiv.org/api/query", description="arXiv API query URL.")
+    arxiv_pdf_url: str = Field(default="https://arxiv.org/pdf/", description="Base URL of arXiv PDFs (+ id).")
     mailto: str | None = Field(
         default=None, description="Your email for OpenAlex's polite pool (sent with every OpenAlex request).")
     openalex_api_key: str | None = Field(default=None, description="OpenAlex API key, if you have one.")
