@@ -80,6 +80,7 @@ class ArxivSource:
                               num_retries=net.retries)
         self.client.query_url_format = search.arxiv_url.rstrip("?") + "?{}"
         self.client._session = egress.requests_session("arxiv")
+        self.client._session.hooks["response"].append(_require_feed)
         self._offsets: dict[tuple[str, str], int] = {}
         self._exhausted: set[tuple[str, str]] = set()
 
@@ -138,6 +139,14 @@ class ArxivSource:
         except requests.exceptions.RequestException as err:
             raise SourceError(f"arXiv unreachable ({type(err).__name__}: {err})", retryable=True) from err
         return out
+
+
+def _require_feed(response: requests.Response, *args: Any, **kwargs: Any) -> None:
+    """A 200 answer must be an Atom feed; the library would read an HTML page as "no results"."""
+    if response.status_code == 200 and b"<feed" not in response.content[:4096]:
+        ctype = response.headers.get("content-type", "no content-type")
+        raise SourceError(f"arXiv answered something that is not an Atom feed ({ctype}): {response.url}",
+                          retryable=True)
 
 
 def _checked(results: Iterator[arxiv.Result]) -> Iterator[arxiv.Result]:
