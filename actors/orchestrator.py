@@ -167,7 +167,8 @@ class Orchestrator:
 
             self.emit(Stage.WRITE, "started", "writing the report")
             report = await crew.write(WriteRequest(run_id=self.run_id, query=plan.query, coverages=tuple(coverages),
-                                                   iterations=iteration))
+                                                   iterations=iteration, coverage_history=tuple(
+                                                       it["coverage"] for it in self.state["iterations"])))
             self.rundir.save_report(report)
             docs = self.state["documents"].values()
             self.state.update({

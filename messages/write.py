@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import Field
 
 from messages.base import Frozen, Message
@@ -13,6 +15,8 @@ class WriteRequest(Message):
     query: ResearchQuery
     coverages: tuple[RequirementCoverage, ...]
     iterations: int = Field(ge=1)
+    coverage_history: tuple[dict[str, float], ...] = Field(
+        default=(), description="Coverage per requirement id after each iteration, first iteration first.")
 
 
 class SourceRef(Frozen):
@@ -46,6 +50,75 @@ class SectionSources(Frozen):
     sources: tuple[int, ...] = ()
 
 
+class ContributionRecord(Frozen):
+    """What one cited paper contributes, under a schema (compliant when all four fields are non-empty)."""
+
+    n: int = Field(ge=1, description="The paper's source number in the report.")
+    doc_id: str
+    title: str
+    problem: str = ""
+    method: str = ""
+    contribution: str = ""
+    novelty: str = Field(default="", description="The novelty the paper claims for itself.")
+    problem_label: str | None = Field(default=None, description="Canonical problem label from the taxonomy.")
+    method_label: str | None = Field(default=None, description="Canonical method label from the taxonomy.")
+
+    @property
+    def compliant(self) -> bool:
+        return all(x.strip() for x in (self.problem, self.method, self.contribution, self.novelty))
+
+
+class Overlap(Frozen):
+    """Papers of the set that share a problem, dataset or method family."""
+
+    papers: tuple[int, ...] = Field(min_length=2)
+    element: Literal["problem", "dataset", "method"]
+    shared: str
+
+
+class Differentiation(Frozen):
+    """What one paper does that the others in the compared set do not."""
+
+    n: int
+    distinct: str
+
+
+class GapMatrix(Frozen):
+    """Problem × method matrix computed from the records' canonical labels (cells hold source numbers)."""
+
+    problems: tuple[str, ...]
+    methods: tuple[str, ...]
+    cells: tuple[tuple[tuple[int, ...], ...], ...] = Field(description="cells[i][j]: papers with problem i and "
+                                                                       "method j, ascending.")
+    unlabelled: tuple[int, ...] = Field(default=(), description="Papers without a valid pair of labels.")
+
+    @property
+    def empty(self) -> list[tuple[str, str]]:
+        return [(p, m) for i, p in enumerate(self.problems) for j, m in enumerate(self.methods)
+                if not self.cells[i][j]]
+
+
+class Comparison(Frozen):
+    """The cited papers compared (part of the Report; saved as runs/<run_id>/comparison.json)."""
+
+    records: tuple[ContributionRecord, ...] = ()
+    overlaps: tuple[Overlap, ...] = ()
+    differences: tuple[Differentiation, ...] = ()
+    matrix: GapMatrix | None = None
+    compliant: int = Field(default=0, description="Records with all four fields non-empty.")
+    llm_calls: int = 0
+    failed_steps: tuple[str, ...] = ()
+
+
+class Figure(Frozen):
+    """One chart beside the report: figures/<name>.png and figures/<name>.svg."""
+
+    name: str = Field(pattern=r"^[a-z][a-z0-9_-]*$")
+    caption: str
+    png_base64: str
+    svg: str
+
+
 class Report(Message):
     markdown: str
     sources: tuple[SourceRef, ...] = ()
@@ -55,5 +128,7 @@ class Report(Message):
     regenerated_sections: int = Field(default=0, description="Sections written a second time to repair citations "
                                       "or to use more of their sources.")
     sections: tuple[SectionSources, ...] = ()
+    comparison: Comparison | None = None
+    figures: tuple[Figure, ...] = Field(default=(), description="Charts; saved as files, not in report.json.")
     llm_calls: int = 0
     failed_steps: tuple[str, ...] = ()

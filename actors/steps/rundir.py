@@ -1,10 +1,12 @@
-"""The run folder: ``runs/<run_id>/`` with run.json, report.md, evidence.jsonl, events.jsonl.
+"""The run folder: ``runs/<run_id>/`` with run.json, report.md, report.json, evidence.jsonl, comparison.json,
+figures/ and events.jsonl.
 
 Every write is atomic (temp file + rename), so a crash never leaves a half-written run.json.
 """
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import secrets
@@ -27,6 +29,20 @@ def atomic_write(path: Path, text: str) -> None:
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)
@@ -58,6 +74,14 @@ class RunDir:
         return self.path / "report.json"
 
     @property
+    def comparison_json(self) -> Path:
+        return self.path / "comparison.json"
+
+    @property
+    def figures_dir(self) -> Path:
+        return self.path / "figures"
+
+    @property
     def events_jsonl(self) -> Path:
         return self.path / "events.jsonl"
 
@@ -73,7 +97,12 @@ class RunDir:
         atomic_write(self.report_md, report.markdown)
         lines = [c.model_dump_json() for c in report.cited_chunks]
         atomic_write(self.evidence_jsonl, "\n".join(lines) + ("\n" if lines else ""))
-        atomic_write(self.report_json, report.model_dump_json(indent=2) + "\n")
+        atomic_write(self.report_json, report.model_dump_json(indent=2, exclude={"figures"}) + "\n")
+        if report.comparison is not None:
+            atomic_write(self.comparison_json, report.comparison.model_dump_json(indent=2) + "\n")
+        for fig in report.figures:
+            atomic_write(self.figures_dir / f"{fig.name}.svg", fig.svg)  # creates the folder like every other
+            atomic_write_bytes(self.figures_dir / f"{fig.name}.png", base64.b64decode(fig.png_base64))
 
     def load_report(self) -> Report:
         """The saved Report (report.json), with report.md as the text actually on disk."""

@@ -104,3 +104,46 @@ class OverviewDraft(LLMAnswer):
 
     title: str = Field(max_length=TITLE_CHARS, description="The report's topic in a few words.")
     overview: str = Field(max_length=OVERVIEW_CHARS)
+
+
+# -- comparison ----------------------------------------------------------------------------------------
+RECORD_CHARS = 300
+MAX_OVERLAPS = 10
+MAX_PAPERS_PER_OVERLAP = 8
+
+
+class ContributionDraft(LLMAnswer):
+    """One paper's contribution record. The label fields are narrowed to the configured taxonomy
+    (``actors.steps.compare.contribution_schema``)."""
+
+    problem: str = Field(max_length=RECORD_CHARS, description="The problem the paper addresses, one sentence.")
+    method: str = Field(max_length=RECORD_CHARS, description="How it addresses it, one sentence.")
+    contribution: str = Field(max_length=RECORD_CHARS, description="Its key contribution, one sentence.")
+    novelty: str = Field(max_length=RECORD_CHARS, description="What the paper claims is new, one sentence.")
+    problem_label: str = Field(description="The closest problem label from the list given.")
+    method_label: str = Field(description="The closest method label from the list given.")
+
+
+class OverlapItem(LLMAnswer):
+    papers: list[SourceLabel] = Field(min_length=2, max_length=MAX_PAPERS_PER_OVERLAP,
+                                      description="Numbers of the papers that share the element.")
+    element: Literal["problem", "dataset", "method"]
+    shared: str = Field(max_length=MOTIVE_CHARS, description="What they share, a few words.")
+
+
+class OverlapDraft(LLMAnswer):
+    """Papers of the set that share a problem, a dataset or a method family."""
+
+    overlaps: list[OverlapItem] = Field(max_length=MAX_OVERLAPS)
+
+
+class DifferenceItem(LLMAnswer):
+    paper: SourceLabel
+    distinct: str = Field(max_length=RECORD_CHARS,
+                          description="What this paper does that none of the others in the set does.")
+
+
+class DifferenceDraft(LLMAnswer):
+    """For each paper, what sets it apart from the others in the set."""
+
+    differences: list[DifferenceItem] = Field(max_length=20)

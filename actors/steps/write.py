@@ -53,9 +53,12 @@ from infra.settings import Settings
 from infra.store.base import ChunkRecord, Store
 from messages.forage import Evidence, RequirementCoverage
 from messages.status import Stage
-from messages.write import CitedChunk, Report, SectionSources, SourceRef, WriteRequest
+from messages.write import CitedChunk, Comparison, Figure, Report, SectionSources, SourceRef, WriteRequest
 
 SOURCES_HEADING = "Sources Consulted"
+COMPARISON_HEADING = "Comparison of the Cited Papers"
+FIGURES_HEADING = "Figures"
+FIGURES_DIR = "figures"
 MAX_ITEMS_SHOWN = 8  # evidence items the LLM sees per section; the rest are listed deterministically
 EXCERPTS_PER_ITEM = 2
 EXCERPT_CHARS = 700
@@ -430,8 +433,10 @@ class WriteStep:
 
         numbered = self._number(sections, sources)
         title, overview = await self._overview(request, sections, failed)
-        markdown = self._render(request, title, overview, sections, numbered)
         refs = tuple(_ref(s) for s in numbered)
+        comparison = await self._compare(sections, refs, failed)
+        figures = self._figures(request, refs, comparison, failed) if self.settings.write.charts else ()
+        markdown = self._render(request, title, overview, sections, numbered, comparison, figures)
         cited = self._cited_chunks(sections, numbered, chunks, failed)
         allowed = tuple(SectionSources(requirement_id=s.coverage.requirement.id,
                                        heading=escape_md(s.coverage.requirement.text),
@@ -442,6 +447,7 @@ class WriteStep:
         report = Report(run_id=request.run_id, markdown=markdown, sources=refs, cited_chunks=cited,
                         removed_citations=removed["citations"], removed_sentences=removed["sentences"],
                         regenerated_sections=sum(s.regenerated for s in sections), sections=allowed,
+                        comparison=comparison, figures=figures,
                         llm_calls=self.llm_calls - calls_before, failed_steps=tuple(failed))
         self.emit(Stage.WRITE, "written", f"report with {len(refs)} sources", iteration=request.iterations,
                   sources=len(refs), cited_chunks=len(cited), removed_citations=report.removed_citations,
@@ -649,9 +655,54 @@ class WriteStep:
                  f"iteration{'s' if request.iterations != 1 else ''}.")
         return text
 
+    # -- comparison and charts ------------------------------------------------------------------------
+    async def _compare(self, sections: Sequence[_Section], refs: Sequence[SourceRef],
+                       failed: list[str]) -> Comparison | None:
+        """The comparison of the cited sources (settings.write.comparison), its LLM calls counted."""
+        cited = {s.items[label - 1][1].doc_id for s in sections for x in s.sentences for label in x.labels}
+        papers = [r for r in refs if r.doc_id in cited]
+        if not self.settings.write.comparison or not papers:
+            return None
+        from actors.steps.compare import ComparisonStep
+
+        notes: dict[str, list[str]] = {}
+        for s in sections:
+            for ev, _ in s.items:
+                notes.setdefault(ev.doc_id, []).extend(x for x in (ev.summary, ev.motive) if x)
+        step = ComparisonStep(self.settings, self.store, self.llm)
+        comparison = await step.compare(papers, {d: " ".join(dict.fromkeys(v)) for d, v in notes.items()})
+        self.llm_calls += comparison.llm_calls
+        failed.extend(f"comparison: {f}" for f in comparison.failed_steps)
+        self.emit(Stage.WRITE, "comparison", f"compared {len(comparison.records)} cited papers",
+                  records=len(comparison.records), compliant=comparison.compliant,
+                  overlaps=len(comparison.overlaps), llm_calls=comparison.llm_calls)
+        return comparison
+
+    def _figures(self, request: WriteRequest, refs: Sequence[SourceRef], comparison: Comparison | None,
+                 failed: list[str]) -> tuple[Figure, ...]:
+        """Coverage per iteration, sources by year, the gap heatmap; a chart that fails is noted, not fatal."""
+        from actors.steps import charts
+
+        history = list(request.coverage_history) or [{c.requirement.id: c.coverage for c in request.coverages}]
+        labels = {c.requirement.id: c.requirement.text for c in request.coverages}
+        jobs = [("coverage", lambda: charts.coverage_chart(history, labels))]
+        if refs:
+            jobs.append(("years", lambda: charts.years_chart(refs)))
+        if comparison is not None and comparison.matrix is not None and comparison.records:
+            matrix = comparison.matrix
+            jobs.append(("gaps", lambda: charts.gap_heatmap(matrix)))
+        out = []
+        for name, job in jobs:
+            try:
+                out.append(job())
+            except Exception as exc:  # noqa: BLE001 (a chart is an extra; the report goes on without it)
+                failed.append(f"chart {name}: {type(exc).__name__}: {_excerpt(str(exc), 200)}")
+        return tuple(out)
+
     # -- rendering -----------------------------------------------------------------------------------
     def _render(self, request: WriteRequest, title: str, overview: str, sections: Sequence[_Section],
-                numbered: Sequence[_Source]) -> str:
+                numbered: Sequence[_Source], comparison: Comparison | None = None,
+                figures: Sequence[Figure] = ()) -> str:
         out = [f"# {escape_md(title)} — Report", "", "## Overview", "", overview, "", "## Scope", ""]
         in_store = len(self.store.list_documents())
         with_evidence = len(numbered)
@@ -672,6 +723,14 @@ class WriteStep:
             for sentence in s.sentences:
                 cites = "".join(f"[{s.items[label - 1][1].n}]" for label in sentence.labels)
                 out += [f"{sentence.kind}: {sentence.text}" + (f" {cites}." if cites else "."), ""]
+        if comparison is not None and comparison.records:
+            out += render_comparison(comparison)
+        if figures:
+            out += [f"## {FIGURES_HEADING}", ""]
+            for fig in figures:
+                out += [f"![{escape_md(fig.caption)}]({FIGURES_DIR}/{fig.name}.png)", "",
+                        f"Figure: {escape_md(fig.caption)} ([SVG]({FIGURES_DIR}/{fig.name}.svg), "
+                        f"[PNG]({FIGURES_DIR}/{fig.name}.png)).", ""]
         out += [f"## {SOURCES_HEADING}", ""]
         if not numbered:
             out += ["No sources gave evidence in this run.", ""]
@@ -739,3 +798,46 @@ def _topic(query: str, limit: int = 90) -> str:
         return line
     cut = line[:limit].rsplit(" ", 1)[0]
     return (cut if len(cut) > limit // 2 else line[:limit]) + "…"
+
+
+def render_comparison(comparison: Comparison) -> list[str]:
+    """The comparison as Markdown lines: records, compliance, overlaps, differences, the gap matrix."""
+    def cell(text: str) -> str:
+        return escape_md(text) or "—"
+
+    records = comparison.records
+    out = [f"## {COMPARISON_HEADING}", "",
+           "| Paper | Problem | Method | Key contribution | Claimed novelty |", "| --- | --- | --- | --- | --- |"]
+    for r in records:
+        out.append(f"| [{r.n}] {cell(r.title)} | {cell(r.problem)} | {cell(r.method)} | {cell(r.contribution)} | "
+                   f"{cell(r.novelty)} |")
+    out += ["", f"Contribution records with all four fields stated: {comparison.compliant} of {len(records)}.", ""]
+    if comparison.overlaps:
+        out += ["| Papers | Shared | What they share |", "| --- | --- | --- |"]
+        out += [f"| {' '.join(f'[{n}]' for n in o.papers)} | {o.element} | {cell(o.shared)} |"
+                for o in comparison.overlaps]
+        out.append("")
+    if comparison.differences:
+        out += ["| Paper | What it does that the others here do not |", "| --- | --- |"]
+        out += [f"| [{d.n}] | {cell(d.distinct)} |" for d in comparison.differences]
+        out.append("")
+    m = comparison.matrix
+    if m is not None:
+        used_rows = [i for i, row in enumerate(m.cells) if any(row)]
+        used_cols = [j for j in range(len(m.methods)) if any(m.cells[i][j] for i in range(len(m.problems)))]
+        if used_rows:
+            out += ["Problem × method matrix (computed from the records' labels; rows and columns with no paper are "
+                    "left out):", "",
+                    "| Problem / method | " + " | ".join(cell(m.methods[j]) for j in used_cols) + " |",
+                    "| --- |" + " --- |" * len(used_cols)]
+            for i in used_rows:
+                out.append(f"| {cell(m.problems[i])} | "
+                           + " | ".join(" ".join(f"[{n}]" for n in m.cells[i][j]) or "—" for j in used_cols) + " |")
+            out.append("")
+        gaps = [f"{escape_md(m.problems[i])} × {escape_md(m.methods[j])}" for i in used_rows
+                for j in range(len(m.methods)) if not m.cells[i][j]]
+        out += [f"Empty cells: {len(m.empty)} of {len(m.problems) * len(m.methods)}. "
+                + (f"Methods not used for a studied problem: {'; '.join(gaps)}." if gaps else ""), ""]
+        if m.unlabelled:
+            out += [f"Papers without a valid pair of labels: {' '.join(f'[{n}]' for n in m.unlabelled)}.", ""]
+    return out

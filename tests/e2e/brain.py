@@ -79,4 +79,21 @@ async def brain(messages: list[dict[str, str]], schema: type) -> Any:
                                                   "sources": [99]}]}
     if name == "OverviewDraft":
         return {"title": "End-to-end test", "overview": "An overview written by the test brain."}
+    if name == "ContributionDraft":  # labels: the first of each taxonomy list in the prompt
+        problems = re.search(r"^Problem labels: (.*)$", user, re.M)
+        methods = re.search(r"^Method labels: (.*)$", user, re.M)
+        return {"problem": "The paper studies the question of its title.",
+                "method": "The paper describes its method in the text.",
+                "contribution": "The paper reports findings on its topic.",
+                "novelty": "The paper claims its approach is new.",
+                "problem_label": problems.group(1).split("; ")[0] if problems else "",
+                "method_label": methods.group(1).split("; ")[0] if methods else ""}
+    if name == "OverlapDraft":
+        numbers = sorted({int(n) for n in re.findall(r"^\[(\d+)\] ", _block(user, "PAPERS"), re.M)})
+        return {"overlaps": [{"papers": numbers[:2], "element": "problem", "shared": "a shared topic"}]
+                if len(numbers) >= 2 else []}
+    if name == "DifferenceDraft":
+        numbers = sorted({int(n) for n in re.findall(r"^\[(\d+)\] ", _block(user, "PAPERS"), re.M)})
+        return {"differences": [{"paper": n, "distinct": f"Paper {n} alone covers its own documents."}
+                                for n in numbers]}
     raise AssertionError(f"the test brain has no answer for schema {name}")

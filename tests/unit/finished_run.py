@@ -39,6 +39,19 @@ def answer(messages: list[dict[str, str]], schema: type) -> Any:
                              for n in labels]}
     if name == "OverviewDraft":
         return {"title": "Photosynthesis and energy", "overview": "Plants capture light and store it in sugars."}
+    if name == "ContributionDraft":
+        n = int(re.search(r"^Paper \[(\d+)\]", user, re.M).group(1))
+        return {"problem": f"Paper {n} asks how plants capture light energy.",
+                "method": f"Paper {n} measures leaves in the laboratory.",
+                "contribution": f"Paper {n} reports how chlorophyll uses light.",
+                "novelty": f"Paper {n} claims the first such measurement." if n != 2 else "",
+                "problem_label": "causal effect or mechanism",
+                "method_label": "laboratory experiment" if n != 3 else "observational or cohort study"}
+    if name == "OverlapDraft":
+        return {"overlaps": [{"papers": [1, 2, 77], "element": "problem", "shared": "light capture in leaves"}]}
+    if name == "DifferenceDraft":
+        return {"differences": [{"paper": n, "distinct": f"Paper {n} alone studies this particular aspect."}
+                                for n in (1, 2, 3, 42)]}
     raise AssertionError(f"no scripted answer for {name}")
 
 

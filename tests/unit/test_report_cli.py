@@ -175,3 +175,48 @@ def test_export_html_is_self_contained_and_opens_offline_in_chromium(finished, t
     assert "Sources Consulted" in sections and "Overview" in sections
     assert [40, True] in images  # the inlined chart rendered
     assert requested and all(u.startswith(("file:", "data:")) for u in requested), requested
+
+
+# -- charts and comparison in the finished run ------------------------------------------------------------------
+def test_charts_are_written_beside_the_report_and_linked(finished):
+    from xml.etree import ElementTree
+
+    _, folder = finished
+    md = (folder / "report.md").read_text()
+    for name in ("coverage", "years", "gaps"):
+        png = (folder / "figures" / f"{name}.png").read_bytes()
+        assert png.startswith(b"\x89PNG\r\n\x1a\n") and len(png) > 2000
+        root = ElementTree.parse(folder / "figures" / f"{name}.svg").getroot()
+        assert root.tag == "{http://www.w3.org/2000/svg}svg"
+        assert f"](figures/{name}.png)" in md and f"(figures/{name}.svg)" in md
+    coverage_svg = (folder / "figures" / "coverage.svg").read_text()
+    assert "Coverage per requirement per iteration" in coverage_svg or "Coverage" in coverage_svg
+    assert md.index("## Figures") < md.index("## Sources Consulted")
+    report = json.loads((folder / "report.json").read_text())
+    assert "figures" not in report  # the files hold them
+
+
+def test_comparison_is_saved_and_rendered(finished):
+    _, folder = finished
+    comparison = json.loads((folder / "comparison.json").read_text())
+    assert [r["n"] for r in comparison["records"]] == [1, 2, 3]
+    assert comparison["compliant"] == 2  # paper 2 stated no novelty
+    assert comparison["overlaps"] == [{"papers": [1, 2], "element": "problem", "shared": "light capture in leaves"}]
+    assert [d["n"] for d in comparison["differences"]] == [1, 2, 3]  # the invented paper 42 is dropped
+    matrix = comparison["matrix"]
+    row = matrix["problems"].index("causal effect or mechanism")
+    assert matrix["cells"][row][matrix["methods"].index("laboratory experiment")] == [1, 2]
+    assert matrix["cells"][row][matrix["methods"].index("observational or cohort study")] == [3]
+    md = (folder / "report.md").read_text()
+    part = md.split("## Comparison of the Cited Papers\n", 1)[1].split("\n## ", 1)[0]
+    assert "| [1] Light Reactions of Photosynthesis | Paper 1 asks how plants capture light energy." in part
+    assert "all four fields stated: 2 of 3" in part
+    assert "| [1] [2] | problem | light capture in leaves |" in part
+    assert "| causal effect or mechanism | [3] | [1] [2] |" in part  # columns in taxonomy order
+    assert "Empty cells: 70 of 72." in part
+
+
+def test_html_export_inlines_the_run_charts(finished, tmp_path):
+    _, folder = finished
+    html = export_text(folder, "html", tmp_path)
+    assert html.count("data:image/png;base64,") == 3 and "src=\"figures/" not in html

@@ -1,0 +1,114 @@
+"""Comparison artifacts: contribution records under a schema, set-aware passes, the computed gap matrix."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import random
+
+from test_write_step import A, B, C, embedder, store  # noqa: F401  (fixtures)
+
+from actors.steps.compare import ComparisonStep, contribution_schema, gap_matrix
+from actors.steps.schemas import ContributionDraft, DifferenceDraft, OverlapDraft
+from infra.errors import LLMOutputError
+from infra.llm.fakes import ScriptedLLM
+from infra.settings import Settings
+from messages.write import ContributionRecord, SourceRef
+
+PROBLEMS = ("prediction", "mechanism", "measurement")
+METHODS = ("trial", "experiment", "model")
+
+
+def rec(n: int, plabel: str | None, mlabel: str | None, **text: str) -> ContributionRecord:
+    return ContributionRecord(n=n, doc_id=f"d{n}", title=f"Paper {n}", problem_label=plabel, method_label=mlabel,
+                              **text)
+
+
+RECORDS = [rec(1, "mechanism", "experiment"), rec(2, "prediction", "model"), rec(3, "mechanism", "experiment"),
+           rec(4, "measurement", "trial"), rec(5, "not a label", "model"), rec(6, None, None)]
+
+
+def test_gap_matrix_cells_and_empty_cells():
+    m = gap_matrix(RECORDS, PROBLEMS, METHODS)
+    assert m.cells == (((), (), (2,)), ((), (1, 3), ()), ((4,), (), ()))
+    assert m.unlabelled == (5, 6)
+    assert m.empty == [("prediction", "trial"), ("prediction", "experiment"), ("mechanism", "trial"),
+                       ("mechanism", "model"), ("measurement", "experiment"), ("measurement", "model")]
+
+
+def test_gap_matrix_is_deterministic_and_order_independent():
+    first = gap_matrix(RECORDS, PROBLEMS, METHODS)
+    for perm in itertools.permutations(RECORDS):
+        assert gap_matrix(perm, PROBLEMS, METHODS) == first
+    shuffled = RECORDS[:]
+    random.Random(7).shuffle(shuffled)
+    assert gap_matrix(shuffled, PROBLEMS, METHODS).model_dump_json() == first.model_dump_json()
+
+
+def test_compliance_needs_all_four_fields():
+    full = dict(problem="p", method="m", contribution="c", novelty="n")
+    assert rec(1, None, None, **full).compliant
+    for field in full:
+        assert not rec(1, None, None, **{**full, field: "  "}).compliant
+
+
+def test_the_label_schema_only_allows_the_taxonomy():
+    schema = contribution_schema(PROBLEMS, METHODS)
+    js = schema.model_json_schema()
+    assert js["properties"]["problem_label"]["enum"] == list(PROBLEMS)
+    assert js["properties"]["method_label"]["enum"] == list(METHODS)
+    assert schema.__name__ == "ContributionDraft" and issubclass(schema, ContributionDraft)
+
+
+def record(problem: str, method: str, novelty: str = "It is the first to measure this in the field.") -> dict:
+    return {"problem": "How leaves capture light energy in the canopy.",
+            "method": "Chlorophyll content was measured in sun and shade leaves.",
+            "contribution": "Sun leaves hold more chlorophyll per area.", "novelty": novelty,
+            "problem_label": problem, "method_label": method}
+
+
+def sources():
+    return [SourceRef(n=i, doc_id=d[0].doc_id, title=d[0].title, year=d[0].year) for i, d in enumerate((A, B, C), start=1)]
+
+
+def run_compare(store, llm):
+    settings = Settings.load().updated(write={"problem_labels": PROBLEMS, "method_labels": METHODS})
+    return asyncio.run(ComparisonStep(settings, store, llm).compare(sources(), {A[0].doc_id: "About light."}))
+
+
+def test_scripted_records_overlaps_differences_and_compliance(store):
+    llm = ScriptedLLM({
+        ContributionDraft: [record("mechanism", "experiment"), record("mechanism", "experiment", novelty=""),
+                            record("prediction", "model")],
+        OverlapDraft: [{"overlaps": [{"papers": [2, 1, 9], "element": "method", "shared": "chlorophyll assays"},
+                                     {"papers": [3, 99], "element": "dataset", "shared": "nothing real"}]}],
+        DifferenceDraft: [{"differences": [{"paper": 3, "distinct": "Only it models sugar synthesis rates."},
+                                           {"paper": 1, "distinct": "Only it looks at the light reactions."},
+                                           {"paper": 1, "distinct": "A second claim for paper one here."}]}]})
+    comparison = run_compare(store, llm)
+    llm.assert_exhausted()
+    assert [r.n for r in comparison.records] == [1, 2, 3]
+    assert comparison.compliant == 2 and comparison.llm_calls == 5
+    assert [(o.papers, o.element) for o in comparison.overlaps] == [((1, 2), "method")]
+    assert [(d.n, d.distinct) for d in comparison.differences] == [
+        (1, "Only it looks at the light reactions."), (3, "Only it models sugar synthesis rates.")]
+    assert comparison.matrix.cells[1][1] == (1, 2) and comparison.matrix.cells[0][2] == (3,)
+    # the record prompt shows the paper, its abstract or text, the evidence and the taxonomy
+    first = llm.calls_log[0].last_user_message
+    assert first.startswith(f"Paper [1]: {A[0].title} (2020)") and "About light." in first
+    assert "Problem labels: prediction; mechanism; measurement" in first
+    # the set-aware passes see every record at once
+    overlap_prompt = next(c for c in llm.calls_log if c.schema == "OverlapDraft").last_user_message
+    assert all(f"[{n}] " in overlap_prompt for n in (1, 2, 3))
+
+
+def test_a_label_outside_the_taxonomy_fails_validation_and_the_record_stays_empty(store):
+    bad = record("astrology", "experiment")
+    llm = ScriptedLLM({ContributionDraft: [bad, bad, bad, record("mechanism", "trial"), record("mechanism", "trial")],
+                       OverlapDraft: [LLMOutputError("no valid OverlapDraft")],
+                       DifferenceDraft: [{"differences": []}]})
+    comparison = run_compare(store, llm)
+    assert comparison.records[0].problem == "" and not comparison.records[0].compliant
+    assert comparison.compliant == 2 and comparison.matrix.unlabelled == (1,)
+    assert comparison.failed_steps == ("record [1]: LLMOutputError; left empty",
+                                       "overlap pass: LLMOutputError; no overlaps listed")
