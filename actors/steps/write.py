@@ -11,8 +11,15 @@
 Each requirement section is one structured LLM call that sees that requirement's evidence under
 local labels [1..k]. Afterwards every citation is checked: a label that is not one of the
 requirement's evidence items is removed (``removed_citations``), an Evidence sentence left
-without a valid citation is dropped (``removed_sentences``). Labels become global source numbers
-in order of first citation; sources with evidence that no sentence cites are numbered after them.
+without a valid citation is dropped (``removed_sentences``). A section whose draft needed such
+repairs, or that rests on one document while its evidence has two or more, is written once more
+with that feedback (``write.regenerate_sections``; ``regenerated_sections``) and the better draft
+kept. Labels become global source numbers in order of first citation; sources with evidence that no
+sentence cites are numbered after them. The report records which numbers each section may cite
+(``Report.sections``), so ``forage verify`` can re-check a finished report.
+
+Then the cited papers are compared (:mod:`actors.steps.compare`, ``## Comparison of the Cited
+Papers``) and charts drawn (:mod:`actors.steps.charts`, ``## Figures``, files in ``figures/``).
 If the LLM fails for a section, the section is written deterministically from the evidence and the
 failure recorded in ``failed_steps``. :func:`check_citations` re-checks a finished report.
 
