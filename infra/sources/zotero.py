@@ -500,7 +500,7 @@ class ZoteroLibrary:
                 template = self.zot.item_template("attachment", "imported_file")
                 payload = [{**template, "title": "Full Text PDF", "filename": str(path),
                             "contentType": "application/pdf"}]
-            outcome = self._write(lambda: _EgressUpload(self.zot, payload, item_key, self.client).upload())
+            outcome = self._write(lambda: _egress_upload(self.zot, payload, item_key, self.client).upload())
         except Exception as exc:  # noqa: BLE001
             reason, _ = describe_error(exc, writing=True)
             return "failed", f"PDF not uploaded: {reason}"
@@ -653,35 +653,32 @@ class ZoteroLibrary:
         save_state(state_path, self.library, state)
 
 
-class _EgressUpload:
-    """pyzotero's upload flow, with step 2 (the file to Zotero's storage) through the egress client.
+def _egress_upload(zinstance: Any, payload: list[dict[str, Any]], parentid: str, client: Any) -> Any:
+    """pyzotero's upload flow (``Zupload``), with step 2 (the file to Zotero's storage) sent through the
+    egress client: pyzotero sends that step with a bare ``httpx2.post``, which would bypass the ledger
+    and the offline check. Steps 0, 1 and 3 are pyzotero's own."""
+    from pyzotero._upload import Zupload
 
-    pyzotero sends that step with a bare ``httpx2.post``, which would bypass the ledger and the
-    offline check; everything else is pyzotero's own ``Zupload``.
-    """
+    class Upload(Zupload):
+        def _upload_file(self, authdata: dict[str, Any], attachment: str, reg_key: str,
+                         md5: str | None = None) -> None:
+            params = dict(authdata["params"])
+            pairs = [("key", params.pop("key"))] + list(params.items())  # the key field first, as S3 wants
+            pairs.append(("file", Path(attachment).read_bytes()))
+            headers = {"User-Agent": zinstance.default_headers()["User-Agent"]}  # no API key to the storage
+            if zinstance.local:
+                headers["Zotero-Server-ID"] = zinstance._ensure_server_id()
 
-    def __new__(cls, zinstance: Any, payload: list[dict[str, Any]], parentid: str, client: Any) -> Any:
-        from pyzotero._upload import Zupload
+            def send() -> Any:
+                request = client.build_request("POST", authdata["url"], files=tuple(pairs), headers=headers,
+                                               timeout=zinstance.upload_timeout)
+                request.read()  # a sized body: the ledger records the bytes sent
+                return client.send(request)
 
-        class Upload(Zupload):
-            def _upload_file(self, authdata: dict[str, Any], attachment: str, reg_key: str,
-                             md5: str | None = None) -> None:
-                params = dict(authdata["params"])
-                pairs = [("key", params.pop("key"))] + list(params.items())
-                pairs.append(("file", Path(attachment).read_bytes()))
-                headers = {"User-Agent": zinstance.default_headers()["User-Agent"]}
-                if zinstance.local:
-                    headers["Zotero-Server-ID"] = zinstance._ensure_server_id()
-                def send() -> Any:
-                    request = client.build_request("POST", authdata["url"], files=tuple(pairs), headers=headers,
-                                                   timeout=zinstance.upload_timeout)
-                    request.read()  # a sized body: the ledger records the bytes sent
-                    return client.send(request)
+            self._post_with_retry(send)
+            return self._register_upload(authdata, reg_key, md5=md5)
 
-                self._post_with_retry(send)
-                return self._register_upload(authdata, reg_key, md5=md5)
-
-        return Upload(zinstance, payload, parentid)
+    return Upload(zinstance, payload, parentid)
 
 
 def _is_pdf(data: dict[str, Any]) -> bool:
