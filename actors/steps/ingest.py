@@ -8,7 +8,8 @@ Two ways in, one shared indexing path (:meth:`IngestStep._prepare` → :meth:`In
   body, e.g. abstracts of a benchmark corpus): the text becomes the Markdown ``# <title>\\n\\n<text>``
   and takes the same path from the outline on, with ``parser="text"`` and no pages. ``ingest_texts``
   embeds the chunks of all its documents in one embedder call (the embedder batches them), then
-  stores each document with its own ``store.upsert_document`` call (the store contract, unchanged).
+  stores them all in one write (``infra.store.base.upsert_documents``), falling back to one
+  ``store.upsert_document`` per document when that write fails (so a failure names its document).
 
 Neither raises for a bad document: each returns an ``IngestResult`` with ``status="failed"``, a
 reason a person can act on, and ``retryable`` (from the ForageError that stopped it; anything
@@ -21,6 +22,7 @@ replaces the earlier version (``store.upsert_document`` replaces by key).
 from __future__ import annotations
 
 import hashlib
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,9 +35,11 @@ from infra.embed.base import Embedder
 from infra.errors import ForageError, PDFError
 from infra.pdf.base import PDFParser
 from infra.settings import Settings
-from infra.store.base import ChunkRecord, DocumentRecord, Store
+from infra.store.base import ChunkRecord, DocumentRecord, Store, upsert_documents
 from messages.ingest import IngestRequest, IngestResult
 from messages.status import Stage
+
+log = logging.getLogger(__name__)
 
 TEXT_PARSER = "text"
 
@@ -167,8 +171,9 @@ class IngestStep:
         return self.ingest_texts(run_id, [document])[0]
 
     def ingest_texts(self, run_id: str, documents: Sequence[TextDocument]) -> list[IngestResult]:
-        """Store many text documents: chunks of all of them embedded in one embedder call, then one
-        ``store.upsert_document`` per document. One result per document, in order; never raises.
+        """Store many text documents: chunks of all of them embedded in one embedder call, then all
+        of them in one store write (``upsert_documents``; if that write fails, one
+        ``store.upsert_document`` per document). One result per document, in order; never raises.
 
         A document whose content is already stored (also earlier in the same batch) is ``skipped``.
         An embedder failure fails every document of the batch that still needed embedding (with the
@@ -203,7 +208,14 @@ class IngestStep:
             for i in order:
                 results[i] = self._failed(run_id, documents[i].key, None, reason, retryable, started)
             order = []
-        for n, i in enumerate(order):
+        keys = [documents[i].key for i in order]
+        if len(order) > 1 and len(set(keys)) == len(keys) and self._store_batch(
+                [prepared[i][0] for i in order], vectors):
+            for i in order:
+                item, previous = prepared[i]
+                results[i] = self._stored(run_id, item, None, previous, started, "text changed")
+            order = []
+        for n, i in enumerate(order):  # one document at a time: a failure fails only that document
             item, previous = prepared[i]
             try:
                 self._store(item, vectors[n])
@@ -308,6 +320,21 @@ class IngestStep:
             start += len(item.inputs)
             item.timings["embed_s"] = seconds * len(item.inputs) / len(inputs)  # the item's share of the call
         return out
+
+    def _store_batch(self, items: Sequence[_Prepared], vectors: Sequence[Sequence[Sequence[float]]]) -> bool:
+        """All ``items`` in one store write (:func:`infra.store.base.upsert_documents`); False when
+        that write failed (nothing of it was registered: the caller stores them one by one)."""
+        t = perf_counter()
+        try:
+            upsert_documents(self.store, [(item.doc, item.chunks, v) for item, v in zip(items, vectors, strict=True)])
+        except Exception as exc:  # noqa: BLE001 - retried per document, where a failure names its document
+            log.warning("batch write of %d documents failed (%s); storing them one by one", len(items), exc)
+            return False
+        total = sum(len(item.chunks) for item in items) or 1
+        seconds = perf_counter() - t
+        for item in items:
+            item.timings["store_s"] = seconds * len(item.chunks) / total  # the item's share of the write
+        return True
 
     def _store(self, item: _Prepared, vectors: Sequence[Sequence[float]]) -> None:
         t = perf_counter()

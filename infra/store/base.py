@@ -68,6 +68,14 @@ class Store(Protocol):
         Readers never see a document without its chunks (registry row written last)."""
         ...
 
+    # Optional, recommended for bulk loads (LanceStore has it; see :func:`upsert_documents` below):
+    #     def upsert_documents(self, items: Sequence[tuple[DocumentRecord, Sequence[ChunkRecord],
+    #                                                     Sequence[Sequence[float]]]]) -> None
+    # Same result as calling upsert_document for each item, written in one batch. All or nothing:
+    # a bad item, or two items with the same doc_id or key, raises StoreError before anything is
+    # written, and a failed write registers none of the items. It is not a Protocol member, so a
+    # store without it still satisfies ``isinstance(x, Store)``; callers use upsert_documents().
+
     def get_document(self, doc_id: str) -> DocumentRecord | None: ...
     def document_by_key(self, key: str) -> DocumentRecord | None: ...
     def list_documents(self) -> list[DocumentRecord]: ...
@@ -88,3 +96,16 @@ class Store(Protocol):
                flt: ChunkFilter | None = None) -> list[Hit]:
         """Fuse BM25 and vector results; alpha=1 is pure vector, alpha=0 pure BM25."""
         ...
+
+
+def upsert_documents(store: Store, items: Sequence[tuple[DocumentRecord, Sequence[ChunkRecord],
+                                                         Sequence[Sequence[float]]]]) -> None:
+    """Store many documents: the store's own batch ``upsert_documents`` (one write, all or
+    nothing) when it has one, else ``upsert_document`` per item (which stops at the first failure,
+    the items before it stored)."""
+    batch = getattr(store, "upsert_documents", None)
+    if callable(batch):
+        batch(items)
+        return
+    for doc, chunks, vectors in items:
+        store.upsert_document(doc, chunks, vectors)

@@ -2,13 +2,22 @@
 
 Layout on disk: one LanceDB folder holding two tables.
 
-* ``chunks`` — one row per :class:`ChunkRecord` plus ``vector`` (``fixed_size_list<float32>[dim]``).
-  A native (Lance) full-text index on ``text`` serves BM25. Rows written after the index was
+* ``chunks`` — one row per :class:`ChunkRecord` plus ``vector`` (``fixed_size_list<float32>[dim]``)
+  and ``search_text``: the document's context line (title, and the section path when it says more)
+  above the chunk text (:func:`search_text`). A native (Lance) full-text index on ``search_text``
+  serves BM25, so a paper's title counts for every one of its chunks; ``text`` itself is stored
+  unchanged (citations quote it). A store written before ``search_text`` existed keeps its BM25
+  index on ``text``. Rows written after the index was
   built are *not* in the index until :meth:`LanceStore.optimize` runs, but LanceDB searches those
   unindexed rows with a flat BM25 scan, so fresh chunks are always found.
 * ``documents`` — the registry, one row per :class:`DocumentRecord`.
 
-Write order (``upsert_document``): the document's chunks are replaced in ONE atomic commit
+B-tree scalar indexes on ``chunks.chunk_id``, ``chunks.doc_id``, ``documents.doc_id`` and
+``documents.key`` keep the per-document replace and the registry look-ups from scanning the tables
+(created when a table is opened or created, so an older store gains them too).
+
+Write order (``upsert_document``, and ``upsert_documents`` for many documents in one write): the
+documents' chunks are replaced in ONE atomic commit
 (``merge_insert`` on ``chunk_id`` that also deletes the document's stale chunks), then the registry
 row is written, then chunks of a replaced older version (same key, other doc_id) are deleted. A
 reader therefore never sees a registered document without its chunks. If the registry write
@@ -32,6 +41,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import math
+from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager, ExitStack, contextmanager
 from datetime import timedelta
@@ -42,7 +52,7 @@ import lancedb
 import numpy as np
 import pyarrow as pa
 from filelock import FileLock, Timeout
-from lancedb.index import FTS
+from lancedb.index import FTS, BTree
 from lancedb.query import ColumnOrdering
 from lancedb.table import Table
 from tenacity import before_sleep_log, retry, retry_if_exception, stop_after_attempt, wait_random_exponential
@@ -63,6 +73,19 @@ LOCK_STRIPES = 64
 
 _CHUNK_COLUMNS = list(ChunkRecord.model_fields)
 _DOC_COLUMNS = list(DocumentRecord.model_fields)
+SEARCH_TEXT = "search_text"
+SCALAR_INDEXES = {CHUNKS: ("chunk_id", "doc_id"), DOCUMENTS: ("doc_id", "key")}
+
+Upsert = tuple[DocumentRecord, Sequence[ChunkRecord], Sequence[Sequence[float]]]
+
+
+def search_text(title: str, chunk: ChunkRecord) -> str:
+    """What BM25 indexes for a chunk: '<title> — <section path>' (the path left out when it is the
+    title or empty), a newline, then the chunk text. Mirrors the embedder's context line."""
+    title = " ".join(title.split())
+    path = " ".join(chunk.section_path.split())
+    head = " — ".join(p for p in (title, "" if path == title else path) if p)
+    return f"{head}\n{chunk.text}" if head else chunk.text
 
 
 def chunk_schema(dim: int) -> pa.Schema:
@@ -79,6 +102,7 @@ def chunk_schema(dim: int) -> pa.Schema:
         pa.field("token_count", pa.int32(), nullable=False),
         pa.field("pages", pa.list_(pa.int32())),
         pa.field("vector", pa.list_(pa.float32(), dim)),
+        pa.field(SEARCH_TEXT, pa.string(), nullable=False),
     ])
 
 
@@ -256,6 +280,7 @@ class LanceStore:
             if name == CHUNKS:
                 self._check_dim(table)
                 self._ensure_fts(table)
+            self._ensure_scalar_indexes(name, table)
         self._tables[name] = table
         return table
 
@@ -269,12 +294,29 @@ class LanceStore:
                 retryable=False)
 
     def _ensure_fts(self, table: Table) -> None:
-        """Create the native BM25 index on ``text`` unless it exists (caller holds the tables lock)."""
+        """Create the native BM25 index on ``search_text`` (``text`` in a store written before that
+        column existed) unless it exists (caller holds the tables lock)."""
         try:
             if not any(ix.index_type == "FTS" for ix in table.list_indices()):
-                table.create_index("text", config=FTS())
+                table.create_index(self._fts_column(table), config=FTS())
         except Exception as exc:  # noqa: BLE001
             raise StoreError(f"cannot create the full-text index at {self.path}: {exc}") from exc
+
+    @staticmethod
+    def _fts_column(table: Table) -> str:
+        return SEARCH_TEXT if SEARCH_TEXT in table.schema.names else "text"
+
+    def _ensure_scalar_indexes(self, name: str, table: Table) -> None:
+        """B-tree indexes on the look-up columns (:data:`SCALAR_INDEXES`), created when missing.
+        A failure only makes look-ups slower: it is logged, never raised."""
+        try:
+            indexed = {col for ix in table.list_indices() if ix.index_type.upper() == "BTREE" for col in ix.columns}
+            for column in SCALAR_INDEXES[name]:
+                if column not in indexed:
+                    table.create_index(column, config=BTree())
+        except Exception:  # noqa: BLE001
+            log.warning("could not create the scalar indexes of %s in %s; look-ups scan the table",
+                        name, self.path, exc_info=True)
 
     def _locked(self, *names: str) -> AbstractContextManager[None]:
         """Hold the cross-process write locks of ``names`` (doc ids, keys)."""
@@ -330,20 +372,29 @@ class LanceStore:
     def _query_vector(self, vector: Sequence[float]) -> np.ndarray:
         return self._vectors([vector], 1)[0]
 
-    def _chunk_table(self, chunks: Sequence[ChunkRecord], vectors: np.ndarray) -> pa.Table:
+    def _chunk_table(self, chunks: Sequence[ChunkRecord], vectors: np.ndarray, titles: Sequence[str],
+                     with_search_text: bool = True) -> pa.Table:
+        """Arrow rows of ``chunks`` (``titles[i]``: the title of chunk i's document); without the
+        ``search_text`` column for a store written before it existed."""
         schema = chunk_schema(self.dim)
         columns: dict[str, Any] = {name: [getattr(c, name) for c in chunks] for name in _CHUNK_COLUMNS}
         columns["pages"] = [list(c.pages) for c in chunks]
-        arrays = [pa.array(columns[f.name], type=f.type) for f in schema if f.name != "vector"]
-        arrays.append(pa.FixedSizeListArray.from_arrays(pa.array(vectors.reshape(-1), pa.float32()), self.dim))
-        return pa.Table.from_arrays(arrays, schema=schema)
+        columns[SEARCH_TEXT] = [search_text(title, c) for title, c in zip(titles, chunks, strict=True)]
+        arrays = [pa.array(columns[f.name], type=f.type) if f.name != "vector" else
+                  pa.FixedSizeListArray.from_arrays(pa.array(vectors.reshape(-1), pa.float32()), self.dim)
+                  for f in schema]
+        data = pa.Table.from_arrays(arrays, schema=schema)
+        return data if with_search_text else data.drop_columns([SEARCH_TEXT])
 
     @staticmethod
-    def _doc_table(doc: DocumentRecord) -> pa.Table:
-        row = doc.model_dump()
-        for name in ("authors", "sections", "flags"):
-            row[name] = list(row[name])
-        return pa.Table.from_pylist([row], schema=DOCUMENT_SCHEMA)
+    def _doc_table(docs: Sequence[DocumentRecord]) -> pa.Table:
+        rows = []
+        for doc in docs:
+            row = doc.model_dump()
+            for name in ("authors", "sections", "flags"):
+                row[name] = list(row[name])
+            rows.append(row)
+        return pa.Table.from_pylist(rows, schema=DOCUMENT_SCHEMA)
 
     @staticmethod
     def _to_chunk(row: dict[str, Any]) -> ChunkRecord:
@@ -362,51 +413,81 @@ class LanceStore:
         The registry row (with ``n_chunks = len(chunks)``) is written after the chunks; on failure
         nothing new is registered and chunks written by this call for a new document are removed.
         """
-        array = self._vectors(vectors, len(chunks))
-        ids = [c.chunk_id for c in chunks]
-        if len(set(ids)) != len(ids):
-            raise StoreError(f"document {doc.doc_id[:16]} has duplicate chunk ids", retryable=False)
-        strangers = sorted({c.doc_id for c in chunks} - {doc.doc_id})
-        if strangers:
-            raise StoreError(f"chunks of document(s) {strangers} passed with document {doc.doc_id[:16]}",
-                             retryable=False)
-        doc = doc.model_copy(update={"n_chunks": len(chunks)})
-        chunk_data = self._chunk_table(chunks, array)
-        doc_data = self._doc_table(doc)
+        self.upsert_documents([(doc, chunks, vectors)])
 
-        with self._locked("doc:" + doc.doc_id, "key:" + doc.key):
-            self._replace(doc, chunk_data, doc_data)
+    def upsert_documents(self, items: Sequence[Upsert]) -> None:
+        """Store many documents as :meth:`upsert_document` does, in one write: ONE commit replaces
+        the chunks of all of them, ONE commit then writes their registry rows, then chunks of the
+        versions they replaced are deleted. All or nothing: a bad item (vectors, duplicate chunk
+        ids, chunks of another document, two items with the same doc_id or key) raises
+        :class:`StoreError` before anything is written, and a failed write registers none of them.
+        """
+        if not items:
+            return
+        docs: list[DocumentRecord] = []
+        chunk_rows: list[ChunkRecord] = []
+        titles: list[str] = []
+        arrays: list[np.ndarray] = []
+        for doc, chunks, vectors in items:
+            arrays.append(self._vectors(vectors, len(chunks)))
+            ids = [c.chunk_id for c in chunks]
+            if len(set(ids)) != len(ids):
+                raise StoreError(f"document {doc.doc_id[:16]} has duplicate chunk ids", retryable=False)
+            strangers = sorted({c.doc_id for c in chunks} - {doc.doc_id})
+            if strangers:
+                raise StoreError(f"chunks of document(s) {strangers} passed with document {doc.doc_id[:16]}",
+                                 retryable=False)
+            docs.append(doc.model_copy(update={"n_chunks": len(chunks)}))
+            chunk_rows.extend(chunks)
+            titles.extend([doc.title] * len(chunks))
+        for field_name in ("doc_id", "key"):
+            values = [getattr(d, field_name) for d in docs]
+            if len(set(values)) != len(values):
+                twice = sorted(v for v, n in Counter(values).items() if n > 1)
+                raise StoreError(f"one write holds several documents with the same {field_name}: "
+                                 f"{', '.join(t[:40] for t in twice[:3])}", retryable=False)
+        vectors = np.concatenate(arrays) if arrays else np.zeros((0, self.dim), dtype=np.float32)
+        names = [n for d in docs for n in ("doc:" + d.doc_id, "key:" + d.key)]
+        with self._locked(*names):
+            self._replace(docs, chunk_rows, vectors, titles)
         self._maybe_optimize()
 
-    def _replace(self, doc: DocumentRecord, chunk_data: pa.Table, doc_data: pa.Table) -> None:
-        """Chunks, then registry row, then the replaced versions' chunks (caller holds the locks)."""
+    def _replace(self, docs: Sequence[DocumentRecord], chunks: Sequence[ChunkRecord], vectors: np.ndarray,
+                 titles: Sequence[str]) -> None:
+        """Chunks, then registry rows, then the replaced versions' chunks (caller holds the locks)."""
         chunk_table = self._table(CHUNKS, create=True)
         doc_table = self._table(DOCUMENTS, create=True)
         assert chunk_table is not None and doc_table is not None
-        mine = f"doc_id = {sql_str(doc.doc_id)}"
+        doc_ids = [d.doc_id for d in docs]
+        keys = [d.key for d in docs]
+        what = docs[0].origin or docs[0].key if len(docs) == 1 else f"{len(docs)} documents"
+        mine = f"doc_id = {sql_str(doc_ids[0])}" if len(docs) == 1 else f"doc_id IN {_sql_list(doc_ids)}"
+        their_keys = f"key = {sql_str(keys[0])}" if len(docs) == 1 else f"key IN {_sql_list(keys)}"
+        chunk_data = self._chunk_table(chunks, vectors, titles, SEARCH_TEXT in chunk_table.schema.names)
+        doc_data = self._doc_table(docs)
         try:
-            earlier = (doc_table.search().where(f"key = {sql_str(doc.key)} OR {mine}")
+            earlier = (doc_table.search().where(f"{their_keys} OR {mine}")
                        .select(["doc_id"]).to_arrow().column("doc_id").to_pylist())
         except Exception as exc:  # noqa: BLE001
             raise StoreError(f"cannot read the registry at {self.path}: {exc}") from exc
-        was_registered = doc.doc_id in earlier
-        replaced = sorted(set(earlier) - {doc.doc_id})
+        new = sorted(set(doc_ids) - set(earlier))
+        replaced = sorted(set(earlier) - set(doc_ids))
 
-        # 1. the document's chunks, replaced in one atomic commit
+        # 1. the documents' chunks, replaced in one atomic commit
         try:
             self._write_chunks(chunk_table, chunk_data, mine)
         except Exception as exc:  # noqa: BLE001 - a failed commit leaves the table as it was
-            raise StoreError(f"writing {chunk_data.num_rows} chunks of {doc.origin or doc.key} failed; "
+            raise StoreError(f"writing {chunk_data.num_rows} chunks of {what} failed; "
                              f"nothing was registered: {exc}") from exc
-        # 2. the registry row, last: replaces rows with the same doc_id or the same key
+        # 2. the registry rows, last: each replaces rows with the same doc_id or the same key
         try:
             _retry_conflicts(
                 lambda: doc_table.merge_insert("doc_id").when_matched_update_all().when_not_matched_insert_all()
-                .when_not_matched_by_source_delete(f"key = {sql_str(doc.key)}").execute(doc_data))()
+                .when_not_matched_by_source_delete(their_keys).execute(doc_data))()
         except Exception as exc:  # noqa: BLE001
-            if not was_registered:
-                self._cleanup(chunk_table, mine)
-            raise StoreError(f"registering {doc.origin or doc.key} failed; its chunks were removed: {exc}") from exc
+            if new:
+                self._cleanup(chunk_table, f"doc_id IN {_sql_list(new)}")
+            raise StoreError(f"registering {what} failed; its chunks were removed: {exc}") from exc
         # 3. chunks of replaced older versions (same key, other bytes)
         if replaced:
             self._cleanup(chunk_table, f"doc_id IN {_sql_list(replaced)}")
@@ -557,7 +638,7 @@ class LanceStore:
         where = filter_sql(flt)
 
         def run(t: Table) -> list[dict[str, Any]]:
-            q = t.search(query, query_type="fts", fts_columns="text")
+            q = t.search(query, query_type="fts", fts_columns=self._fts_column(t))
             if where:
                 q = q.where(where, prefilter=True)
             return q.select([*_CHUNK_COLUMNS, "_score"]).limit(k).to_list()

@@ -544,8 +544,8 @@ def test_lance_failed_chunk_write_registers_nothing_and_keeps_old_version(
     put(store, old, old_chunks)
     real = LanceStore._chunk_table
 
-    def broken_batch(self: LanceStore, chunks: Sequence[ChunkRecord], vectors) -> pa.Table:
-        table = real(self, chunks, vectors)
+    def broken_batch(self: LanceStore, chunks: Sequence[ChunkRecord], vectors, *args: Any) -> pa.Table:
+        table = real(self, chunks, vectors, *args)
         return table.drop_columns(["section_path"])  # LanceDB refuses a batch that misses a column
 
     monkeypatch.setattr(LanceStore, "_chunk_table", broken_batch)
@@ -566,8 +566,8 @@ def test_lance_failed_registry_write_removes_the_new_chunks(
     store = LanceStore(lance_path)
     put(store, *make_doc("q" * 64, ["bystander"]))  # the registry table exists with its real schema
 
-    def broken_row(doc: DocumentRecord) -> pa.Table:
-        return pa.table({"doc_id": [doc.doc_id], "unexpected": [1]})
+    def broken_row(docs: Sequence[DocumentRecord]) -> pa.Table:
+        return pa.table({"doc_id": [d.doc_id for d in docs], "unexpected": [1] * len(docs)})
 
     monkeypatch.setattr(LanceStore, "_doc_table", staticmethod(broken_row))
     doc, chunks = make_doc("r" * 64, ["orphan to be", "orphan too"])

@@ -1,0 +1,63 @@
+"""IngestStep.ingest_texts writes a batch in one store write, and falls back to one write per
+document when the batch write fails (so only the bad document fails)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from actors.steps.ingest import IngestStep, TextDocument
+from infra.errors import StoreError
+from infra.settings import Settings
+from infra.store.lancedb import LanceStore
+from tests.loopback_ollama import LoopbackOllama
+from tests.unit.test_eval_ingest_text import ABSTRACT, TITLE, server  # noqa: F401
+from infra.embed.ollama import OllamaEmbedder
+
+
+class CountingStore(LanceStore):
+    """The real LanceStore, counting writes; ``refuse`` names a key whose write fails."""
+
+    def __init__(self, path: Path, refuse: str | None = None) -> None:
+        super().__init__(path, dim=768)
+        self.refuse = refuse
+        self.batches: list[int] = []
+        self.singles = 0
+
+    def upsert_documents(self, items: Sequence) -> None:
+        self.batches.append(len(items))
+        if any(doc.key == self.refuse for doc, _, _ in items):
+            raise StoreError(f"refused {self.refuse}", retryable=True)
+        super().upsert_documents(items)
+
+    def upsert_document(self, doc, chunks, vectors) -> None:  # type: ignore[no-untyped-def]
+        self.singles += 1
+        if doc.key == self.refuse:
+            raise StoreError(f"refused {self.refuse}", retryable=True)
+        LanceStore.upsert_documents(self, [(doc, chunks, vectors)])
+
+
+def _step(store: LanceStore, server: LoopbackOllama) -> IngestStep:  # noqa: F811
+    return IngestStep(Settings.load(embed={"backend": "ollama"}), store, OllamaEmbedder(host=server.url, timeout_s=10))
+
+
+def _docs(n: int) -> list[TextDocument]:
+    return [TextDocument(key=f"k{i}", title=f"{TITLE} {i}", text=f"{ABSTRACT} Case {i}.") for i in range(n)]
+
+
+def test_a_batch_is_one_store_write(tmp_path: Path, server: LoopbackOllama) -> None:  # noqa: F811
+    store = CountingStore(tmp_path / "store")
+    results = _step(store, server).ingest_texts("run-1", _docs(4))
+    assert [r.status for r in results] == ["stored"] * 4
+    assert store.batches == [4] and store.singles == 0
+    assert sorted(d.key for d in store.list_documents()) == ["k0", "k1", "k2", "k3"]
+    assert all(store.count_chunks(r.doc_id) == r.n_chunks for r in results)
+
+
+def test_a_failed_batch_write_fails_only_the_bad_document(tmp_path: Path, server: LoopbackOllama) -> None:  # noqa: F811
+    store = CountingStore(tmp_path / "store", refuse="k2")
+    results = _step(store, server).ingest_texts("run-1", _docs(4))
+    assert [r.status for r in results] == ["stored", "stored", "failed", "stored"]
+    assert results[2].reason == "refused k2" and results[2].retryable is True
+    assert store.batches == [4] and store.singles == 4
+    assert sorted(d.key for d in store.list_documents()) == ["k0", "k1", "k3"]
