@@ -32,7 +32,9 @@ so paging ends where the recording does).
 
 **PDFs and misbehaviour** (``<name>`` is a file in ``shared/data/pdfs``):
 
-- ``/pdf/<name>``: the real PDF. ``/pdf/<arxiv id>`` for an id given to ``arxiv_pdfs`` too.
+- ``/pdf/<name>``: the real PDF (``?delay=0.2``: after that many seconds). ``/pdf/<arxiv id>`` for an
+  id given to ``arxiv_pdfs`` (``{"2202.00535": "novelty_paraphrase_arxiv2202.00535v1.pdf"}``) too.
+  ``max_in_flight`` is the most requests the server answered at once.
 - ``/flaky429/<n>/<name>``: the first ``n`` requests of that path get 429 with ``Retry-After`` (the
   ``after`` query parameter, default ``1``), then the PDF. ``/flaky500/<n>/<name>``: ``n`` × 500.
 - ``/status/<code>``: always that status (e.g. ``/status/500``, ``/status/404``).
@@ -127,13 +129,14 @@ class LoopbackSources:
         self._counts: dict[str, int] = {}
         self._faults: list[list[Any]] = []  # [prefix, status, remaining, retry_after]
         self._routes: list[tuple[str, Handler]] = []
+        self.in_flight = 0
+        self.max_in_flight = 0  # most requests being answered at once (concurrency limits)
         self._works: dict[str, dict[str, Any]] = {}
         for f in sorted(self.openalex_dir.glob("*.json")):
             data = json.loads(f.read_text())
             for w in data.get("results") or ([data] if "id" in data else []):
                 self._works.setdefault(w["id"].rsplit("/", 1)[-1], w)
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler_class())
-        self._server.daemon_threads = True
+        self._server = _Server(("127.0.0.1", 0), self._handler_class())
         self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05},
                                         daemon=True)
 
@@ -338,6 +341,8 @@ class LoopbackSources:
         if pdf is None:
             return not_found
         if kind == "pdf":
+            if delay := float(req.param("delay") or 0):
+                self._closing.wait(delay)
             return Reply(200, pdf, "application/pdf")
         if kind in ("flaky429", "flaky500"):
             with self._lock:
@@ -377,6 +382,16 @@ class LoopbackSources:
                 req = Request("GET", unquote(parts.path) if not parts.path.startswith("/works/") else parts.path,
                               parse_qs(parts.query, keep_blank_values=True), parts.query,
                               {k.lower(): v for k, v in self.headers.items()}, time.monotonic())
+                with owner._lock:
+                    owner.in_flight += 1
+                    owner.max_in_flight = max(owner.max_in_flight, owner.in_flight)
+                try:
+                    self._answer(req)
+                finally:
+                    with owner._lock:
+                        owner.in_flight -= 1
+
+            def _answer(self, req: Request) -> None:
                 reply = owner._handle(req)
                 if reply.hang:
                     owner._closing.wait(owner.hang_limit_s)
@@ -409,6 +424,16 @@ class LoopbackSources:
                 pass
 
         return _H
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        import sys
+
+        if not isinstance(sys.exc_info()[1], ConnectionError):  # a client that gave up is expected here
+            super().handle_error(request, client_address)
 
 
 def _raw_filters(raw_query: str) -> dict[str, str]:
