@@ -498,6 +498,7 @@ def _register_extensions() -> None:
 # one line per module; each adds its commands (library commands go on ``gateway.cli.library_app``)
 EXTENSIONS: list[str] = [
     "gateway.cli_report",
+    "gateway.cli_ask",
     "gateway.cli_library",
 ]
 _register_extensions()

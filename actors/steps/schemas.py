@@ -147,3 +147,22 @@ class DifferenceDraft(LLMAnswer):
     """For each paper, what sets it apart from the others in the set."""
 
     differences: list[DifferenceItem] = Field(max_length=20)
+
+
+# -- ask -----------------------------------------------------------------------------------------------
+class AskIntent(LLMAnswer):
+    """Is the message a question for the library, or small talk?"""
+
+    intent: Literal["question", "chit_chat"] = Field(
+        description="question: it asks for information the papers could give; chit_chat: greeting, thanks, "
+                    "small talk or a question about the assistant itself.")
+    reply: str = Field(default="", max_length=MOTIVE_CHARS,
+                       description="For chit_chat only: a short friendly reply. Empty for a question.")
+
+
+class AskAnswer(LLMAnswer):
+    """A short answer from numbered passages, or a statement that they do not suffice."""
+
+    sufficient: bool = Field(description="Whether the passages hold enough to answer the question.")
+    sentences: list[CitedSentence] = Field(default_factory=list, max_length=4,
+                                           description="At most 4 sentences, each citing the passages it rests on.")
