@@ -136,6 +136,12 @@ class Orchestrator:
                     requirements=plan.requirements, max_results=self.settings.search.batch_size,
                     exclude_keys=tuple(offered), search_queries=plan.search_queries))
                 offered.extend(c.key for c in results.candidates)
+                for c in results.candidates:
+                    if c.source != "library":  # where an online paper came from and how it was acquired
+                        self.state.setdefault("acquisition", {})[c.key] = c.model_dump(
+                            mode="json", include={"title", "source", "doi", "arxiv_id", "openalex_id", "year",
+                                                  "found_by", "score", "score_reason", "abstract_only", "path",
+                                                  "download_failures", "landing_url"})
                 self.state["search_skipped"].extend(sk.model_dump() for sk in results.skipped)
                 ingested = await crew.ingest([IngestRequest(run_id=self.run_id, candidate=c)
                                               for c in results.candidates])

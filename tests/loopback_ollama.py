@@ -290,6 +290,13 @@ class _Handler(BaseHTTPRequestHandler):
             self._send_json(404, {"error": f'model "{model}" not found, try pulling it first'})
             return
         behaviour = owner._pop("chat")
+        if behaviour is None and owner.responder is not None:
+            # computed answers: responder(messages, format) → content (a dict/model is sent as JSON)
+            try:
+                behaviour = answer(owner.responder(body.get("messages", []), body.get("format")))
+            except Exception as exc:  # noqa: BLE001 — the test's responder failed: the client sees a 500
+                self._send_json(500, {"error": f"loopback-ollama responder: {type(exc).__name__}: {exc}"})
+                return
         if behaviour is None:
             self._send_json(500, {"error": "loopback-ollama: no scripted behaviour left for /api/chat"})
             return
@@ -331,6 +338,7 @@ class LoopbackOllama:
     hang_limit_s: float = 5.0
     embed_dim: int = 8
     version: str = "0.12.6"
+    responder: Any = None  # optional callable(messages, format) → answer, used when no behaviour is queued
     requests: list[RecordedRequest] = field(default_factory=list, init=False)
     _queues: dict[str, deque[Behaviour]] = field(default_factory=lambda: {"chat": deque(), "embed": deque()},
                                                 init=False, repr=False)

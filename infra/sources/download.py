@@ -20,6 +20,7 @@ import contextlib
 import hashlib
 import json
 import os
+import re
 import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -40,6 +41,9 @@ MAX_REDIRECTS = 5
 _EOF_WINDOW = 2048  # %%EOF must appear within the last bytes (trailing whitespace/junk is common)
 
 
+_ARXIV_PDF = re.compile(r"^https?://(?:export\.|www\.)?arxiv\.org/pdf/", re.IGNORECASE)
+
+
 @dataclass(frozen=True, slots=True)
 class Acquired:
     """A candidate after acquisition: ``candidate.path`` set, or ``abstract_only`` with its failures."""
@@ -54,6 +58,15 @@ class Acquired:
         return self.candidate.path is not None
 
 
+@dataclass(frozen=True, slots=True)
+class _Limits:
+    """Concurrency bounds of one ``fetch`` (asyncio primitives belong to the loop that runs it)."""
+
+    everyone: asyncio.Semaphore
+    hosts: dict[str, asyncio.Semaphore]
+    index: asyncio.Lock
+
+
 class _NotAPDF(Exception):
     """A location answered, but not with a usable PDF (not retried: try the next location)."""
 
@@ -65,15 +78,15 @@ class Downloader:
         self.papers_dir = Path(papers_dir)
         self.arxiv_pdf_base = arxiv_pdf_base if arxiv_pdf_base.endswith("/") else arxiv_pdf_base + "/"
         self.index_path = self.papers_dir / "index.json"
-        self._index_lock = asyncio.Lock()
-        self._hosts: dict[str, asyncio.Semaphore] = {}
 
     # -- public -------------------------------------------------------------------------------------
     def locations(self, c: Candidate) -> list[str]:
         """Where to look for the PDF, in order: the candidate's pdf_urls, then the arXiv PDF."""
         urls = list(c.pdf_urls)
         if arxiv_id := normalize_arxiv_id(c.arxiv_id):
-            urls.append(f"{self.arxiv_pdf_base}{arxiv_id}")
+            # arXiv's own PDF links go to the configured arXiv PDF host (a mirror, or a test server)
+            own = f"{self.arxiv_pdf_base}{arxiv_id}"
+            urls = [own if _ARXIV_PDF.match(u) else u for u in urls] + [own]
         return list(dict.fromkeys(urls))
 
     def known(self, c: Candidate) -> Path | None:
@@ -84,13 +97,13 @@ class Downloader:
     async def fetch(self, candidates: Sequence[Candidate]) -> list[Acquired]:
         """Acquire every candidate (in parallel, politely); the result keeps the input order."""
         self.papers_dir.mkdir(parents=True, exist_ok=True)
-        everyone = asyncio.Semaphore(self.net.downloads)
+        limits = _Limits(asyncio.Semaphore(self.net.downloads), {}, asyncio.Lock())  # bound to this event loop
         async with self.egress.async_client("download", timeout=self.net.timeout_s) as client:
             client.max_redirects = MAX_REDIRECTS
-            return list(await asyncio.gather(*(self._one(client, everyone, c) for c in candidates)))
+            return list(await asyncio.gather(*(self._one(client, limits, c) for c in candidates)))
 
     # -- one paper ----------------------------------------------------------------------------------
-    async def _one(self, client: httpx.AsyncClient, everyone: asyncio.Semaphore, c: Candidate) -> Acquired:
+    async def _one(self, client: httpx.AsyncClient, limits: _Limits, c: Candidate) -> Acquired:
         entry = self._lookup(self._read_index(), c)
         if entry:
             return Acquired(c.model_copy(update={"path": str(self.papers_dir / entry["file"]),
@@ -99,26 +112,26 @@ class Downloader:
         failures = list(c.download_failures)
         for url in self.locations(c):
             try:
-                sha, path = await self._location(client, everyone, url)
+                sha, path = await self._location(client, limits, url)
             except OfflineError:
                 raise
             except Exception as exc:  # every failure is kept with its reason; the next location is tried
                 failures.append(f"{url}: {_reason(exc, self.net)}")
                 continue
-            await self._remember(c, sha, path.name, url)
+            async with limits.index:
+                self._remember(c, sha, path.name, url)
             return Acquired(c.model_copy(update={"path": str(path), "abstract_only": False,
                                                  "download_failures": tuple(failures)}), sha256=sha, url=url)
         if not self.locations(c):
             failures.append("no open-access PDF location")
         return Acquired(c.model_copy(update={"abstract_only": True, "download_failures": tuple(failures)}))
 
-    async def _location(self, client: httpx.AsyncClient, everyone: asyncio.Semaphore,
-                        url: str) -> tuple[str, Path]:
+    async def _location(self, client: httpx.AsyncClient, limits: _Limits, url: str) -> tuple[str, Path]:
         host = urlsplit(url).hostname or ""
-        per_host = self._hosts.setdefault(host, asyncio.Semaphore(self.net.per_host))
+        per_host = limits.hosts.setdefault(host, asyncio.Semaphore(self.net.per_host))
         async for attempt in AsyncRetrying(**retry_kwargs(self.net)):  # type: ignore[arg-type]
             with attempt:
-                async with everyone, per_host:
+                async with limits.everyone, per_host:
                     async with asyncio.timeout(self.net.download_timeout_s):
                         return await self._stream(client, url)
         raise AssertionError("unreachable: tenacity reraises")
@@ -141,9 +154,9 @@ class Downloader:
                         size += len(chunk)
                         if size > self.net.max_pdf_bytes:
                             raise _NotAPDF(f"too large (more than {self.net.max_pdf_bytes} bytes)")
-                        if len(head) < 1024:
+                        if len(head) < 1024:  # the header may follow a little junk, within the first 1 kB
                             head = (head + chunk)[:1024]
-                            if len(head) >= 5 and b"%PDF-" not in head:
+                            if len(head) == 1024 and b"%PDF-" not in head:
                                 raise _NotAPDF(f"not a PDF ({_kind(response, head)})")
                         tail = (tail + chunk)[-_EOF_WINDOW:]
                         digest.update(chunk)
@@ -179,15 +192,14 @@ class Downloader:
                 return entry
         return None
 
-    async def _remember(self, c: Candidate, sha: str, file: str, url: str) -> None:
-        async with self._index_lock:
-            index = self._read_index()
-            for key in candidate_keys(c):
-                index[key] = {"sha256": sha, "file": file, "url": url}
-            fd, tmp = tempfile.mkstemp(prefix=".index-", suffix=".json", dir=self.papers_dir)
-            with os.fdopen(fd, "w") as out:
-                json.dump(index, out, indent=1, sort_keys=True)
-            os.replace(tmp, self.index_path)
+    def _remember(self, c: Candidate, sha: str, file: str, url: str) -> None:
+        index = self._read_index()
+        for key in candidate_keys(c):
+            index[key] = {"sha256": sha, "file": file, "url": url}
+        fd, tmp = tempfile.mkstemp(prefix=".index-", suffix=".json", dir=self.papers_dir)
+        with os.fdopen(fd, "w") as out:
+            json.dump(index, out, indent=1, sort_keys=True)
+        os.replace(tmp, self.index_path)
 
 
 def _int(value: str | None) -> int | None:
