@@ -62,14 +62,16 @@ def arxiv_delay(search: SearchSettings) -> float:
     return search.arxiv_delay_s
 
 
+_OPERATORS = {"AND", "OR", "ANDNOT", "NOT"}
+
+
 def arxiv_query(q: SearchQuery) -> str:
-    """The arXiv ``search_query`` for an approved string."""
-    text = q.text.replace('"', " ").strip()
+    """The arXiv ``search_query`` for an approved string: its words, without arXiv query syntax."""
+    words = [w for w in re.findall(r"[\w\-.']+", q.text) if w not in _OPERATORS]
     if q.kind == "title":
-        return f'ti:"{text}"'
+        return 'ti:"' + " ".join(words) + '"'
     if q.kind == "author":
-        return f'au:"{text}"'
-    words = [w for w in re.split(r"\s+", text) if w]
+        return 'au:"' + " ".join(words) + '"'
     return " AND ".join(f"all:{w}" for w in words)
 
 

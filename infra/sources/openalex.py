@@ -75,14 +75,15 @@ class OpenAlexSource:
         """Works whose title matches (``title.search`` filter): a named paper, found directly."""
         q = query or SearchQuery(text=title, kind="title")
         return self._paged(("title", title, q.year_from, q.year_to, q.open_access),
-                           lambda: self._filtered(pyalex.Works().filter(**{"title.search": title}), q),
+                           lambda: self._filtered(pyalex.Works().filter(**{"title.search": _filter_text(title)}), q),
                            limit, found_by=q.text)
 
     def lookup_author(self, name: str, limit: int | None = None, query: SearchQuery | None = None) -> list[Candidate]:
         """Works by a named author (``raw_author_name.search`` filter over the works' authorships)."""
         q = query or SearchQuery(text=name, kind="author")
         return self._paged(("author", name, q.year_from, q.year_to, q.open_access),
-                           lambda: self._filtered(pyalex.Works().filter(**{"raw_author_name.search": name}), q),
+                           lambda: self._filtered(pyalex.Works().filter(**{"raw_author_name.search": _filter_text(name)}),
+                                                 q),
                            limit, found_by=q.text)
 
     def exhausted(self, q: SearchQuery) -> bool:
@@ -193,6 +194,11 @@ class OpenAlexSource:
         if not isinstance(data, dict):
             raise SourceError(f"OpenAlex answered an unexpected JSON shape: {url}", retryable=False)
         return data
+
+
+def _filter_text(value: str) -> str:
+    """A filter value: ',' separates filters and '|' means OR in OpenAlex filters, so neither may appear."""
+    return " ".join(value.replace(",", " ").replace("|", " ").split())
 
 
 def _require_id(value: str) -> str:

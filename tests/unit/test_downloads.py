@@ -165,6 +165,17 @@ def test_concurrency_is_bounded_per_host_and_in_all(loopback_sources, tmp_path, 
     assert srv.max_in_flight == expected
 
 
+def test_one_downloader_serves_several_event_loops(loopback_sources, tmp_path):
+    """The research step may call fetch once per iteration, each time under a new asyncio.run."""
+    srv = loopback_sources
+    net = FAST.model_copy(update={"per_host": 1})
+    dl = Downloader(net, Egress(net), tmp_path / "papers", arxiv_pdf_base=srv.url("/pdf/"))
+    for batch in range(2):
+        cands = [_cand(10 * batch + i, urls=(srv.url(f"/pdf/{SMALL}?delay=0.05&n={batch}{i}"),)) for i in range(3)]
+        assert all(a.ok for a in asyncio.run(dl.fetch(cands)))
+    assert srv.max_in_flight == 1
+
+
 def test_offline_downloads_nothing(loopback_sources, tmp_path):
     srv = loopback_sources
     with pytest.raises(OfflineError):

@@ -44,7 +44,9 @@ def test_search_maps_the_recorded_feed(loopback_sources):
 
 def test_query_forms():
     assert arxiv_query(SearchQuery(text="graph neural  networks")) == "all:graph AND all:neural AND all:networks"
-    assert arxiv_query(SearchQuery(text='Attention "is" all', kind="title")) == 'ti:"Attention  is  all"'
+    assert arxiv_query(SearchQuery(text="Attention (is): all", kind="title")) == 'ti:"Attention is all"'
+    assert (arxiv_query(SearchQuery(text="machine learning AND public-health"))
+            == "all:machine AND all:learning AND all:public-health")
     assert arxiv_query(SearchQuery(text="Ann Lee", kind="author")) == 'au:"Ann Lee"'
 
 

@@ -114,6 +114,8 @@ def test_title_and_author_lookup(loopback_sources):
     [paper] = oa.search(SearchQuery(text=title, kind="title"))
     assert paper.title == title and paper.arxiv_id == "2312.07559" and paper.found_by == title
     assert srv.received("/works")[-1].param("filter") == f"title.search:{title}"
+    oa.lookup_title("Beyond the number of classes, separating | dependence")
+    assert srv.received("/works")[-1].param("filter") == "title.search:Beyond the number of classes separating dependence"
     by_author = oa.lookup_author("Daniel L. Oberski")
     assert [c.openalex_id for c in by_author] == ["W789391616"]
     assert srv.received("/works")[-1].param("filter") == "raw_author_name.search:Daniel L. Oberski"
