@@ -55,9 +55,9 @@ def _settings(store: Path | None, **zotero: Any) -> Settings:
 
 
 def _fail(message: str, code: int = 2) -> typer.Exit:
-    from gateway.cli import _one_line, err
+    from gateway.cli import err
 
-    err.print(f"[red]error:[/red] {_one_line(message)}", highlight=False)
+    err.print(f"[red]error:[/red] {' '.join(message.split())}", highlight=False)
     return typer.Exit(code)
 
 

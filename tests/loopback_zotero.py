@@ -49,7 +49,7 @@ KEY_ALPHABET = "23456789ABCDEFGHIJKLMNPQRSTUVWXYZ"
 PREPRINT_FIELDS = ("title", "abstractNote", "genre", "repository", "archiveID", "place", "date", "series",
                    "seriesNumber", "DOI", "citationKey", "url", "accessDate", "archive", "archiveLocation",
                    "shortTitle", "language", "libraryCatalog", "callNumber", "rights", "extra")
-ATTACHMENT_TEMPLATE = {"itemType": "attachment", "linkMode": "imported_file", "title": "", "accessDate": "",
+ATTACHMENT_TEMPLATE: dict[str, Any] = {"itemType": "attachment", "linkMode": "imported_file", "title": "", "accessDate": "",
                        "url": "", "note": "", "tags": [], "collections": [], "relations": {}, "contentType": "",
                        "charset": "", "filename": "", "md5": None, "mtime": None}
 
@@ -421,8 +421,8 @@ class _Handler(BaseHTTPRequestHandler):
         owner = self.owner
         kind = query.get("itemType", "")
         if kind == "attachment":
-            template = {**copy.deepcopy(ATTACHMENT_TEMPLATE), "linkMode": query.get("linkMode") or "imported_file"}
-            return self._json(200, template)
+            return self._json(200, {**copy.deepcopy(ATTACHMENT_TEMPLATE),
+                                    "linkMode": query.get("linkMode") or "imported_file"})
         recorded = owner._fixture("item_template.json")
         if kind == recorded["itemType"]:
             return self._json(200, recorded)

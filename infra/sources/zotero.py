@@ -577,8 +577,8 @@ class ZoteroLibrary:
         key, data = attachment["key"], attachment["data"]
         version = int(attachment.get("version") or data.get("version") or 0)
         md5 = data.get("md5")
-        if known is not None and Path(known.path).is_file() and (
-                known.version == version or (md5 and known.md5 == md5)) and sha256_file(Path(known.path)) == known.sha256:
+        same = known is not None and (known.version == version or bool(md5 and known.md5 == md5))
+        if known is not None and same and Path(known.path).is_file() and sha256_file(Path(known.path)) == known.sha256:
             state = known.model_copy(update={"version": version, "md5": md5 or known.md5})
             return PulledItem(attachment_key=key, status="unchanged", state=state,
                               candidate=self._candidate(key, data, parent, Path(known.path)))

@@ -83,7 +83,8 @@ def test_push_files_papers_in_a_new_collection_with_fields_and_pdfs(server, egre
     vespa = filed[result.items[0].item_key]
     assert vespa["itemType"] == "journalArticle" and vespa["title"] == candidates[0].title
     assert vespa["DOI"] == "10.7717/peerj-cs.107" and vespa["date"] == "2017"
-    assert vespa["url"] == "https://peerj.com/articles/cs-107/" and vespa["publicationTitle"] == "PeerJ Computer Science"
+    assert vespa["url"] == "https://peerj.com/articles/cs-107/"
+    assert vespa["publicationTitle"] == "PeerJ Computer Science"
     assert vespa["creators"] == [{"creatorType": "author", "firstName": "Jon", "lastName": "Bratseth"},
                                  {"creatorType": "author", "firstName": "Kristian", "lastName": "Haugaard"}]
     assert vespa["extra"].splitlines() == ["Forage run: run-7", "Source database: OpenAlex", "OpenAlex: W2744423345"]
@@ -237,7 +238,8 @@ def test_second_pull_returns_nothing_new_and_downloads_nothing(seeded, egress, t
     assert again.candidates == [] and {i.status for i in again.items} == {"unchanged"}
     assert touched.candidates == [] and {i.status for i in touched.items} == {"unchanged"}
     assert not [r for r in server.requests if "/file" in r.path or r.path.startswith("/_storage")]
-    assert load_state(state, "users/475425")[keys[SENSITIZATION]].version == server.items[keys[SENSITIZATION]]["version"]
+    remembered = load_state(state, "users/475425")[keys[SENSITIZATION]]
+    assert remembered.version == server.items[keys[SENSITIZATION]]["version"]
 
 
 def test_changed_attachment_is_returned_again(seeded, egress, tmp_path, shared_pdfs) -> None:
