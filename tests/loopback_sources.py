@@ -49,7 +49,8 @@ so paging ends where the recording does).
 ``fail_next(prefix, status, times, retry_after)`` makes the next ``times`` requests whose path starts
 with ``prefix`` answer ``status`` first (any route, e.g. ``/works`` for OpenAlex retries).
 ``pdf_map`` rewrites the PDF locations of served works: ``{openalex id: [loopback urls]}``; with
-``localize_pdfs=True`` every other external ``pdf_url``/``oa_url`` becomes a loopback 404 so no test
+``localize_pdfs=True`` every other external ``pdf_url``/``oa_url`` becomes a loopback 404, and the
+arXiv feeds' PDF links point at ``/pdf/<id>`` (served when ``arxiv_pdfs`` maps the id), so no test
 can leave the machine. Every request is recorded in ``requests`` (path, query, headers, time).
 Routes can be added: ``srv.route(prefix, handler)`` with ``handler(srv, request) -> Reply``.
 """
@@ -315,6 +316,8 @@ class LoopbackSources:
             return Reply(400, (self.arxiv_dir / ARXIV_ERROR).read_bytes(), "application/atom+xml")
         name = ARXIV_LEGACY if "del_maestro" in query else ARXIV_SEARCH
         feed = (self.arxiv_dir / name).read_text()
+        if self.localize_pdfs:  # the feed's PDF links point at this server's /pdf/<id>
+            feed = re.sub(r'href="https?://arxiv\.org/pdf/', f'href="{self.base_url}/pdf/', feed)
         start, size = int(req.param("start") or 0), int(req.param("max_results") or 10)
         return Reply(200, _slice_feed(feed, start, size).encode(), "application/atom+xml")
 

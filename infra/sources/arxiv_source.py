@@ -76,6 +76,8 @@ def arxiv_query(q: SearchQuery) -> str:
 
 
 class ArxivSource:
+    name = "arxiv"
+
     def __init__(self, search: SearchSettings, net: NetSettings, egress: Egress) -> None:
         self.search_settings, self.net = search, net
         self.client = _Client(page_size=search.per_query, delay_seconds=arxiv_delay(search),
@@ -182,8 +184,12 @@ def to_candidate(r: arxiv.Result, *, found_by: str) -> Candidate:
 
 
 def _pdf_url(pdf_url: str | None, arxiv_id: str | None) -> str | None:
-    """``https://arxiv.org/pdf/<id>`` (latest version) from the feed's PDF link."""
-    if arxiv_id:
-        base = pdf_url.split("/pdf/")[0] if pdf_url and "/pdf/" in pdf_url else "https://arxiv.org"
-        return f"{base.replace('http://', 'https://')}/pdf/{arxiv_id}"
+    """The feed's PDF link without its version (``https://arxiv.org/pdf/<id>``: the latest version)."""
+    if not pdf_url:
+        return f"https://arxiv.org/pdf/{arxiv_id}" if arxiv_id else None
+    parts = urlsplit(pdf_url)
+    if arxiv_id and "/pdf/" in parts.path:
+        pdf_url = pdf_url.split("/pdf/")[0] + f"/pdf/{arxiv_id}"
+    if parts.hostname in ("arxiv.org", "export.arxiv.org") and parts.scheme == "http":
+        pdf_url = "https://" + pdf_url[len("http://"):]
     return pdf_url

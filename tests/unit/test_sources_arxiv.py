@@ -42,6 +42,14 @@ def test_search_maps_the_recorded_feed(loopback_sources):
     assert (rec.purpose, rec.host, rec.path, rec.status) == ("arxiv", "127.0.0.1", "/api/query", 200)
 
 
+def test_localized_feed_links_point_at_loopback_pdfs(loopback_sources):
+    srv = loopback_sources
+    srv.localize_pdfs = True
+    ax, _ = _source(srv)
+    found = ax.search(SearchQuery(text="software testing"), limit=2)
+    assert [c.pdf_urls for c in found] == [(srv.url(f"/pdf/{c.arxiv_id}"),) for c in found]
+
+
 def test_query_forms():
     assert arxiv_query(SearchQuery(text="graph neural  networks")) == "all:graph AND all:neural AND all:networks"
     assert arxiv_query(SearchQuery(text="Attention (is): all", kind="title")) == 'ti:"Attention is all"'
