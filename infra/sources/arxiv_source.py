@@ -31,6 +31,9 @@ from messages.search import Candidate
 
 ARXIV_HOST = "export.arxiv.org"
 MIN_ARXIV_DELAY_S = 3.0
+MAX_PAGES_PER_CALL = 3  # pages read by one search call when the year filter leaves nothing
+
+
 
 
 class _Client(arxiv.Client):
@@ -92,20 +95,27 @@ class ArxivSource:
         self.client._session.close()
 
     def search(self, q: SearchQuery, limit: int | None = None) -> list[Candidate]:
-        """Up to ``limit`` arXiv results (before the year filter); the next call continues after them."""
+        """Up to ``limit`` arXiv results within the query's years; the next call continues after them.
+
+        arXiv cannot filter by year, so when a page has nothing in the years the next page is read,
+        up to ``MAX_PAGES_PER_CALL`` pages; [] then means "nothing this time", see :meth:`exhausted`.
+        """
         limit = self.search_settings.per_query if limit is None else limit
         key = (q.kind, q.text)
-        if key in self._exhausted or limit <= 0:
-            return []
-        offset = self._offsets.get(key, 0)
-        self.client.page_size = min(limit, 2000)
-        search = arxiv.Search(query=arxiv_query(q), max_results=offset + limit)
-        results = self._run(lambda: self.client.results(search, offset=offset))
-        self._offsets[key] = offset + len(results)
-        if len(results) < limit:
-            self._exhausted.add(key)
-        found = [to_candidate(r, found_by=q.text) for r in results]
-        return [c for c in found if _in_years(c.year, q.year_from, q.year_to)]
+        found: list[Candidate] = []
+        pages = 0
+        while not found and key not in self._exhausted and limit > 0 and pages < MAX_PAGES_PER_CALL:
+            pages += 1
+            offset = self._offsets.get(key, 0)
+            self.client.page_size = min(limit, 2000)
+            search = arxiv.Search(query=arxiv_query(q), max_results=offset + limit)
+            results = self._run(lambda: self.client.results(search, offset=offset))  # noqa: B023
+            self._offsets[key] = offset + len(results)
+            if len(results) < limit:
+                self._exhausted.add(key)
+            found = [c for r in results
+                     if _in_years((c := to_candidate(r, found_by=q.text)).year, q.year_from, q.year_to)]
+        return found
 
     def exhausted(self, q: SearchQuery) -> bool:
         return (q.kind, q.text) in self._exhausted

@@ -40,6 +40,8 @@ class _Pager:
 
 
 class OpenAlexSource:
+    name = "openalex"
+
     def __init__(self, search: SearchSettings, net: NetSettings, egress: Egress) -> None:
         self.search_settings, self.net = search, net
         self._base = search.openalex_url.rstrip("/")

@@ -79,6 +79,18 @@ def test_years_are_filtered_after_the_fact(loopback_sources):
     assert "2022" not in query and "2024" not in query  # arXiv has no year filter: nothing is sent
 
 
+def test_a_page_with_nothing_in_the_years_reads_on(loopback_sources):
+    srv = loopback_sources
+    ax, _ = _source(srv)
+    q = SearchQuery(text="software testing", year_from=2025)  # recorded years: 2022 2024 2020 2022 | 2023 ...
+    first = ax.search(q, limit=4)  # page 1 has no 2025 paper, page 2 (entries 4-7) has one
+    assert [c.year for c in first] == [2025] and not ax.exhausted(q)
+    assert [r.param("start") for r in srv.received("/api/query")] == ["0", "4"]
+    second = ax.search(q, limit=4)  # entries 8-9: one 2025 paper, and the recording ends
+    assert [c.year for c in second] == [2025] and ax.exhausted(q)
+    assert ax.search(q, limit=4) == [] and len(srv.received("/api/query")) == 3
+
+
 def test_delay_is_never_below_three_seconds_for_arxiv(loopback_sources):
     assert arxiv_delay(SearchSettings(arxiv_delay_s=0.5)) == 3.0
     assert arxiv_delay(SearchSettings(arxiv_delay_s=5.0)) == 5.0
