@@ -1,8 +1,9 @@
 """A loopback server that replays the recorded OpenAlex and arXiv responses and serves real PDFs.
 
 :class:`LoopbackSources` is a real HTTP server on ``127.0.0.1`` (stdlib ``ThreadingHTTPServer`` in a
-thread, port 0), usable as a context manager or through the ``loopback_sources`` fixture
-(``tests/unit/conftest_sources.py`` style: ``with LoopbackSources(shared_data) as srv: ...``). Point
+thread, port 0), usable as a context manager (``with LoopbackSources(shared_data) as srv: ...``) or
+as the ``loopback_sources`` pytest fixture (``from tests.loopback_sources import loopback_sources``
+in a test module: a fresh server per test). Point
 the clients at it with ``SearchSettings(openalex_url=srv.openalex_url, arxiv_url=srv.arxiv_url)``
 and ``Downloader(..., arxiv_pdf_base=srv.url("/pdf/"))``.
 
