@@ -499,6 +499,7 @@ def _register_extensions() -> None:
 EXTENSIONS: list[str] = [
     "gateway.cli_report",
     "gateway.cli_ask",
+    "gateway.cli_eval",
     "gateway.cli_library",
 ]
 _register_extensions()

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
 
 # -- shared limits (characters) ------------------------------------------------------------------------
 REQUIREMENT_CHARS = 300
@@ -62,6 +62,73 @@ class DeepDiveVerdict(LLMAnswer):
 
     tag: Literal["answers", "unrelated"]
     motive: str = Field(max_length=MOTIVE_CHARS)
+
+
+MAX_BATCH_PASSAGES = 12  # ForageSettings.judge_batch allows at most 12
+EvidenceKind = Literal["method", "result", "background"]
+
+
+class PassageVerdict(LLMAnswer):
+    """One passage of a batch: its number, tag, kind and motive."""
+
+    passage: int = Field(ge=1, le=MAX_BATCH_PASSAGES, description="The passage's number [n].")
+    tag: Literal["answers", "interesting", "unrelated"] = Field(
+        description="answers: the passage itself gives the information; interesting: on topic, the document "
+                    "probably has it elsewhere; unrelated: neither.")
+    kind: EvidenceKind = Field(
+        description="method: a method or mechanism; result: a quantitative result (numbers); background: "
+                    "context, definitions, motivation.")
+    motive: str = Field(max_length=MOTIVE_CHARS, description="One short sentence: why this tag.")
+
+
+class DeepDivePassageVerdict(PassageVerdict):
+    tag: Literal["answers", "unrelated"] = Field(  # type: ignore[assignment]
+        description="answers: the passage itself gives the information; unrelated: it does not.")
+
+
+def _valid_entries(model: type[PassageVerdict], value: object) -> object:
+    """Keep the entries that validate on their own; a bad entry fails only its passage (re-judged)."""
+    if not isinstance(value, list):
+        return value
+    kept = []
+    for entry in value:
+        try:
+            kept.append(model.model_validate(entry))
+        except ValueError:
+            continue
+    return kept
+
+
+class BatchVerdict(LLMAnswer):
+    """Start node: one verdict per numbered passage, all for the same requirement.
+
+    Entries that do not validate (unknown tag, bad number, missing field) are dropped here; the
+    step re-judges the passages left without a verdict."""
+
+    verdicts: list[PassageVerdict] = Field(max_length=MAX_BATCH_PASSAGES)
+
+    @field_validator("verdicts", mode="before")
+    @classmethod
+    def _drop_bad(cls, value: object) -> object:
+        return _valid_entries(PassageVerdict, value)
+
+
+class DeepDiveBatchVerdict(LLMAnswer):
+    """Deep dive: one answers/unrelated verdict per numbered passage of a promising document."""
+
+    verdicts: list[DeepDivePassageVerdict] = Field(max_length=MAX_BATCH_PASSAGES)
+
+    @field_validator("verdicts", mode="before")
+    @classmethod
+    def _drop_bad(cls, value: object) -> object:
+        return _valid_entries(DeepDivePassageVerdict, value)
+
+
+class Reformulation(LLMAnswer):
+    """Another search query for a requirement whose evidence comes from too few papers."""
+
+    query: str = Field(max_length=REQUIREMENT_CHARS,
+                       description="A different wording: synonyms, the method or measurement names a paper would use.")
 
 
 class DocumentGist(LLMAnswer):
@@ -166,3 +233,19 @@ class AskAnswer(LLMAnswer):
     sufficient: bool = Field(description="Whether the passages hold enough to answer the question.")
     sentences: list[CitedSentence] = Field(default_factory=list, max_length=4,
                                            description="At most 4 sentences, each citing the passages it rests on.")
+
+
+# -- evaluation ----------------------------------------------------------------------------------------
+Score = Annotated[int, Field(ge=1, le=5)]
+
+
+class JudgeVerdict(LLMAnswer):
+    """The thesis rubric (1-5 each) with an evidence audit."""
+
+    correctness: Score = Field(description="Are the report's claims supported by the cited evidence? 5 = all.")
+    usefulness: Score = Field(description="Would a researcher asking the query find it useful? 5 = very.")
+    scope: Score = Field(description="Does it cover what the query asks, no more and no less? 5 = fully.")
+    unsupported_claims: list[Annotated[str, StringConstraints(max_length=SENTENCE_CHARS)]] = Field(
+        default_factory=list, max_length=10,
+        description="Claims of the report that its cited evidence does not support, quoted briefly.")
+    rationale: str = Field(default="", max_length=OVERVIEW_CHARS, description="Two or three sentences.")

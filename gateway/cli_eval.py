@@ -1,0 +1,101 @@
+"""`forage eval report RUN --judge MODEL` and `forage eval suite [FILE.yaml]` (see gateway/eval_suite.py)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+
+def eval_report(
+    run: Annotated[str, typer.Argument(help="Run id (or the path of its folder).")],
+    judge: Annotated[str, typer.Option(help="Ollama model that judges the report (on the configured host).")],
+    runs_dir: Annotated[Path, typer.Option(help="Runs folder.")] = Path("runs"),
+) -> None:
+    """Score a finished report on the thesis rubric (correctness, usefulness, scope, 1-5) with an evidence
+    audit of unsupported claims; writes runs/<id>/eval.json."""
+    import asyncio
+
+    from actors.steps.judge import judge_run, run_metrics
+    from actors.steps.rundir import atomic_write
+    from actors.steps.verify import find_run, store_path
+    from gateway import cli as base
+    from gateway.eval_suite import judge_llm
+    from infra.errors import ForageError
+    from infra.settings import Settings
+    from infra.store import build_store
+
+    try:
+        rundir = find_run(run, runs_dir)
+        settings = Settings.load()
+        llm = judge_llm(settings, judge)
+        asyncio.run(llm.check())
+        store = build_store(settings.updated(store={"path": store_path(rundir)}))
+        verdict = asyncio.run(judge_run(rundir, store, llm, judge))
+    except (ForageError, FileNotFoundError, ValueError) as exc:
+        base.err.print(f"[red]error:[/red] {base._one_line(exc)}")
+        raise typer.Exit(2) from None
+    result = {"metrics": run_metrics(rundir), "judgement": verdict.as_dict()}
+    atomic_write(rundir.path / "eval.json", json.dumps(result, indent=2, ensure_ascii=False) + "\n")
+    table = Table(title=f"{rundir.run_id} judged by {judge}")
+    for col in ("correctness", "usefulness", "scope", "mean"):
+        table.add_column(col, justify="right")
+    table.add_row(str(verdict.correctness), str(verdict.usefulness), str(verdict.scope), f"{verdict.mean:.2f}")
+    base.console.print(table)
+    if verdict.rationale:
+        base.console.print(verdict.rationale, highlight=False, markup=False)
+    base.console.print(f"unsupported claims: {len(verdict.unsupported_claims)}")
+    for claim in verdict.unsupported_claims:
+        base.console.print(f"- {claim}", highlight=False, markup=False)
+    base.console.print(f"written: {rundir.path / 'eval.json'}")
+
+
+def eval_suite(
+    file: Annotated[Path | None, typer.Argument(help="Suite YAML (default: the thesis's three queries).")] = None,
+    judge: Annotated[str | None, typer.Option(help="Ollama model that judges each report.")] = None,
+    library: Annotated[Path | None, typer.Option(help="Folder of PDFs (overrides the suite's library).")] = None,
+    preset: Annotated[str | None, typer.Option(help="quick / standard / deep (overrides the suite).")] = None,
+    model: Annotated[str | None, typer.Option(help="Ollama model for the runs.")] = None,
+    runs_dir: Annotated[Path | None, typer.Option(help="Where runs/<run_id>/ go.")] = None,
+    out: Annotated[Path, typer.Option(help="Results: OUT.json and OUT.md.")] = Path("eval-suite"),
+) -> None:
+    """Run every query of a suite end to end and tabulate coverage, sources, citations removed, schema
+    compliance, LLM calls, wall time and (with --judge) the rubric scores."""
+    from gateway import cli as base
+    from gateway.eval_suite import COLUMNS, DEFAULT_SUITE, judge_llm, load_suite, run_suite, save_results
+
+    try:
+        suite = load_suite(file or DEFAULT_SUITE)
+        settings = base._settings(preset or suite.preset, library or suite.library, None, model, runs_dir, None)  # type: ignore[arg-type]
+        judge_name = judge or suite.judge
+        llm = judge_llm(settings, judge_name) if judge_name else None
+    except ValueError as exc:
+        base.err.print(f"[red]error:[/red] {base._one_line(exc)}")
+        raise typer.Exit(2) from None
+
+    def progress(i: int, n: int, query: str) -> None:
+        base.console.print(f"[bold]{i}/{n}[/bold] {query}", highlight=False)
+
+    rows = run_suite(settings, suite, judge=llm, judge_name=judge_name or "", progress=progress)
+    json_path, md_path = save_results(rows, out)
+    table = Table(title=f"suite: {len(rows)} queries" + (f", judged by {judge_name}" if judge_name else ""))
+    for col in COLUMNS:
+        table.add_column(col, max_width=40 if col == "query" else None)
+    from gateway.eval_suite import _cell
+
+    for row in rows:
+        table.add_row(*(_cell(row.get(c)) for c in COLUMNS))
+    base.console.print(table)
+    base.console.print(f"results: {json_path} and {md_path}")
+    if any(r.get("status") != "finished" for r in rows):
+        raise typer.Exit(1)
+
+
+def register(app: typer.Typer) -> None:
+    from gateway import cli as base
+
+    base.eval_app.command("report")(eval_report)
+    base.eval_app.command("suite")(eval_suite)
