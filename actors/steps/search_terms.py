@@ -38,7 +38,7 @@ over own per perhaps rather same several shall she should since so some such tha
 these they this those though through thus to too toward towards under until up upon us use used using very via
 was we were what when where whether which while who whom whose why will with within without would yet you your
 paper papers study studies research literature review reviews article articles work works publication
-publications find finding search looking look evidence information known approach approaches method methods
+publications find finding search looking look known approach approaches method methods
 effect effects role impact impacts relationship relationships associated association associations regarding
 related relate relates various different new novel recent recently current currently latest modern today
 year years decade decades month months last past since ago era period time times early late state art

@@ -89,7 +89,9 @@ class WebSearch:
                         continue  # this source has no direct lookup
                     else:
                         page = source.search(query, limit)
-                except ForageError as exc:
+                except Exception as exc:  # noqa: BLE001 — one source failing is recorded; the others go on
+                    exc = exc if isinstance(exc, ForageError) else ForageError(
+                        f"{type(exc).__name__}: {exc}", retryable=False)
                     skipped.append(Skipped(item=f"{source.name}: {query.text}", reason=str(exc),
                                            retryable=exc.retryable))
                     self.emit(Stage.SEARCH, "source_failed", f"{source.name} failed for '{query.text}': {exc}",

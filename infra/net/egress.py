@@ -168,7 +168,10 @@ class Egress:
             def handle_request(inner, request: Any) -> Any:  # noqa: N805
                 url, method = str(request.url), request.method
                 inner._egress.before(method, url, purpose)
-                out = len(request.content) if request.content else 0
+                try:
+                    out = len(request.content)
+                except httpx2.RequestNotRead:  # a streamed body (multipart upload, redirect hop)
+                    out = _int(request.headers.get("content-length")) or 0
                 try:
                     response = inner._next.handle_request(request)
                 except Exception as exc:

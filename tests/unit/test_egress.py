@@ -97,3 +97,12 @@ def test_requests_session_has_a_default_timeout(tmp_path):
     sock.close()
     (rec,) = egress.ledger.records()
     assert rec.error and "Timeout" in rec.error and json.dumps(rec.query) == '""'
+
+
+def test_httpx2_streamed_bodies_and_redirects_are_recorded(base_url):
+    egress = Egress(NetSettings())
+    with egress.httpx2_client("zotero") as z:
+        assert z.get(f"{base_url}/redirect", follow_redirects=True).status_code == 200
+        z.post(f"{base_url}/final", files={"file": ("a.pdf", b"%PDF-1.4 x")})
+    assert [(r.path, r.method) for r in egress.ledger][:2] == [("/redirect", "GET"), ("/final", "GET")]
+    assert egress.ledger.records()[2].method == "POST" and egress.ledger.records()[2].bytes_out > 0
