@@ -100,7 +100,11 @@ class WebSearch:
                         self.exhausted_pairs.add(pair)
                     continue
                 exhausted = getattr(source, "exhausted", None)
-                if not page or (query.kind == "keywords" and exhausted is not None and exhausted(query)):
+                if query.kind == "keywords" and exhausted is not None:
+                    # a source that filters pages (arXiv's years) may return an empty page before its end
+                    if exhausted(query):
+                        self.exhausted_pairs.add(pair)
+                elif not page:
                     self.exhausted_pairs.add(pair)
                 self.emit(Stage.SEARCH, "source_results", f"{source.name}: {len(page)} results for '{query.text}'",
                           iteration=request.iteration, source=source.name, query=query.text, found=len(page))

@@ -174,7 +174,7 @@ class Egress:
                     out = _int(request.headers.get("content-length")) or 0
                 try:
                     response = inner._next.handle_request(request)
-                except Exception as exc:
+                except BaseException as exc:
                     inner._egress.record(method, url, purpose, out, None, None, f"{type(exc).__name__}: {exc}")
                     raise
                 inner._egress.record(method, url, purpose, out, response.status_code,
@@ -211,7 +211,7 @@ class _LedgerTransport(httpx.BaseTransport):
         self._egress.before(method, url, self._purpose)
         try:
             response = self._inner.handle_request(request)
-        except Exception as exc:
+        except BaseException as exc:  # cancelled by a caller's timeout too: still recorded
             self._egress.record(method, url, self._purpose, _request_bytes(request), None, None,
                                 f"{type(exc).__name__}: {exc}")
             raise
@@ -232,7 +232,7 @@ class _AsyncLedgerTransport(httpx.AsyncBaseTransport):
         self._egress.before(method, url, self._purpose)
         try:
             response = await self._inner.handle_async_request(request)
-        except Exception as exc:
+        except BaseException as exc:  # cancelled by a caller's timeout too: still recorded
             self._egress.record(method, url, self._purpose, _request_bytes(request), None, None,
                                 f"{type(exc).__name__}: {exc}")
             raise
@@ -257,7 +257,7 @@ def _make_requests_adapter(egress: Egress, purpose: str, timeout: float) -> Any:
             out = len(body.encode() if isinstance(body, str) else body)
             try:
                 response = super().send(request, **kwargs)
-            except Exception as exc:
+            except BaseException as exc:
                 egress.record(method, url, purpose, out, None, None, f"{type(exc).__name__}: {exc}")
                 raise
             egress.record(method, url, purpose, out, response.status_code,
