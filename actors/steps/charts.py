@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure as MplFigure
+from matplotlib.ticker import MaxNLocator
 
 from messages.write import Figure, GapMatrix, SourceRef
 
@@ -62,7 +63,7 @@ def years_chart(sources: Sequence[SourceRef]) -> Figure:
     ax.set_xticks(range(len(labels)), labels, rotation=45 if len(labels) > 8 else 0, fontsize=8)
     ax.set_ylabel("sources")
     ax.set_title("Sources by year")
-    ax.yaxis.get_major_locator().set_params(integer=True)
+    ax.yaxis.set_major_locator(MaxNLocator(integer=True))
     return _export(fig, "years", "Sources by publication year")
 
 

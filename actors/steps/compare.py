@@ -15,7 +15,7 @@ invents are dropped. A failed call degrades to an empty record or pass, noted in
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field, create_model
 
@@ -49,10 +49,12 @@ _DIFFERENCE_SYSTEM = (
 
 def contribution_schema(problems: Sequence[str], methods: Sequence[str]) -> type[ContributionDraft]:
     """ContributionDraft whose label fields only allow the taxonomy's labels (an enum in the JSON schema)."""
-    return create_model(  # type: ignore[call-overload,no-any-return]
-        "ContributionDraft", __base__=ContributionDraft,
-        problem_label=(Literal[tuple(problems)], Field(description="The closest problem label.")),
-        method_label=(Literal[tuple(methods)], Field(description="The closest method label.")))
+    fields: dict[str, Any] = {
+        "problem_label": (Literal[tuple(problems)], Field(description="The closest problem label.")),
+        "method_label": (Literal[tuple(methods)], Field(description="The closest method label.")),
+    }
+    schema: type[ContributionDraft] = create_model("ContributionDraft", __base__=ContributionDraft, **fields)
+    return schema
 
 
 def gap_matrix(records: Iterable[ContributionRecord], problems: Sequence[str], methods: Sequence[str]) -> GapMatrix:
