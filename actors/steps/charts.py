@@ -33,21 +33,24 @@ def _export(fig: MplFigure, name: str, caption: str) -> Figure:
 
 def coverage_chart(history: Sequence[Mapping[str, float]], labels: Mapping[str, str] | None = None) -> Figure:
     """One line per requirement: its coverage after each iteration (0 not covered, 0.5 partly, 1 answered)."""
-    fig = MplFigure(figsize=(6.4, 3.6))
+    fig = MplFigure(figsize=(6.4, 3.0 + 0.22 * len(history and history[0])))
     ax = fig.add_subplot()
     ids = list(dict.fromkeys(r for it in history for r in it))
     xs = list(range(1, len(history) + 1))
-    for rid in ids:
-        ys = [it.get(rid, 0.0) for it in history]
-        name = f"{rid}: {textwrap.shorten((labels or {}).get(rid, ''), 40, placeholder='…')}".rstrip(": ")
+    for k, rid in enumerate(ids):
+        # lines with equal values would hide each other: each is nudged by a hair (the ticks stay exact)
+        nudge = (k - (len(ids) - 1) / 2) * 0.012
+        ys = [it.get(rid, 0.0) + nudge for it in history]
+        name = f"{rid}: {textwrap.shorten((labels or {}).get(rid, ''), 60, placeholder='…')}".rstrip(": ")
         ax.plot(xs, ys, marker="o", label=name)
     ax.set_xlabel("iteration")
     ax.set_ylabel("coverage")
-    ax.set_ylim(-0.05, 1.05)
+    ax.set_ylim(-0.08, 1.08)
+    ax.set_yticks([0, 0.5, 1], ["0 not covered", "0.5 partly", "1 answered"], fontsize=8)
     ax.set_xticks(xs or [1])
     ax.set_title("Coverage per requirement per iteration")
     if ids:
-        ax.legend(fontsize=7, loc="lower right")
+        ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=1, frameon=False)
     return _export(fig, "coverage", "Coverage per requirement per iteration")
 
 
@@ -72,7 +75,8 @@ def gap_heatmap(matrix: GapMatrix) -> Figure:
     counts = [[len(c) for c in row] for row in matrix.cells]
     fig = MplFigure(figsize=(7.5, 1.4 + 0.42 * len(matrix.problems)))
     ax = fig.add_subplot()
-    image = ax.imshow(counts, cmap="Blues", aspect="auto", vmin=0, vmax=max(1, *(max(r) for r in counts)))
+    top = max(1, *(max(r) for r in counts))
+    image = ax.imshow(counts, cmap="Blues", aspect="auto", vmin=0, vmax=top)
     ax.set_xticks(range(len(matrix.methods)),
                   [textwrap.shorten(m, 24, placeholder="…") for m in matrix.methods], rotation=40, ha="right",
                   fontsize=7)
@@ -81,7 +85,8 @@ def gap_heatmap(matrix: GapMatrix) -> Figure:
     for i, row in enumerate(counts):
         for j, value in enumerate(row):
             if value:
-                ax.text(j, i, str(value), ha="center", va="center", fontsize=8)
+                ax.text(j, i, str(value), ha="center", va="center", fontsize=8,
+                        color="white" if value > top / 2 else "black")
     ax.set_title("Problem × method gap matrix (papers per cell; blank = gap)")
-    fig.colorbar(image, ax=ax, fraction=0.03)
+    fig.colorbar(image, ax=ax, fraction=0.03, ticks=MaxNLocator(integer=True))
     return _export(fig, "gaps", "Problem × method gap matrix of the cited papers")
