@@ -23,7 +23,9 @@ class ChunkJudgement(Frozen):
     doc_id: str
     tag: Tag
     motive: str = ""
-    stage: Literal["start", "deep_dive"] = "start"
+    stage: Literal["start", "deep_dive", "reformulated"] = "start"
+    kind: Literal["method", "result", "background"] | None = Field(
+        default=None, description="What the chunk carries: a method/mechanism, a quantitative result, or background.")
 
 
 class DocumentSummary(Frozen):
@@ -49,9 +51,11 @@ class RequirementCoverage(Message):
     requirement: Requirement
     iteration: int = Field(ge=1)
     status: Status = "ok"
-    coverage: float = Field(ge=0.0, le=1.0, description="1.0 answered, 0.5 only interesting, 0.0 nothing.")
+    coverage: float = Field(ge=0.0, le=1.0, description="1.0 answered by a method or result, 0.75 answered by "
+                                                         "background only, 0.5 only interesting, 0.0 nothing.")
     evidence: tuple[Evidence, ...] = ()
     judgements: tuple[ChunkJudgement, ...] = ()
     llm_calls: int = 0
+    answering_papers: int = Field(default=0, ge=0, description="Distinct documents with an answering chunk.")
     failed_steps: tuple[str, ...] = Field(default=(), description="Steps that degraded, with reasons.")
     error: str | None = None

@@ -43,11 +43,43 @@ def _keywords(user: str) -> tuple[tuple[str, ...], tuple[str, ...], str]:
 _met: set[str] = set()
 
 
+async def _rendezvous(fragment: str) -> None:
+    if RENDEZVOUS and fragment not in _met:
+        import ray
+
+        _met.add(fragment)
+        arrived = await ray.get_actor(RENDEZVOUS).arrive.remote(fragment)
+        assert arrived, "foragers did not run at the same time"
+
+
+def _verdict(passage: str, answers: tuple[str, ...], topic: tuple[str, ...], deep: bool) -> dict[str, str]:
+    """A passage naming an answer keyword answers (a method); one naming a topic keyword is interesting."""
+    if any(k in passage for k in answers):
+        return {"tag": "answers", "kind": "method", "motive": f"names {next(k for k in answers if k in passage)}"}
+    if not deep and any(k in passage for k in topic):
+        return {"tag": "interesting", "kind": "background", "motive": "on topic"}
+    return {"tag": "unrelated", "kind": "background", "motive": "off topic"}
+
+
 async def brain(messages: list[dict[str, str]], schema: type) -> Any:
     user = next(m["content"] for m in reversed(messages) if m["role"] == "user")
     name = schema.__name__
     if name == "RequirementList":
         return {"requirements": REQUIREMENTS}
+    if name in ("BatchVerdict", "DeepDiveBatchVerdict"):  # one verdict per numbered passage
+        answers, topic, fragment = _keywords(user)
+        if FAIL_ON and fragment == FAIL_ON:
+            raise RuntimeError(f"scripted forager failure for {fragment!r}")
+        await _rendezvous(fragment)
+        verdicts = []
+        for number, passage in re.findall(r"<<<PASSAGE (\d+)\n(.*?)\nPASSAGE \1>>>", user, re.S):
+            verdict = _verdict(passage.lower(), answers, topic, deep=name == "DeepDiveBatchVerdict")
+            verdicts.append({"passage": int(number), **verdict})
+        return {"verdicts": verdicts}
+    if name == "Reformulation":
+        answers, topic, _ = _keywords(user)
+        req = re.search(r"Requirement: (.*)", user)
+        return {"query": f"{req.group(1) if req else ''} {' '.join(topic)}".strip()}
     if name in ("ChunkVerdict", "DeepDiveVerdict"):
         answers, topic, fragment = _keywords(user)
         if FAIL_ON and fragment == FAIL_ON:

@@ -1,7 +1,8 @@
 """ForageStep on a real LanceStore filled with hand-made documents and real MiniLM vectors.
 
-The LLM is a FunctionLLM "oracle" that answers like a careful reader from the passage it is shown
-(a phrase → tag table), so the tests do not depend on which order retrieval returns chunks in.
+The LLM is a FunctionLLM "oracle" that answers like a careful reader from each passage it is shown
+(a phrase → tag table), one verdict per numbered passage of a batch, so the tests do not depend on
+which order retrieval returns chunks in nor on how they are batched.
 """
 
 from __future__ import annotations
@@ -15,7 +16,14 @@ import pytest
 
 from actors.steps.events import RecordingEmit
 from actors.steps.forage import ForageStep
-from actors.steps.schemas import ChunkVerdict, DeepDiveVerdict, DocumentGist, RelevanceGate, SectionChoice
+from actors.steps.schemas import (
+    BatchVerdict,
+    DeepDiveBatchVerdict,
+    DocumentGist,
+    Reformulation,
+    RelevanceGate,
+    SectionChoice,
+)
 from infra.llm.fakes import FunctionLLM
 from infra.settings import Settings
 from infra.store.base import ChunkRecord, DocumentRecord
@@ -116,15 +124,32 @@ def add(store, embedder, doc) -> None:
     store.upsert_document(record, chunks, embedder.embed([c.text for c in chunks]))
 
 
-class Oracle:
-    """Answers every schema the ForageStep asks for, judging passages by the phrases they contain."""
+def passages(messages) -> list[tuple[int, str]]:
+    """The numbered passages of a batch prompt: [(n, text)]."""
+    user = next(m["content"] for m in messages if m["role"] == "user")
+    return [(int(n), text) for n, text in re.findall(r"<<<PASSAGE (\d+)\n(.*?)\nPASSAGE \1>>>", user, re.DOTALL)]
 
-    def __init__(self, verdicts: dict[str, str] | None = None, *, gate: bool = True,
-                 sections: Sequence[str] = (), fail_on: Sequence[str] = ()) -> None:
+
+class Oracle:
+    """Answers every schema the ForageStep asks for, judging each passage by the phrases it contains.
+
+    ``verdicts``: phrase → tag or (tag, kind); answers default to kind "method", others "background".
+    ``fail_on``: a batch holding such a passage gets invalid output (the whole call fails).
+    ``bad_entry_on``: such a passage gets an invalid entry (unknown tag) while the others are answered.
+    ``bad_once``: bad entries only in the first call that shows the passage (a re-judge then succeeds).
+    """
+
+    def __init__(self, verdicts: dict[str, str | tuple[str, str]] | None = None, *, gate: bool = True,
+                 sections: Sequence[str] = (), fail_on: Sequence[str] = (), bad_entry_on: Sequence[str] = (),
+                 bad_once: bool = False, query: str | None = None) -> None:
         self.verdicts = verdicts or {}
         self.gate = gate
         self.sections = list(sections)
         self.fail_on = set(fail_on)
+        self.bad_entry_on = set(bad_entry_on)
+        self.bad_once = bad_once
+        self.query = query
+        self.shown: dict[str, int] = {}
 
     @staticmethod
     def block(messages, name: str) -> str:
@@ -132,17 +157,29 @@ class Oracle:
         found = re.search(rf"<<<{name}\n(.*?)\n{name}>>>", user, re.DOTALL)
         return found.group(1) if found else ""
 
+    def judge(self, passage: str, deep: bool) -> dict:
+        for phrase, verdict in self.verdicts.items():
+            if phrase in passage:
+                tag, kind = verdict if isinstance(verdict, tuple) else (
+                    verdict, "method" if verdict == "answers" else "background")
+                if deep and tag == "interesting":
+                    tag = "unrelated"
+                return {"tag": tag, "kind": kind, "motive": f"It mentions {phrase}."}
+        return {"tag": "unrelated", "kind": "background", "motive": "Off topic."}
+
     def __call__(self, messages, schema):
-        if schema in (ChunkVerdict, DeepDiveVerdict):
-            passage = self.block(messages, "PASSAGE")
-            if any(p in passage for p in self.fail_on):
+        if schema in (BatchVerdict, DeepDiveBatchVerdict):
+            shown = passages(messages)
+            if any(p in text for _, text in shown for p in self.fail_on):
                 return "I am not sure, sorry."  # never valid JSON: the call fails after its retries
-            for phrase, tag in self.verdicts.items():
-                if phrase in passage:
-                    if schema is DeepDiveVerdict and tag == "interesting":
-                        tag = "unrelated"
-                    return {"tag": tag, "motive": f"It mentions {phrase}."}
-            return {"tag": "unrelated", "motive": "Off topic."}
+            out = []
+            for n, text in shown:
+                self.shown[text] = self.shown.get(text, 0) + 1
+                entry = {"passage": n, **self.judge(text, schema is DeepDiveBatchVerdict)}
+                if any(p in text for p in self.bad_entry_on) and not (self.bad_once and self.shown[text] > 1):
+                    entry["tag"] = "maybe"  # invalid for this passage only
+                out.append(entry)
+            return {"verdicts": out}
         if schema is DocumentGist:
             title = re.search(r"Title: (.*)", messages[-1]["content"]).group(1)
             return {"summary": f"A study titled {title}."}
@@ -150,11 +187,15 @@ class Oracle:
             return {"continue_search": self.gate, "reason": "Promising." if self.gate else "Not worth it."}
         if schema is SectionChoice:
             return {"sections": self.sections}
+        if schema is Reformulation:
+            requirement = re.search(r"Requirement: (.*)", messages[-1]["content"]).group(1)
+            return {"query": self.query if self.query is not None else requirement}
         raise AssertionError(f"unexpected schema {schema.__name__}")
 
 
 def settings(**forage) -> Settings:
-    base = {"bm25_k": 3, "vector_k": 3, "max_deep_dives": 0, "deep_dive_sections": 2, "deep_dive_chunks": 4}
+    base = {"bm25_k": 3, "vector_k": 3, "max_deep_dives": 0, "deep_dive_sections": 2, "deep_dive_chunks": 4,
+            "judge_batch": 6, "paper_k": 0, "min_papers": 0}
     return Settings.load().updated(forage={**base, **forage})
 
 
@@ -201,9 +242,10 @@ def test_calls_are_counted_and_events_emitted(store, embedder):
     judged = {j.chunk_id for j in cov.judgements}
     assert len(judged) == N_BODY_CHUNKS == len(cov.judgements)
     assert cid(PHOTO, 4) not in judged  # the references section is never retrieved
-    # one call per chunk, one summary per useful document (PHOTO, FOREST), no deep dive (max_deep_dives=0)
-    assert cov.llm_calls == N_BODY_CHUNKS + 2 == llm.calls
-    assert llm.schemas_asked().count("ChunkVerdict") == N_BODY_CHUNKS
+    # one call per batch of 6 chunks, one summary per useful document (PHOTO, FOREST), no deep dive
+    batches = -(-N_BODY_CHUNKS // 6)
+    assert cov.llm_calls == batches + 2 == llm.calls
+    assert llm.schemas_asked().count("BatchVerdict") == batches
     assert llm.schemas_asked().count("DocumentGist") == 2
     assert cov.coverage == 1.0 and cov.failed_steps == ()
     # the summary of a document without an abstract is made from its introduction's first chunk
@@ -214,12 +256,13 @@ def test_calls_are_counted_and_events_emitted(store, embedder):
     photo = next(p for p in gist_prompts if "Light Reactions" in p)
     assert "<<<ABSTRACT\nWe show how chlorophyll" in photo
 
-    assert emit.kinds(Stage.FORAGE) == ["started", "judged", "coverage"]
+    assert emit.kinds(Stage.FORAGE) == ["started", "retrieved", "judged", "coverage"]
     assert all(e.requirement_id == "R1" and e.iteration == 1 for e in emit.events)
-    judged_event = emit.events[1].payload
+    judged_event = emit.events[2].payload
     assert (judged_event["answers"], judged_event["interesting"], judged_event["unrelated"]) == (1, 2, 7)
     coverage_event = emit.events[-1].payload
-    assert coverage_event["coverage"] == 1.0 and coverage_event["llm_calls"] == N_BODY_CHUNKS + 2
+    assert coverage_event["coverage"] == 1.0 and coverage_event["llm_calls"] == batches + 2
+    assert coverage_event["answering_papers"] == cov.answering_papers == 1
 
 
 def test_deep_dive_reads_only_sections_that_exist(store, embedder):
@@ -286,8 +329,8 @@ def test_judged_chunks_are_not_judged_again(own_store, embedder):
     third = forage(step, 3)
     ids3 = {j.chunk_id for j in third.judgements}
     assert cid(LATE, 0) in ids3 and not ids3 & (ids1 | ids2)
-    passages = [Oracle.block(c.messages, "PASSAGE") for c in llm.calls_log[asked:] if c.schema == "ChunkVerdict"]
-    assert len(passages) == len(ids3)
+    shown = [text for c in llm.calls_log[asked:] if c.schema == "BatchVerdict" for _, text in passages(c.messages)]
+    assert len(shown) == len(ids3)
 
 
 def test_store_foraged_out_judges_nothing_new(store, embedder):
@@ -300,11 +343,11 @@ def test_store_foraged_out_judges_nothing_new(store, embedder):
     assert second.coverage == first.coverage == 1.0 and second.evidence == first.evidence
 
 
-def test_failing_classify_call_is_recorded_and_skipped(store, embedder):
+def test_failing_batch_call_is_recorded_and_its_chunks_tried_again(store, embedder):
     emit = RecordingEmit(RUN)
     oracle = Oracle({"split water": "answers"}, fail_on=["Sourdough bread rises"])
     llm = FunctionLLM(oracle)  # max_retries=2: a failing call makes 3 attempts
-    step = ForageStep(settings(vector_k=N_BODY_CHUNKS), store, embedder, llm, emit=emit)
+    step = ForageStep(settings(vector_k=N_BODY_CHUNKS, judge_batch=1), store, embedder, llm, emit=emit)
     cov = forage(step)
     bad = cid(BREAD, 0)
     assert bad not in {j.chunk_id for j in cov.judgements}
@@ -322,6 +365,17 @@ def test_failing_classify_call_is_recorded_and_skipped(store, embedder):
     assert again.failed_steps == cov.failed_steps  # failures stay on record
 
 
+def test_failing_batch_leaves_all_its_chunks_for_the_next_iteration(store, embedder):
+    oracle = Oracle({"split water": "answers"}, fail_on=["Sourdough bread rises"])
+    step = ForageStep(settings(vector_k=N_BODY_CHUNKS, judge_batch=N_BODY_CHUNKS), store, embedder,
+                      FunctionLLM(oracle))
+    cov = forage(step)
+    assert cov.judgements == () and cov.coverage == 0.0 and len(cov.failed_steps) == 1
+    oracle.fail_on.clear()
+    again = forage(step, 2)
+    assert len(again.judgements) == N_BODY_CHUNKS and again.coverage == 1.0
+
+
 def test_unexpected_errors_propagate(store, embedder):
     def broken(messages, schema):
         raise RuntimeError("model crashed")
@@ -336,3 +390,171 @@ def test_one_step_forages_one_requirement(store, embedder):
     other = Requirement(id="R2", text="Which yeasts ferment sourdough?")
     with pytest.raises(ValueError, match="R1"):
         asyncio.run(step.forage(ForageRequest(run_id=RUN, iteration=2, requirement=other)))
+
+
+# -- batched judging -----------------------------------------------------------------------------------
+def decisions(cov) -> dict[str, tuple[str, str | None, str]]:
+    return {j.chunk_id: (j.tag, j.kind, j.motive) for j in cov.judgements}
+
+
+@pytest.mark.parametrize("size", [2, 4, 12])
+def test_batching_preserves_per_chunk_decisions(store, embedder, size):
+    verdicts = {"split water": "answers", "sunlight": "interesting", "Calvin cycle": ("answers", "result")}
+    one = forage(ForageStep(settings(vector_k=N_BODY_CHUNKS, judge_batch=1), store, embedder,
+                            FunctionLLM(Oracle(verdicts))))
+    llm = FunctionLLM(Oracle(verdicts))
+    batched = forage(ForageStep(settings(vector_k=N_BODY_CHUNKS, judge_batch=size), store, embedder, llm))
+    assert decisions(batched) == decisions(one) and len(decisions(one)) == N_BODY_CHUNKS
+    assert batched.coverage == one.coverage and batched.evidence == one.evidence
+    assert llm.schemas_asked().count("BatchVerdict") == -(-N_BODY_CHUNKS // size)
+
+
+def test_invalid_entry_is_rejudged_and_others_kept(store, embedder):
+    emit = RecordingEmit(RUN)
+    oracle = Oracle({"split water": "answers"}, bad_entry_on=["split water"], bad_once=True)
+    llm = FunctionLLM(oracle)
+    cov = forage(ForageStep(settings(vector_k=N_BODY_CHUNKS, judge_batch=N_BODY_CHUNKS), store, embedder, llm,
+                            emit=emit))
+    assert len(cov.judgements) == N_BODY_CHUNKS and cov.failed_steps == ()
+    assert decisions(cov)[cid(PHOTO, 2)] == ("answers", "method", "It mentions split water.")
+    batches = [c for c in llm.calls_log if c.schema == "BatchVerdict"]
+    assert len(batches) == 2 and [n for n, _ in passages(batches[1].messages)] == [1]  # only the bad one again
+
+
+@pytest.mark.parametrize("how", ["invalid", "missing"])
+def test_chunk_without_a_valid_verdict_is_recorded_as_failed(store, embedder, how):
+    emit = RecordingEmit(RUN)
+    oracle = Oracle({"split water": "answers", "sunlight": "interesting"},
+                    bad_entry_on=["split water"] if how == "invalid" else ())
+
+    def answer(messages, schema):
+        out = oracle(messages, schema)
+        if how == "missing" and schema is BatchVerdict:
+            keep = {n for n, text in passages(messages) if "split water" not in text}
+            out = {"verdicts": [v for v in out["verdicts"] if v["passage"] in keep]}
+        return out
+
+    step = ForageStep(settings(vector_k=N_BODY_CHUNKS, judge_batch=N_BODY_CHUNKS), store, embedder,
+                      FunctionLLM(answer), emit=emit)
+    cov = forage(step)
+    bad = cid(PHOTO, 2)
+    assert bad not in decisions(cov) and len(cov.judgements) == N_BODY_CHUNKS - 1  # the others are kept
+    assert cov.coverage == 0.5  # the only answering chunk has no verdict
+    assert len(cov.failed_steps) == 1 and bad in cov.failed_steps[0] and "no valid verdict" in cov.failed_steps[0]
+    failed = next(e.payload for e in emit.events if e.kind == "step_failed")
+    assert failed["chunk_ids"] == [bad]
+    assert cov.llm_calls == 2 + 2  # the batch, its re-judge, a summary each of PHOTO and FOREST
+    # the failed chunk is tried again next iteration, and only it
+    oracle.bad_entry_on.clear()
+    how = "fixed"
+    again = forage(step, 2)
+    assert [j.chunk_id for j in again.judgements] == [bad] and again.coverage == 1.0
+
+
+def test_llm_tagging_everything_interesting(store, embedder):
+    def everything(messages, schema):
+        if schema is BatchVerdict:
+            return {"verdicts": [{"passage": n, "tag": "interesting", "kind": "background", "motive": "On topic."}
+                                 for n, _ in passages(messages)]}
+        return Oracle()(messages, schema)
+
+    cov = forage(ForageStep(settings(vector_k=N_BODY_CHUNKS, min_papers=2), store, embedder, FunctionLLM(everything)))
+    assert len(cov.judgements) == N_BODY_CHUNKS and all(j.tag == "interesting" for j in cov.judgements)
+    assert cov.coverage == 0.5 and cov.answering_papers == 0
+    assert {e.doc_id for e in cov.evidence} == {d[0].doc_id for d in ALL} and {e.tag for e in cov.evidence} == {
+        "interesting"}
+
+
+def test_llm_tagging_nothing(store, embedder):
+    llm = FunctionLLM(Oracle({}))
+    cov = forage(ForageStep(settings(vector_k=N_BODY_CHUNKS), store, embedder, llm))
+    assert len(cov.judgements) == N_BODY_CHUNKS and {j.tag for j in cov.judgements} == {"unrelated"}
+    assert cov.coverage == 0.0 and cov.evidence == () and cov.answering_papers == 0
+    assert llm.schemas_asked() == ["BatchVerdict"] * 2
+
+
+def test_llm_returning_invalid_output(store, embedder):
+    emit = RecordingEmit(RUN)
+    llm = FunctionLLM(lambda messages, schema: "{not json at all")
+    cov = forage(ForageStep(settings(vector_k=N_BODY_CHUNKS, min_papers=2), store, embedder, llm, emit=emit))
+    assert cov.status == "ok" and cov.judgements == () and cov.coverage == 0.0 and cov.evidence == ()
+    # two batches and the reformulation failed; each is on record, nothing raised
+    assert cov.llm_calls == 3 and len(cov.failed_steps) == 3
+    assert all("LLMOutputError" in f for f in cov.failed_steps)
+    assert next(e.payload for e in emit.events if e.kind == "judged")["failed"] == N_BODY_CHUNKS
+
+
+# -- kinds and coverage --------------------------------------------------------------------------------
+def test_background_alone_never_gives_full_coverage(store, embedder):
+    background = {"split water": ("answers", "background"), "Sun leaves": ("answers", "background")}
+    cov = forage(ForageStep(settings(vector_k=N_BODY_CHUNKS), store, embedder, FunctionLLM(Oracle(background))))
+    assert cov.coverage == 0.75 and cov.answering_papers == 2
+    mixed = {"split water": ("answers", "background"), "Sun leaves": ("answers", "result")}
+    cov = forage(ForageStep(settings(vector_k=N_BODY_CHUNKS), store, embedder, FunctionLLM(Oracle(mixed))))
+    assert cov.coverage == 1.0
+    # the document answered by a result ranks above the one answered by background
+    assert [e.doc_id for e in cov.evidence][:2] == [FOREST[0].doc_id, PHOTO[0].doc_id]
+    assert cov.evidence[0].motive == "It mentions Sun leaves."
+
+
+def test_methods_rank_above_background_within_a_document(store, embedder):
+    verdicts = {"Plants, algae": ("answers", "background"), "split water": ("answers", "method")}
+    cov = forage(ForageStep(settings(vector_k=N_BODY_CHUNKS), store, embedder, FunctionLLM(Oracle(verdicts))))
+    photo = next(e for e in cov.evidence if e.doc_id == PHOTO[0].doc_id)
+    assert photo.chunk_ids[:2] == (cid(PHOTO, 2), cid(PHOTO, 0)) and photo.motive == "It mentions split water."
+
+
+# -- two-stage start and reformulation -----------------------------------------------------------------
+def test_papers_first_then_their_chunks(tmp_path, embedder):
+    from infra.store.lancedb import LanceStore
+
+    store = LanceStore(tmp_path / "store", dim=384)
+    leaf = make_doc("leaf", "Photosynthetic energy conversion in leaves", [
+        ("Abstract", "abstract", "How chlorophyll converts absorbed light into ATP and NADPH in leaves."),
+        ("Methods", "body", "Spinach was grown in growth chambers under controlled irradiance."),
+        ("Results", "body", "Electron transport rates rose with irradiance up to saturation."),
+    ])
+    for doc in (leaf, BREAD, FOREST):
+        add(store, embedder, doc)
+    emit = RecordingEmit(RUN)
+    llm = FunctionLLM(Oracle({"Electron transport": "answers"}))
+    cov = forage(ForageStep(settings(bm25_k=0, vector_k=0, paper_k=1, paper_chunks=2), store, embedder, llm,
+                            emit=emit))
+    retrieved = next(e.payload for e in emit.events if e.kind == "retrieved")
+    assert retrieved["papers"] == [leaf[0].doc_id]
+    assert {j.doc_id for j in cov.judgements} == {leaf[0].doc_id} and len(cov.judgements) == 2
+    # with the chunk search on too, candidates are deduplicated
+    step = ForageStep(settings(bm25_k=5, vector_k=5, paper_k=2, paper_chunks=3), store, embedder,
+                      FunctionLLM(Oracle({"Electron transport": "answers"})))
+    cov = forage(step)
+    ids_ = [j.chunk_id for j in cov.judgements]
+    assert len(ids_) == len(set(ids_)) and cid(leaf, 2) in ids_ and cov.coverage == 1.0
+
+
+def test_too_few_answering_papers_reformulates_once(store, embedder):
+    emit = RecordingEmit(RUN)
+    oracle = Oracle({"split water": "answers", "Sun leaves": "answers"}, query="leaf energy budget canopy")
+    llm = FunctionLLM(oracle)
+    step = ForageStep(settings(bm25_k=1, vector_k=1, min_papers=3), store, embedder, llm, emit=emit)
+    cov = forage(step)
+    assert llm.schemas_asked().count("Reformulation") == 1
+    [event] = [e.payload for e in emit.events if e.kind == "reformulated"]
+    assert event["query"] == "leaf energy budget canopy" and event["answering_papers_before"] < 3
+    queries = [e.payload["query"] for e in emit.events if e.kind == "retrieved"]
+    assert queries == [REQ.text, "leaf energy budget canopy"]
+    again = [j for j in cov.judgements if j.stage == "reformulated"]
+    assert again and len({j.chunk_id for j in cov.judgements}) == len(cov.judgements)
+    assert event["answering_papers_after"] == cov.answering_papers
+    assert cid(FOREST, 2) in {j.chunk_id for j in cov.judgements} and cov.answering_papers == 2
+    # bounded: once per iteration; an unchanged query retrieves nothing more
+    oracle.query = REQ.text
+    asked = len(llm.calls_log)
+    forage(step, 2)
+    assert llm.schemas_asked()[asked:].count("Reformulation") == 1
+    assert [e.payload["query"] for e in emit.events if e.kind == "retrieved"][2:] == [REQ.text]
+
+
+def test_enough_answering_papers_do_not_reformulate(store, embedder):
+    llm = FunctionLLM(Oracle({"split water": "answers"}))
+    forage(ForageStep(settings(vector_k=N_BODY_CHUNKS, min_papers=1), store, embedder, llm))
+    assert "Reformulation" not in llm.schemas_asked()
