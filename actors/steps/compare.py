@@ -47,6 +47,25 @@ _DIFFERENCE_SYSTEM = (
 )
 
 
+REPEAT_SHARE = 0.5  # a text of 6+ words with fewer distinct words than this share is a loop ("Method, Experiment, …")
+
+
+def record_text(raw: str, echoes: Sequence[str]) -> str:
+    """A record field as presentable text, or '' when it is not: implausible or looping (see the Writer's
+    :func:`~actors.steps.write.tidy`), a word list repeating itself, or an echo of the paper's title or a
+    taxonomy label (a weak model copies its input)."""
+    from actors.steps.write import content_words, tidy
+
+    text = tidy(raw, RECORD_CHARS)
+    words = [w.casefold().strip(".,;:!?") for w in text.split()]
+    if len(words) >= 6 and len(set(words)) < REPEAT_SHARE * len(words):
+        return ""
+    mine = content_words(text)
+    if any(mine <= content_words(e) for e in echoes if e):
+        return ""
+    return text
+
+
 def contribution_schema(problems: Sequence[str], methods: Sequence[str]) -> type[ContributionDraft]:
     """ContributionDraft whose label fields only allow the taxonomy's labels (an enum in the JSON schema)."""
     fields: dict[str, Any] = {
@@ -87,7 +106,7 @@ class ComparisonStep:
     async def compare(self, sources: Sequence[SourceRef], notes: dict[str, str] | None = None) -> Comparison:
         """``sources``: the cited papers (at most ``write.max_compared`` are used); ``notes``: what the
         Foragers said about each document (doc_id → text), shown to the model as evidence."""
-        from actors.steps.write import tidy
+        from actors.steps.write import content_words, plain_text
 
         w = self.settings.write
         chosen = list(sources)[: w.max_compared]
@@ -113,10 +132,11 @@ class ComparisonStep:
                 failed.append(f"record [{src.n}]: {type(exc).__name__}; left empty")
                 records.append(ContributionRecord(n=src.n, doc_id=src.doc_id, title=src.title))
                 continue
+            echoes = [src.title, *w.problem_labels, *w.method_labels]
             records.append(ContributionRecord(
                 n=src.n, doc_id=src.doc_id, title=src.title,
-                problem=tidy(draft.problem, RECORD_CHARS), method=tidy(draft.method, RECORD_CHARS),
-                contribution=tidy(draft.contribution, RECORD_CHARS), novelty=tidy(draft.novelty, RECORD_CHARS),
+                problem=record_text(draft.problem, echoes), method=record_text(draft.method, echoes),
+                contribution=record_text(draft.contribution, echoes), novelty=record_text(draft.novelty, echoes),
                 problem_label=draft.problem_label, method_label=draft.method_label))
         known = {r.n for r in records}
         overlaps: list[Overlap] = []
@@ -136,8 +156,10 @@ class ComparisonStep:
                 seen: set[tuple[tuple[int, ...], str]] = set()
                 for item in odraft.overlaps:
                     papers = tuple(sorted({n for n in item.papers if n in known}))
-                    shared = tidy(item.shared, RECORD_CHARS) or item.shared.strip()
-                    if len(papers) >= 2 and shared and (papers, item.element) not in seen:
+                    shared = " ".join(plain_text(item.shared).split())
+                    # "problem" shared by the problem overlap says nothing
+                    informative = bool(content_words(shared) - content_words("problem dataset method family"))
+                    if len(papers) >= 2 and informative and (papers, item.element) not in seen:
                         seen.add((papers, item.element))
                         overlaps.append(Overlap(papers=papers, element=item.element, shared=shared))
             self.llm_calls += 1
@@ -149,7 +171,7 @@ class ComparisonStep:
             else:
                 said: dict[int, str] = {}
                 for d in ddraft.differences:
-                    text = tidy(d.distinct, RECORD_CHARS)
+                    text = record_text(d.distinct, [r.title for r in records if r.n == d.paper])
                     if d.paper in known and d.paper not in said and text:
                         said[d.paper] = text
                 differences = [Differentiation(n=n, distinct=t) for n, t in sorted(said.items())]

@@ -66,6 +66,7 @@ SOURCES_HEADING = "Sources Consulted"
 COMPARISON_HEADING = "Comparison of the Cited Papers"
 FIGURES_HEADING = "Figures"
 FIGURES_DIR = "figures"
+MAX_GAPS_LISTED = 8
 MAX_ITEMS_SHOWN = 8  # evidence items the LLM sees per section; the rest are listed deterministically
 EXCERPTS_PER_ITEM = 2
 EXCERPT_CHARS = 700
@@ -524,7 +525,7 @@ class WriteStep:
             else:
                 if second.score() >= result.score():
                     result = second
-            if result.distinct < min(2, _distinct(shown)):
+            if result.evidence and result.distinct < min(2, _distinct(shown)):
                 failed.append(f"section {req.id}: the section rests on one source although its evidence has "
                               f"{_distinct(shown)}")
         removed["citations"] += result.removed_citations
@@ -842,9 +843,11 @@ def render_comparison(comparison: Comparison) -> list[str]:
                            + " | ".join(" ".join(f"[{n}]" for n in m.cells[i][j]) or "—" for j in used_cols) + " |")
             out.append("")
         gaps = [f"{escape_md(m.problems[i])} × {escape_md(m.methods[j])}" for i in used_rows
-                for j in range(len(m.methods)) if not m.cells[i][j]]
-        out += [f"Empty cells: {len(m.empty)} of {len(m.problems) * len(m.methods)}. "
-                + (f"Methods not used for a studied problem: {'; '.join(gaps)}." if gaps else ""), ""]
+                for j in used_cols if not m.cells[i][j]]
+        shown = "; ".join(gaps[:MAX_GAPS_LISTED]) + (f"; and {len(gaps) - MAX_GAPS_LISTED} more"
+                                                    if len(gaps) > MAX_GAPS_LISTED else "")
+        out += [f"Empty cells: {len(m.empty)} of {len(m.problems) * len(m.methods)} (see the heatmap)."
+                + (f" Gaps among the problems and methods the papers do use: {shown}." if gaps else ""), ""]
         if m.unlabelled:
             out += [f"Papers without a valid pair of labels: {' '.join(f'[{n}]' for n in m.unlabelled)}.", ""]
     return out

@@ -112,3 +112,27 @@ def test_a_label_outside_the_taxonomy_fails_validation_and_the_record_stays_empt
     assert comparison.compliant == 2 and comparison.matrix.unlabelled == (1,)
     assert comparison.failed_steps == ("record [1]: LLMOutputError; left empty",
                                        "overlap pass: LLMOutputError; no overlaps listed")
+
+
+def test_record_text_drops_what_a_weak_model_echoes_or_loops():
+    from actors.steps.compare import record_text
+
+    echoes = ["Light Reactions of Photosynthesis", *PROBLEMS, "Prediction or Forecasting"]
+    assert record_text("Method, Experiment, Procedure, Experiment, Experiment, Method, Experiment, Procedure, "
+                       "Experiment, Method", echoes) == ""
+    assert record_text("Light Reactions of Photosynthesis (2020)", echoes) == ""
+    assert record_text("Prediction or forecasting.", echoes) == ""
+    assert record_text("2022-01-01T00:00:00Z", echoes) == ""
+    kept = "Chlorophyll content was measured in sun and shade leaves."
+    assert record_text(kept, echoes) == kept
+
+
+def test_an_overlap_that_names_only_its_element_is_dropped(store):
+    llm = ScriptedLLM({
+        ContributionDraft: [record("mechanism", "experiment")] * 3,
+        OverlapDraft: [{"overlaps": [{"papers": [1, 2, 3], "element": "problem", "shared": "problem"},
+                                     {"papers": [1, 3], "element": "method", "shared": "ATP assays"}]}],
+        DifferenceDraft: [{"differences": [{"paper": 2, "distinct": "Notes on [Leaf] *Energy*"}]}]})
+    comparison = run_compare(store, llm)
+    assert [(o.papers, o.shared) for o in comparison.overlaps] == [((1, 3), "ATP assays")]
+    assert comparison.differences == ()  # the title echoed is no difference

@@ -213,7 +213,7 @@ def test_comparison_is_saved_and_rendered(finished):
     assert "all four fields stated: 2 of 3" in part
     assert "| [1] [2] | problem | light capture in leaves |" in part
     assert "| causal effect or mechanism | [3] | [1] [2] |" in part  # columns in taxonomy order
-    assert "Empty cells: 70 of 72." in part
+    assert "Empty cells: 70 of 72 (see the heatmap).\n" in part
 
 
 def test_html_export_inlines_the_run_charts(finished, tmp_path):
