@@ -16,6 +16,7 @@ import os
 import secrets
 from pathlib import Path
 
+from actors.steps.rundir import private_append, private_dir
 from messages.status import StatusEvent
 
 
@@ -25,7 +26,7 @@ class StatusHub:
         self._events: list[StatusEvent] = []
         self._path = Path(events_path) if events_path else None
         if self._path is not None:
-            self._path.parent.mkdir(parents=True, exist_ok=True)
+            private_dir(self._path.parent)
             if self._path.exists():  # a resumed hub continues the log
                 for line in self._path.read_text(encoding="utf-8").splitlines():
                     if line.strip():
@@ -69,8 +70,7 @@ class StatusHub:
         numbered = event.model_copy(update={"seq": len(self._events) + 1})
         self._events.append(numbered)
         if self._path is not None:
-            with open(self._path, "a", encoding="utf-8") as fh:
-                fh.write(numbered.model_dump_json() + "\n")
+            private_append(self._path, numbered.model_dump_json() + "\n")  # user-only (0600)
         cond = self._condition()
         async with cond:
             cond.notify_all()

@@ -298,6 +298,9 @@ def checked_run(settings: Settings, query: str, *, yes: bool, requirements_file:
                 searches_file: Path | None = None) -> int:
     """Preflight, then the run. Bad input exits with code 2 and one clear sentence."""
     try:
+        from gateway.forget import apply_retention
+
+        apply_retention(settings, say=console.print)  # run.retention_days: forget expired runs first
         preflight(settings, query)
         return execute(settings, query, yes=yes, requirements_file=requirements_file, searches_file=searches_file)
     except (ForageError, ValueError) as exc:
@@ -500,6 +503,7 @@ EXTENSIONS: list[str] = [
     "gateway.cli_report",
     "gateway.cli_ask",
     "gateway.cli_eval",
+    "gateway.cli_privacy",
     "gateway.cli_library",
 ]
 _register_extensions()

@@ -2,6 +2,7 @@
 figures/ and events.jsonl.
 
 Every write is atomic (temp file + rename), so a crash never leaves a half-written run.json.
+Run data is the user's alone: folders are created 0700 and files 0600 (whatever the umask).
 """
 
 from __future__ import annotations
@@ -23,9 +24,37 @@ def new_run_id() -> str:
     return f"{datetime.now(UTC):%Y%m%d-%H%M%S}-{secrets.token_hex(8)}"
 
 
+def private_dir(path: Path) -> Path:
+    """Create ``path`` and its missing parents for the user only (0700, whatever the umask); folders
+    that already exist keep their mode."""
+    path = Path(path)
+    missing = []
+    p = path
+    while not p.exists():
+        missing.append(p)
+        p = p.parent
+    for folder in reversed(missing):
+        try:
+            folder.mkdir(mode=0o700)
+        except FileExistsError:
+            pass
+        os.chmod(folder, 0o700)  # mkdir's mode is masked by the umask
+    return path
+
+
+def private_append(path: Path, line: str) -> None:
+    """Append one line to a user-only (0600) file in a user-only folder, in one write."""
+    private_dir(path.parent)
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    try:
+        os.write(fd, line.encode("utf-8"))
+    finally:
+        os.close(fd)
+
+
 def atomic_write(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    private_dir(path.parent)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)  # created 0600
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             fh.write(text)

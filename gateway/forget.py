@@ -1,0 +1,226 @@
+"""Forgetting runs: ``forage forget RUN`` and the retention setting (``run.retention_days``).
+
+What Forage keeps about a run, and where:
+
+* ``runs/<run_id>/`` — everything written for the run: run.json (query, requirements, search
+  strings, documents, coverage), events.jsonl, report.md / report.json / evidence.jsonl, charts,
+  exports, the egress ledger (egress.jsonl). Forgetting removes the whole folder.
+* the shared store (LanceDB folder) — the documents the run ingested. They are the library, not the
+  run: they stay unless ``documents=True``, and then only the documents this run brought in
+  (``status == "stored"`` in its run.json) that no other run in the same runs folder used
+  (stored or skipped). Their PDFs in ``search.papers_dir`` (downloads) go with them; files in the
+  user's own library folder are never touched. LanceDB keeps deleted rows in older table versions
+  until they are cleaned up, so the store is compacted and its old versions dropped afterwards —
+  nothing of a forgotten document stays on disk in the store folder.
+* the run's Zotero collection (``Forage <run_id>``) when ``zotero=True``: the collection is
+  deleted; the items in it stay in the user's Zotero library (they may be filed elsewhere too).
+
+The run folder goes last, so a failure half-way (store locked, Zotero unreachable) leaves run.json
+in place and ``forget`` can simply be run again.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import time
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from actors.steps.rundir import RunDir
+from infra.errors import ConfigError, ForageError
+from infra.settings import Settings
+
+_RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+DAY_S = 86_400.0
+
+
+@dataclass
+class ForgetReport:
+    run_id: str
+    run_dir: str
+    files_removed: int = 0
+    documents_deleted: list[str] = field(default_factory=list)
+    documents_kept: dict[str, str] = field(default_factory=dict)  # doc_id -> why it stays
+    papers_removed: list[str] = field(default_factory=list)
+    zotero: str | None = None
+
+
+def run_dir(runs_dir: Path, run_id: str) -> RunDir:
+    """The run's folder; ConfigError for an id that is not a plain run id (no paths, no '..')."""
+    if not _RUN_ID.match(run_id) or run_id in (".", ".."):
+        raise ConfigError(f"{run_id!r} is not a run id (letters, digits, '.', '_', '-')")
+    return RunDir(runs_dir, run_id)
+
+
+def _read_state(rundir: RunDir) -> dict[str, Any]:
+    try:
+        return rundir.read_state()
+    except (OSError, ValueError):
+        return {}
+
+
+def documents_stored_by(state: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """doc_id -> ingest record, for the documents this run put into the store (not those it found there)."""
+    out: dict[str, dict[str, Any]] = {}
+    for entry in (state.get("documents") or {}).values():
+        if isinstance(entry, dict) and entry.get("status") == "stored" and entry.get("doc_id"):
+            out[str(entry["doc_id"])] = entry
+    return out
+
+
+def documents_used_elsewhere(runs_dir: Path, run_id: str) -> dict[str, str]:
+    """doc_id -> the other run that stored or used it (any run in ``runs_dir`` but ``run_id``)."""
+    used: dict[str, str] = {}
+    for path in sorted(Path(runs_dir).glob("*/run.json")):
+        if path.parent.name == run_id:
+            continue
+        try:
+            state = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        for entry in (state.get("documents") or {}).values():
+            if isinstance(entry, dict) and entry.get("doc_id") and entry.get("status") in ("stored", "skipped"):
+                used.setdefault(str(entry["doc_id"]), path.parent.name)
+    return used
+
+
+def _store_for(settings: Settings, state: dict[str, Any]) -> Any:
+    from infra.store import build_store
+
+    recorded = state.get("settings") or {}
+    changes: dict[str, dict[str, Any]] = {}
+    if state.get("store_path"):
+        changes["store"] = {"path": Path(state["store_path"])}
+    if recorded.get("embedder") in ("minilm", "ollama"):
+        changes["embed"] = {"backend": recorded["embedder"]}
+    return build_store(settings.updated(**changes) if changes else settings)
+
+
+def purge_deleted(store: Any) -> None:
+    """Make deletions physical: LanceDB keeps deleted rows in older table versions until they are
+    compacted and cleaned up. Stores without versions (no ``optimize``) need nothing."""
+    optimize = getattr(store, "optimize", None)
+    if optimize is None:
+        return
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # "removes every version except the latest": wanted here
+        optimize(cleanup_older_than=timedelta(0))
+
+
+def _inside(path: Path, folder: Path) -> bool:
+    try:
+        path.resolve().relative_to(folder.expanduser().resolve())
+    except ValueError:
+        return False
+    return True
+
+
+def _delete_documents(settings: Settings, rundir: RunDir, state: dict[str, Any], report: ForgetReport,
+                      store: Any | None) -> None:
+    mine = documents_stored_by(state)
+    if not mine:
+        return
+    elsewhere = documents_used_elsewhere(rundir.path.parent, rundir.run_id)
+    store = store if store is not None else _store_for(settings, state)
+    papers = settings.search.papers_dir
+    for doc_id, entry in sorted(mine.items()):
+        if doc_id in elsewhere:
+            report.documents_kept[doc_id] = f"used by run {elsewhere[doc_id]}"
+            continue
+        store.delete_document(doc_id)
+        report.documents_deleted.append(doc_id)
+        path = entry.get("path")
+        if path and _inside(Path(path), papers) and Path(path).is_file():
+            Path(path).unlink()
+            report.papers_removed.append(str(path))
+    if report.documents_deleted:
+        purge_deleted(store)
+
+
+def _delete_zotero_collection(settings: Settings, run_id: str) -> str:
+    """Delete the run's Zotero collection ('Forage <run_id>'); the items stay in the library."""
+    from infra.net import Egress, EgressLedger
+    from infra.sources.zotero import ZoteroError, ZoteroLibrary, describe_error
+
+    name = f"Forage {run_id}"
+    with ZoteroLibrary(settings.zotero, Egress(settings.net, EgressLedger())) as library:
+        collection = library.find_collection(name)
+        if collection is None:
+            return f"no Zotero collection {name!r}"
+        try:
+            library._write(lambda: library.zot.delete_collection(collection))  # noqa: SLF001 - its 429 policy
+        except Exception as exc:  # noqa: BLE001 - one clear error; the run folder stays for a retry
+            reason, retryable = describe_error(exc, writing=True)
+            raise ZoteroError(f"deleting Zotero collection {name!r}: {reason}", retryable=retryable) from exc
+    return f"deleted Zotero collection {name!r}"
+
+
+def forget_run(settings: Settings, run_id: str, *, documents: bool = False, zotero: bool = False,
+               store: Any | None = None) -> ForgetReport:
+    """Delete everything Forage wrote for ``run_id`` (see the module docstring).
+
+    ``store``: the store to delete documents from (default: the one recorded in run.json).
+    Raises ForageError when there is no such run.
+    """
+    rundir = run_dir(Path(settings.run.runs_dir).expanduser(), run_id)
+    if not rundir.path.is_dir():
+        raise ForageError(f"no run {run_id!r} in {rundir.path.parent}", retryable=False)
+    state = _read_state(rundir)
+    report = ForgetReport(run_id=run_id, run_dir=str(rundir.path))
+    if documents:
+        _delete_documents(settings, rundir, state, report, store)
+    if zotero:
+        report.zotero = _delete_zotero_collection(settings, run_id)
+    report.files_removed = sum(1 for p in rundir.path.rglob("*") if not p.is_dir())
+    shutil.rmtree(rundir.path)
+    return report
+
+
+def last_activity(path: Path) -> float:
+    """The newest modification time of the run folder or anything in it (seconds since the epoch)."""
+    times = [path.stat().st_mtime]
+    for p in path.rglob("*"):
+        try:
+            times.append(p.stat().st_mtime)
+        except OSError:
+            continue
+    return max(times)
+
+
+def expired_runs(runs_dir: Path, days: int, now: float | None = None) -> list[str]:
+    """Runs in ``runs_dir`` whose last activity is more than ``days`` days ago."""
+    now = time.time() if now is None else now
+    folder = Path(runs_dir).expanduser()
+    if not folder.is_dir():
+        return []
+    out = []
+    for path in sorted(p for p in folder.iterdir() if p.is_dir() and _RUN_ID.match(p.name)):
+        if not (path / "run.json").exists() and not (path / "events.jsonl").exists():
+            continue  # not a run folder
+        if now - last_activity(path) > days * DAY_S:
+            out.append(path.name)
+    return out
+
+
+def forget_expired(settings: Settings, now: float | None = None, days: int | None = None) -> list[ForgetReport]:
+    """Forget every run older than ``run.retention_days`` (or ``days``); nothing when retention is off.
+    Documents stay in the shared library."""
+    days = settings.run.retention_days if days is None else days
+    if days is None:
+        return []
+    return [forget_run(settings, run_id) for run_id in expired_runs(settings.run.runs_dir, days, now)]
+
+
+def apply_retention(settings: Settings, say: Callable[[str], None] = lambda _: None) -> list[ForgetReport]:
+    """The retention sweep run at the start of ``forage research`` and ``forage demo``."""
+    gone = forget_expired(settings)
+    if gone:
+        say(f"retention: forgot {len(gone)} run(s) older than {settings.run.retention_days} days: "
+            + ", ".join(r.run_id for r in gone))
+    return gone

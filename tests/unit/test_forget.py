@@ -1,0 +1,294 @@
+"""`forage forget`, retention and user-only run files, on real runs without Ray.
+
+A run here is the real thing in one process: LibrarySearch over a folder of PDFs, IngestStep with
+PyMuPDF, MiniLM and LanceDB, a ForageStep per requirement and the WriteStep, driven by the
+Orchestrator through a LocalCrew; the model is a FunctionLLM that answers from what it is shown.
+The query and the requirements carry a canary word, one library PDF another; after forgetting,
+no file under the runs folder, the store or the papers folder may contain them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import stat
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from actors.orchestrator import LocalCrew, Orchestrator
+from actors.status_hub import StatusHub
+from actors.steps.rundir import RunDir
+from gateway.forget import expired_runs, forget_expired, forget_run
+from infra.errors import ConfigError, ForageError
+from infra.llm.fakes import FunctionLLM
+from infra.settings import Settings
+from messages.plan import PlanRequest, ResearchQuery
+from messages.status import StatusEvent
+
+QUERY_CANARY = "Vexlorimab"
+DOC_CANARY = "Quorthane"
+QUERY = f"How does {QUERY_CANARY} change fin regeneration in zebrafish?"
+
+
+def make_pdf(path: Path, title: str, paragraphs: list[str]) -> None:
+    import pymupdf
+
+    doc = pymupdf.open()
+    page = doc.new_page()
+    page.insert_text((72, 72), title, fontsize=16)
+    y = 110
+    for para in paragraphs:
+        page.insert_textbox(pymupdf.Rect(72, y, 520, y + 140), para, fontsize=10)
+        y += 150
+    doc.save(path)
+
+
+def _block(text: str, name: str) -> str:
+    m = re.search(rf"<<<{name}\n(.*?)\n{name}>>>", text, re.S)
+    return m.group(1) if m else ""
+
+
+def _verdict(passage: str) -> dict[str, str]:
+    if "regenerat" in passage.lower() or "regrowth" in passage.lower():
+        return {"tag": "answers", "kind": "result", "motive": "reports fin regrowth"}
+    return {"tag": "unrelated", "kind": "background", "motive": "off topic"}
+
+
+async def brain(messages: list[dict[str, str]], schema: type) -> Any:
+    """Answers like a reader: a passage about regeneration answers the requirement."""
+    user = next(m["content"] for m in reversed(messages) if m["role"] == "user")
+    name = schema.__name__
+    if name == "RequirementList":
+        return {"requirements": [f"Effect of {QUERY_CANARY} on the speed of fin regeneration in zebrafish"]}
+    if name in ("BatchVerdict", "DeepDiveBatchVerdict"):  # one verdict per numbered passage
+        return {"verdicts": [{"passage": int(n), **_verdict(text)} for n, text in
+                             re.findall(r"<<<PASSAGE (\d+)\n(.*?)\nPASSAGE \1>>>", user, re.S)]}
+    if name in ("ChunkVerdict", "DeepDiveVerdict"):
+        return _verdict(_block(user, "PASSAGE"))
+    if name == "Reformulation":
+        return {"query": "fin regrowth after amputation"}
+    if name == "DocumentGist":
+        return {"summary": "A study of fin regrowth."}
+    if name == "RelevanceGate":
+        return {"continue_search": True, "reason": "on topic"}
+    if name == "SectionChoice":
+        listed = [line[2:] for line in _block(user, "SECTIONS").splitlines() if line.startswith("- ")]
+        return {"sections": listed[:1]}
+    if name == "SectionDraft":
+        labels = sorted({int(n) for n in re.findall(r"^\[(\d+)\] ", user, re.M)})
+        return {"mechanism": f"{QUERY_CANARY} slows regrowth.", "mechanism_sources": labels[:1],
+                "evidence": [{"sentence": f"Source {n} measured regrowth under {QUERY_CANARY}.", "sources": [n]}
+                             for n in labels]}
+    if name == "OverviewDraft":
+        return {"title": f"{QUERY_CANARY} and fin regeneration", "overview": f"What is known about {QUERY_CANARY}."}
+    raise AssertionError(f"no answer for schema {name}")
+
+
+class FileHubEmit:
+    """Events through the real StatusHub (numbering, events.jsonl), published once the run returns."""
+
+    def __init__(self, run_id: str, path: Path) -> None:
+        self.run_id = run_id
+        self.hub = StatusHub(run_id, path)
+        self.events: list[StatusEvent] = []
+
+    def __call__(self, stage, kind, message="", *, iteration=None, requirement_id=None, **payload):
+        self.events.append(StatusEvent(run_id=self.run_id, stage=stage, kind=kind, message=message,
+                                       iteration=iteration, requirement_id=requirement_id, payload=payload))
+
+    async def publish(self) -> None:
+        for event in self.events:
+            await self.hub.publish(event)
+
+
+@pytest.fixture(scope="module")
+def embedder():
+    from infra.embed import build_embedder
+
+    return build_embedder(Settings.load().updated(embed={"backend": "minilm"}))
+
+
+@pytest.fixture
+def world(tmp_path: Path) -> dict[str, Path]:
+    papers = tmp_path / "papers"  # stands for downloaded PDFs: search.papers_dir and the library
+    papers.mkdir()
+    make_pdf(papers / "quorthane.pdf", "Fin regeneration under treatment",
+             ["Abstract. Zebrafish regenerate their caudal fins after amputation within two weeks. " * 3,
+              f"Methods. Fish were treated with {DOC_CANARY} and regrowth of the fin was measured daily. " * 3])
+    make_pdf(papers / "scales.pdf", "Scale pigmentation of zebrafish",
+             ["Abstract. Pigment cells of adult zebrafish scales were counted under a microscope. " * 3,
+              "Results. Melanophore density differed between the dorsal and ventral scales. " * 3])
+    return {"root": tmp_path, "runs": tmp_path / "runs", "store": tmp_path / "store", "papers": papers}
+
+
+def settings_for(world: dict[str, Path], **run: Any) -> Settings:
+    return Settings.load("quick").updated(
+        run={"runs_dir": world["runs"], "max_iterations": 1, "max_requirements": 1, **run},
+        store={"path": world["store"]}, embed={"backend": "minilm"},
+        search={"library": world["papers"], "papers_dir": world["papers"]}, net={"offline": True},
+        write={"comparison": False})  # the comparison tables ask schemas this test brain does not script
+
+
+def real_run(settings: Settings, run_id: str, embedder: Any) -> dict[str, Any]:
+    from actors.steps.forage import ForageStep
+    from actors.steps.ingest import IngestStep
+    from actors.steps.search import LibrarySearch
+    from actors.steps.write import WriteStep
+    from infra.pdf import build_parser
+    from infra.store import build_store
+
+    llm = FunctionLLM(brain)
+    emit = FileHubEmit(run_id, RunDir(settings.run.runs_dir, run_id).events_jsonl)
+    store = build_store(settings)
+
+    async def go() -> Any:
+        orch = Orchestrator(settings, run_id, llm=llm, emit=emit)
+        plan = await orch.plan(PlanRequest(run_id=run_id, query=ResearchQuery(run_id=run_id, text=QUERY)))
+        foragers = {r.id: ForageStep(settings, store, embedder, llm, emit=emit) for r in plan.requirements}
+        orch._crew = LocalCrew(LibrarySearch(settings.search.library, emit=emit),
+                               IngestStep(settings, store, embedder, build_parser(settings), emit=emit),
+                               foragers, WriteStep(settings, store, llm, emit=emit))
+        summary = await orch.run(plan.model_copy(update={"approved": True}))
+        await emit.publish()
+        return summary
+
+    summary = asyncio.run(go())
+    assert summary.status == "finished", summary.stop_reason
+    return RunDir(settings.run.runs_dir, run_id).read_state()
+
+
+def files_containing(word: str, *folders: Path) -> list[str]:
+    needle = word.lower().encode()
+    return [str(p) for folder in folders if folder.exists() for p in folder.rglob("*")
+            if p.is_file() and needle in p.read_bytes().lower()]
+
+
+def test_forget_leaves_no_trace_of_the_query_or_its_documents(world, embedder) -> None:
+    settings = settings_for(world)
+    state = real_run(settings, "run-canary", embedder)
+    folders = (world["runs"], world["store"], world["papers"])
+    # the canaries are really there before: query in the run's files, document text in the store
+    hits = files_containing(QUERY_CANARY, *folders)
+    assert {Path(h).name for h in hits} >= {"run.json", "events.jsonl", "report.md"}, hits
+    assert any("/store/" in h for h in files_containing(DOC_CANARY, *folders))
+    stored = {d["doc_id"] for d in state["documents"].values() if d["status"] == "stored"}
+    assert len(stored) == 2
+
+    report = forget_run(settings, "run-canary", documents=True)
+
+    assert files_containing(QUERY_CANARY, *folders) == []
+    assert files_containing(DOC_CANARY, *folders) == []
+    assert not (world["runs"] / "run-canary").exists()
+    assert sorted(report.documents_deleted) == sorted(stored) and report.files_removed >= 4
+    assert {Path(p).name for p in report.papers_removed} == {"quorthane.pdf", "scales.pdf"}
+    from infra.store import build_store
+
+    store = build_store(settings)
+    assert store.list_documents() == [] and store.count_chunks() == 0
+
+
+def test_documents_stay_without_the_flag_and_when_another_run_used_them(world, embedder) -> None:
+    settings = settings_for(world)
+    real_run(settings, "run-one", embedder)
+    second = real_run(settings, "run-two", embedder)  # finds both documents already stored
+    assert {d["status"] for d in second["documents"].values()} == {"skipped"}
+
+    plain = forget_run(settings, "run-two")
+    assert plain.documents_deleted == [] and not (world["runs"] / "run-two").exists()
+    assert (world["runs"] / "run-one" / "run.json").exists()
+
+    real_run(settings, "run-three", embedder)
+    kept = forget_run(settings, "run-one", documents=True)  # run-three used the documents
+    assert kept.documents_deleted == [] and set(kept.documents_kept.values()) == {"used by run run-three"}
+    from infra.store import build_store
+
+    assert len(build_store(settings).list_documents()) == 2
+    assert files_containing(DOC_CANARY, world["store"])  # the library keeps its document
+    assert files_containing(QUERY_CANARY, world["runs"])  # run-three is still there
+    forget_run(settings, "run-three", documents=True)
+    assert files_containing(QUERY_CANARY, *world.values()) == []
+
+
+def test_run_files_are_user_only(world, embedder) -> None:
+    old = os.umask(0o022)
+    try:
+        settings = settings_for(world)
+        real_run(settings, "run-private", embedder)
+    finally:
+        os.umask(old)
+    folder = world["runs"] / "run-private"
+    assert stat.S_IMODE(world["runs"].stat().st_mode) == 0o700
+    assert stat.S_IMODE(folder.stat().st_mode) == 0o700
+    files = [p for p in folder.rglob("*") if p.is_file()]
+    assert {p.name for p in files} >= {"run.json", "events.jsonl", "report.md", "evidence.jsonl", "report.json"}
+    for p in files:
+        assert stat.S_IMODE(p.stat().st_mode) == 0o600, p
+
+
+def _aged_run(runs: Path, run_id: str, days_ago: float, now: float) -> Path:
+    rundir = RunDir(runs, run_id)
+    rundir.save_state({"run_id": run_id, "status": "finished", "query": f"secret {run_id}"})
+    then = now - days_ago * 86_400
+    for p in [*rundir.path.rglob("*"), rundir.path]:
+        os.utime(p, (then, then))
+    return rundir.path
+
+
+def test_retention_forgets_only_runs_older_than_the_setting(tmp_path) -> None:
+    now = time.time()
+    runs = tmp_path / "runs"
+    _aged_run(runs, "old-run", 31, now)
+    _aged_run(runs, "recent-run", 29, now)
+    (runs / "not-a-run").mkdir()  # no run.json: left alone
+    assert Settings.load().run.retention_days is None  # off by default
+    off = Settings.load().updated(run={"runs_dir": runs})
+    assert forget_expired(off, now=now) == []
+    on = off.updated(run={"retention_days": 30})
+    assert expired_runs(runs, 30, now) == ["old-run"]
+    gone = forget_expired(on, now=now)
+    assert [r.run_id for r in gone] == ["old-run"]
+    assert sorted(p.name for p in runs.iterdir()) == ["not-a-run", "recent-run"]
+
+
+def test_retention_runs_at_the_start_of_research(tmp_path, monkeypatch) -> None:
+    from gateway import cli
+
+    runs = tmp_path / "runs"
+    _aged_run(runs, "old-run", 10, time.time())
+    monkeypatch.setenv("FORAGE_RUN__RETENTION_DAYS", "7")
+    # preflight refuses an empty library folder after the retention sweep, before any run starts
+    (tmp_path / "empty").mkdir()
+    result = CliRunner().invoke(cli.app, ["research", "a question", "--library", str(tmp_path / "empty"),
+                                          "--runs-dir", str(runs), "--offline", "--yes"])
+    assert "forgot 1 run(s) older than 7 days: old-run" in result.output, result.output
+    assert not (runs / "old-run").exists()
+
+
+def test_forget_cli(tmp_path) -> None:
+    from gateway import cli
+
+    runs = tmp_path / "runs"
+    _aged_run(runs, "run-a", 0, time.time())
+    _aged_run(runs, "run-b", 40, time.time())
+    runner = CliRunner()
+    out = runner.invoke(cli.app, ["forget", "run-a", "--runs-dir", str(runs)])
+    assert out.exit_code == 0 and "forgot run run-a" in out.output
+    assert runner.invoke(cli.app, ["forget", "run-a", "--runs-dir", str(runs)]).exit_code == 2  # gone
+    assert runner.invoke(cli.app, ["forget", "../etc", "--runs-dir", str(runs)]).exit_code == 2
+    assert runner.invoke(cli.app, ["forget", "--expired", "--runs-dir", str(runs)]).exit_code == 2  # retention off
+    out = runner.invoke(cli.app, ["forget", "--expired", "--days", "30", "--runs-dir", str(runs)])
+    assert out.exit_code == 0 and "run-b" in out.output and not (runs / "run-b").exists()
+
+
+def test_bad_run_ids_are_refused(tmp_path) -> None:
+    settings = Settings.load().updated(run={"runs_dir": tmp_path})
+    for bad in ("..", "../x", "a/b", ""):
+        with pytest.raises(ConfigError):
+            forget_run(settings, bad)
+    with pytest.raises(ForageError, match="no run"):
+        forget_run(settings, "missing")
