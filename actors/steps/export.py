@@ -21,6 +21,7 @@ from typing import Any
 from markdown_it import MarkdownIt
 
 from actors.steps.rundir import RunDir
+from actors.steps.write import SOURCES_HEADING
 from messages.write import Report, SourceRef
 
 FORMATS = ("md", "html", "bibtex", "ris", "json")
@@ -75,10 +76,21 @@ def _inline_images(body: str, base: Path) -> str:
     return _IMG_SRC.sub(swap, body)
 
 
+def _link_citations(body: str) -> str:
+    """[n] in the text links to its entry under Sources Consulted, which gets the anchor ``source-n``."""
+    marker = f"<h2>{SOURCES_HEADING}</h2>"
+    if marker not in body:
+        return body
+    text, sources = body.split(marker, 1)
+    text = re.sub(r"\[(\d+)\](?![^<]*>)", r'<a href="#source-\1">[\1]</a>', text)
+    sources = re.sub(r"<p>\[(\d+)\]", r'<p id="source-\1">[\1]', sources)
+    return text + marker + sources
+
+
 def to_html(markdown: str, base: Path, title: str = "Forage report") -> str:
-    """A self-contained HTML page for ``markdown``; images under ``base`` are inlined."""
+    """A self-contained HTML page for ``markdown``; images under ``base`` are inlined, citations linked."""
     body = MarkdownIt("commonmark", {"html": False}).enable("table").render(markdown)
-    body = _inline_images(body, base)
+    body = _link_citations(_inline_images(body, base))
     m = re.search(r"^# (.+)$", markdown, re.MULTILINE)
     page_title = html.escape(m.group(1).replace("\\", "") if m else title)
     return ("<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"

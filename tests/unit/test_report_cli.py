@@ -220,3 +220,5 @@ def test_html_export_inlines_the_run_charts(finished, tmp_path):
     _, folder = finished
     html = export_text(folder, "html", tmp_path)
     assert html.count("data:image/png;base64,") == 3 and "src=\"figures/" not in html
+    assert '<a href="#source-1">[1]</a>' in html and '<p id="source-1">[1]' in html
+    assert '<p id="source-3">[3]' in html and "#source-4" not in html
