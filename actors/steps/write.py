@@ -821,7 +821,7 @@ def render_comparison(comparison: Comparison) -> list[str]:
                    f"{cell(r.novelty)} |")
     out += ["", f"Contribution records with all four fields stated: {comparison.compliant} of {len(records)}.", ""]
     if comparison.overlaps:
-        out += ["| Papers | Shared | What they share |", "| --- | --- | --- |"]
+        out += ["| Papers | Shared element | What they share |", "| --- | --- | --- |"]
         out += [f"| {' '.join(f'[{n}]' for n in o.papers)} | {o.element} | {cell(o.shared)} |"
                 for o in comparison.overlaps]
         out.append("")
