@@ -515,8 +515,9 @@ class WriteStep:
             # one regeneration: the model sees its own answer and what was wrong with it
             self.llm_calls += 1
             section.regenerated = True
-            retry: list[ChatMessage] = [*messages, {"role": "assistant", "content": draft.model_dump_json()},
-                     {"role": "user", "content": "Write the section again. " + " ".join(feedback)}]
+            retry: list[ChatMessage] = [
+                *messages, {"role": "assistant", "content": draft.model_dump_json()},
+                {"role": "user", "content": "Write the section again. " + " ".join(feedback)}]
             try:
                 second = self._apply(await self.llm.structured(retry, SectionDraft), shown)
             except (LLMOutputError, LLMTimeout) as exc:

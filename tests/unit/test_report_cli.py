@@ -222,3 +222,13 @@ def test_html_export_inlines_the_run_charts(finished, tmp_path):
     assert html.count("data:image/png;base64,") == 3 and "src=\"figures/" not in html
     assert '<a href="#source-1">[1]</a>' in html and '<p id="source-1">[1]' in html
     assert '<p id="source-3">[3]' in html and "#source-4" not in html
+
+
+def test_verify_a_run_saved_before_report_json_existed(finished, tmp_path):
+    target = copy_run(finished, tmp_path)
+    (target / "report.json").unlink()  # older runs: sources from run.json, cited chunks from evidence.jsonl
+    result = invoke("verify", str(target))
+    assert result.exit_code == 0, result.output
+    md = (target / "report.md").read_text()
+    (target / "report.md").write_text(md.replace("[2].", "[5].", 1))
+    assert invoke("verify", str(target)).exit_code == 1
