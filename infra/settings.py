@@ -63,12 +63,29 @@ class EmbedSettings(Section):
 
 
 class StoreSettings(Section):
-    backend: Literal["lancedb"] = Field(default="lancedb", description="Embedded LanceDB; Weaviate comes later.")
+    backend: Literal["lancedb", "weaviate"] = Field(
+        default="lancedb", description="'lancedb': embedded folder (one machine); 'weaviate': a self-hosted "
+                                       "Weaviate shared by a lab's Ray cluster (docs/cluster.md).")
     path: Path = Field(default=Path(".forage/store"), description="LanceDB folder.")
     hybrid_alpha: float = Field(
         default=0.75, ge=0, le=1,
         description="Weight of the vector side in hybrid fusion (relative-score: at ≤0.5 a pure paraphrase can "
                     "never outrank a keyword match).")
+    hybrid_fusion: Literal["relative_score", "rrf"] = Field(
+        default="relative_score", description="How hybrid search fuses BM25 and vector ranks (Weaviate store).")
+    weaviate_host: str = Field(default="127.0.0.1", description="Weaviate host: the head node's lab address.")
+    weaviate_http_port: int = Field(default=8080, ge=1, le=65535, description="Weaviate REST port.")
+    weaviate_grpc_port: int = Field(default=50051, ge=1, le=65535, description="Weaviate gRPC port (queries, batches).")
+    weaviate_secure: bool = Field(default=False, description="Use https/TLS for both ports.")
+    weaviate_api_key: str | None = Field(
+        default=None, description="Weaviate API key (FORAGE_STORE__WEAVIATE_API_KEY); None: anonymous access.")
+    weaviate_library: str = Field(
+        default="Forage", pattern=r"^[A-Z][A-Za-z0-9_]*$",
+        description="Library name: the Weaviate collections '<name>Chunks' and '<name>Documents'.")
+    weaviate_timeout_s: float = Field(default=30.0, gt=0, description="Per Weaviate request.")
+    weaviate_hybrid: Literal["forage", "weaviate"] = Field(
+        default="forage", description="'forage': fuse Weaviate's BM25 and vector results in Forage (same scores "
+                                      "as LanceDB); 'weaviate': Weaviate's own hybrid query.")
 
 
 class IngestSettings(Section):
@@ -170,6 +187,11 @@ class RayOptions(Section):
     actor_cpus: float = Field(default=0.25, ge=0, description="CPU reservation per worker actor.")
     max_restarts: int = Field(default=2, ge=0, description="Restarts of a crashed worker actor.")
     max_task_retries: int = Field(default=1, ge=0, description="Retries of idempotent actor methods.")
+    llm_slots: int | None = Field(
+        default=None, ge=1,
+        description="LLM slots: a local Ray declares this many of the custom resource 'llm_slot' (a cluster "
+                    "declares one per LLM endpoint with `ray start --resources`); each Forager holds one while it "
+                    "forages, so at most this many requirements call the LLM at once. None: no limit.")
 
 
 _PRESETS: dict[str, dict[str, Any]] = {

@@ -11,7 +11,7 @@ if TYPE_CHECKING:
     from infra.settings import Settings
 
 __all__ = ["ChunkFilter", "ChunkRecord", "DocumentRecord", "Hit", "SectionKind", "Store", "build_store",
-           "embedding_dim"]
+           "embedding_dim", "embedding_name"]
 
 # Output sizes of the embedders Forage knows; any other model needs an explicit ``dim``.
 _KNOWN_DIMS = {"all-minilm-l6-v2": 384, "nomic-embed-text": 768}
@@ -38,5 +38,24 @@ def build_store(settings: Settings, dim: int | None = None) -> Store:
     if backend == "lancedb":
         from infra.store.lancedb import LanceStore
 
-        return LanceStore(settings.store.path, dim=dim or embedding_dim(settings))
-    raise ConfigError(f"unknown store backend {backend!r}; available: 'lancedb'")
+        return LanceStore(settings.store.path, dim=dim or embedding_dim(settings),
+                          embed_model=embedding_name(settings))
+    if backend == "weaviate":
+        from infra.store.weaviate import WeaviateStore
+
+        cfg = settings.store
+        return WeaviateStore(cfg.weaviate_host, library=cfg.weaviate_library, dim=dim or embedding_dim(settings),
+                             http_port=cfg.weaviate_http_port, grpc_port=cfg.weaviate_grpc_port,
+                             secure=cfg.weaviate_secure, api_key=cfg.weaviate_api_key,
+                             embed_model=embedding_name(settings), timeout_s=cfg.weaviate_timeout_s,
+                             fusion=cfg.hybrid_fusion, hybrid=cfg.weaviate_hybrid)
+    raise ConfigError(f"unknown store backend {backend!r}; available: 'lancedb', 'weaviate'")
+
+
+def embedding_name(settings: Settings) -> str:
+    """The embedding model a library records: 'minilm:all-minilm-l6-v2' or 'ollama:<model>' (tag
+    ':latest' dropped, so 'nomic-embed-text' and 'nomic-embed-text:latest' are the same model)."""
+    if settings.embed.backend == "minilm":
+        return "minilm:all-minilm-l6-v2"
+    model = settings.embed.model.lower().removesuffix(":latest")
+    return f"ollama:{model}"

@@ -46,7 +46,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager, ExitStack, contextmanager
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 import lancedb
 import numpy as np
@@ -60,6 +60,9 @@ from tenacity import before_sleep_log, retry, retry_if_exception, stop_after_att
 from infra.errors import StoreError
 from infra.store.base import ChunkFilter, ChunkRecord, DocumentRecord, Hit
 
+if TYPE_CHECKING:
+    from infra.store.meta import LibraryMeta
+
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
@@ -70,6 +73,7 @@ DOCUMENTS = "documents"
 RRF_K = 60  # the usual constant of reciprocal-rank fusion
 LOCK_DIR = "_locks"
 LOCK_STRIPES = 64
+LIBRARY_META = "library.json"  # the embedding model and size (infra.store.meta)
 
 _CHUNK_COLUMNS = list(ChunkRecord.model_fields)
 _DOC_COLUMNS = list(DocumentRecord.model_fields)
@@ -232,13 +236,14 @@ class LanceStore:
 
     def __init__(self, path: Path | str, dim: int = 384, *,
                  read_consistency: timedelta = timedelta(0), hybrid_candidates: int = 4,
-                 auto_optimize_rows: int | None = 2000) -> None:
+                 auto_optimize_rows: int | None = 2000, embed_model: str | None = None) -> None:
         if dim <= 0:
             raise StoreError(f"vector dimension must be positive, got {dim}", retryable=False)
         self.path = Path(path)
         self.dim = dim
         self.hybrid_candidates = max(1, hybrid_candidates)
         self.auto_optimize_rows = auto_optimize_rows
+        self.embed_model = embed_model
         self._read_consistency = read_consistency
         try:
             self._db = lancedb.connect(str(self.path), read_consistency_interval=read_consistency)
@@ -249,7 +254,7 @@ class LanceStore:
     def __reduce__(self) -> tuple[Any, ...]:
         # table handles hold a runtime that cannot cross processes: ship the recipe instead
         options = {"read_consistency": self._read_consistency, "hybrid_candidates": self.hybrid_candidates,
-                   "auto_optimize_rows": self.auto_optimize_rows}
+                   "auto_optimize_rows": self.auto_optimize_rows, "embed_model": self.embed_model}
         return (_reopen, (self.path, self.dim, options))
 
     def __repr__(self) -> str:
@@ -279,6 +284,7 @@ class LanceStore:
                 raise StoreError(f"cannot open table {name!r} of the store at {self.path}: {exc}") from exc
             if name == CHUNKS:
                 self._check_dim(table)
+                self._check_library_meta()
                 self._ensure_fts(table)
             self._ensure_scalar_indexes(name, table)
         self._tables[name] = table
@@ -292,6 +298,40 @@ class LanceStore:
                 f"the store at {self.path} holds {found}-dimensional vectors but this store was opened "
                 f"for {self.dim}; use the embedder it was built with or another store.path",
                 retryable=False)
+
+    def _check_library_meta(self) -> None:
+        """Refuse another embedding model than the one recorded in ``library.json``; record it
+        when missing (a store written before the record existed adopts the model it is opened with)."""
+        from infra.store.meta import LibraryMeta, check_meta
+
+        meta_file = self.path / LIBRARY_META
+        recorded = LibraryMeta.loads(meta_file.read_text()) if meta_file.exists() else None
+        if recorded is not None:
+            check_meta(recorded, self.embed_model, self.dim, str(self.path))
+            if recorded.embed_model or not self.embed_model:
+                return
+        try:
+            tmp = meta_file.with_suffix(".tmp")
+            tmp.write_text(LibraryMeta(embed_model=self.embed_model, dim=self.dim).dumps())
+            tmp.replace(meta_file)
+        except OSError as exc:
+            raise StoreError(f"cannot record the embedding model in {meta_file}: {exc}") from exc
+
+    def library_meta(self) -> LibraryMeta | None:
+        """What the library records about its vectors (None before the first write)."""
+        from infra.store.meta import LibraryMeta
+
+        meta_file = self.path / LIBRARY_META
+        return LibraryMeta.loads(meta_file.read_text()) if meta_file.exists() else None
+
+    def export_documents(self) -> Iterator[tuple[DocumentRecord, list[ChunkRecord], list[list[float]]]]:
+        """Every document with its chunks (ordinal order) and their vectors, by (key, doc_id) (for migration)."""
+        for doc in self.list_documents():
+            where = f"doc_id = {sql_str(doc.doc_id)}"
+            rows = self._read(CHUNKS, where, lambda t, w=where: t.search().where(w)
+                              .select([*_CHUNK_COLUMNS, "vector"]).to_list(), [])
+            rows.sort(key=lambda r: r["ordinal"])
+            yield doc, [self._to_chunk(r) for r in rows], [[float(x) for x in r["vector"]] for r in rows]
 
     def _ensure_fts(self, table: Table) -> None:
         """Create the native BM25 index on ``search_text`` (``text`` in a store written before that

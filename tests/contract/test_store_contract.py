@@ -95,9 +95,12 @@ def open_store(kind: str, path: str, **options: Any) -> Store:
 
         return LanceStore(path, dim=DIM, **options)
     if kind == "weaviate":
-        from infra.store.weaviate import WeaviateStore  # type: ignore[import-not-found]  # comes later
+        from infra.store.weaviate import WeaviateStore
 
-        return WeaviateStore(os.environ["WEAVIATE_URL"], collection=f"t{abs(hash(path))}", dim=DIM)
+        # one library per test, the same in every worker process (str hashes differ between processes)
+        library = "T" + hashlib.sha256(path.encode()).hexdigest()[:20]
+        return WeaviateStore.from_url(os.environ["WEAVIATE_URL"], library=library, dim=DIM,
+                                      grpc_port=int(os.environ.get("WEAVIATE_GRPC_PORT", "50051")), **options)
     raise ValueError(kind)
 
 
@@ -106,9 +109,21 @@ def store_spec(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[str, str
     """(kind, location) of a fresh, empty store."""
     if request.param == "weaviate":
         if not os.environ.get("WEAVIATE_URL"):
-            pytest.skip("needs a live Weaviate: set WEAVIATE_URL")
-        pytest.importorskip("infra.store.weaviate", reason="the Weaviate adapter is not written yet")
+            pytest.skip("needs a live Weaviate: set WEAVIATE_URL (and WEAVIATE_GRPC_PORT if not 50051)")
     return request.param, str(tmp_path / "store")
+
+
+@pytest.fixture(autouse=True)
+def _drop_weaviate_library(request: pytest.FixtureRequest) -> Any:
+    """Remove the test's Weaviate collections afterwards (a live server outlives the test)."""
+    yield
+    spec = request.node.funcargs.get("store_spec")
+    if spec and spec[0] == "weaviate":
+        store = open_store(*spec)
+        client = store._connect()  # type: ignore[attr-defined]
+        for name in (store.chunks_name, store.docs_name):  # type: ignore[attr-defined]
+            client.collections.delete(name)
+        store.close()  # type: ignore[attr-defined]
 
 
 @pytest.fixture

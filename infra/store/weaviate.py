@@ -1,0 +1,538 @@
+"""The store contract on a self-hosted Weaviate (weaviate-client v4), for a lab's shared library.
+
+Layout: a **collection per library**, two per library — ``<Library>Chunks`` (one object per
+:class:`ChunkRecord`, with its self-provided vector; vectorizer none, HNSW, cosine) and
+``<Library>Documents`` (the registry, one object per :class:`DocumentRecord`, no vectors). Why
+collections and not tenants: a lab has a handful of libraries, not thousands; each library has
+its own embedding model and vector size (a collection's vector index has one size, tenants share
+it), its own BM25 statistics, and is dropped or backed up on its own. The library's
+:class:`~infra.store.meta.LibraryMeta` (embedding model, dimension) is the chunk collection's
+description, written when the collection is created, checked on every open.
+
+Object UUIDs are ``generate_uuid5(chunk_id)`` (``"doc:" + doc_id`` for registry objects), so an
+upsert overwrites in place: re-ingesting is idempotent, and two Ingestors writing the same
+document at once converge on one copy without locks.
+
+Write order as in LanceDB: the chunks (``insert_many`` in batches; any failed object fails the
+write, and chunks written for a document that was not registered before are removed again), then
+the document's stale chunks, then the registry object, then the versions it replaced (same key,
+other doc_id). Readers never see a registered document without its chunks. Weaviate has no
+multi-object transactions: a failed re-upsert of an already registered doc_id (same bytes) may
+leave some of its chunks rewritten.
+
+BM25 runs on ``search_text``: the context line (title, section path) and the chunk text, stemmed
+here with the Snowball English stemmer (Weaviate's tokenizer does not stem; LanceDB's does), with
+Weaviate's English stop words. Hybrid search (``weaviate_hybrid``): ``"forage"`` fuses Weaviate's
+BM25 and vector results with :func:`infra.store.lancedb.fuse`, so scores and order are the same
+as on LanceDB and a migrated library ranks alike; ``"weaviate"`` runs Weaviate's own hybrid query
+(one round trip; its own score normalisation). ``skip_init_checks=True``: the client makes no
+version or health call when it connects; the first request says whether the server is there.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
+from urllib.parse import urlsplit
+
+import numpy as np
+import snowballstemmer  # type: ignore[import-untyped]
+import weaviate
+from weaviate.classes.config import Configure, DataType, Property, Tokenization, VectorDistances
+from weaviate.classes.init import AdditionalConfig, Auth, Timeout
+from weaviate.classes.query import Filter, HybridFusion, MetadataQuery, Sort
+from weaviate.collections import Collection
+from weaviate.collections.classes.data import DataObject
+from weaviate.collections.classes.filters import _Filters
+from weaviate.util import generate_uuid5
+
+from infra.errors import StoreError
+from infra.store.base import ChunkFilter, ChunkRecord, DocumentRecord, Hit
+from infra.store.meta import LibraryMeta, check_meta
+
+if TYPE_CHECKING:
+    from weaviate import WeaviateClient
+
+T = TypeVar("T")
+Fusion = Literal["relative_score", "rrf"]
+MAX_RESULTS = 10_000  # Weaviate's default QUERY_MAXIMUM_RESULTS
+_STEM = snowballstemmer.stemmer("english")
+_CHUNK_FIELDS = list(ChunkRecord.model_fields)
+_DOC_FIELDS = list(DocumentRecord.model_fields)
+
+
+def stem_text(text: str) -> str:
+    """Lower-cased, Snowball-stemmed words joined by spaces: what BM25 indexes and queries."""
+    return " ".join(_STEM.stemWords(re.findall(r"\w+", text.lower())))
+
+
+def search_text(title: str, chunk: ChunkRecord) -> str:
+    """The stemmed context line and chunk text (see :func:`infra.store.lancedb.search_text`)."""
+    from infra.store.lancedb import search_text as context_text
+
+    return stem_text(context_text(title, chunk))
+
+
+def chunk_uuid(chunk_id: str) -> str:
+    return str(generate_uuid5(chunk_id))
+
+
+def doc_uuid(doc_id: str) -> str:
+    return str(generate_uuid5("doc:" + doc_id))
+
+
+def chunk_object(chunk: ChunkRecord, title: str, vector: Sequence[float]) -> DataObject[dict[str, Any], None]:
+    """The Weaviate object of a chunk: its fields, the stemmed search text, its vector."""
+    props: dict[str, Any] = chunk.model_dump()
+    props["pages"] = list(chunk.pages)
+    props["search_text"] = search_text(title, chunk)
+    return DataObject(properties=props, uuid=chunk_uuid(chunk.chunk_id), vector=list(vector))
+
+
+def doc_object(doc: DocumentRecord) -> DataObject[dict[str, Any], None]:
+    props = {k: (list(v) if isinstance(v, tuple) else v) for k, v in doc.model_dump().items() if v is not None}
+    return DataObject(properties=props, uuid=doc_uuid(doc.doc_id))
+
+
+def to_chunk(props: dict[str, Any]) -> ChunkRecord:
+    data = {name: props.get(name) for name in _CHUNK_FIELDS}
+    data["pages"] = tuple(props.get("pages") or ())
+    data["text"] = props.get("text") or ""
+    data["section_path"] = props.get("section_path") or ""
+    return ChunkRecord.model_validate(data)
+
+
+def to_doc(props: dict[str, Any]) -> DocumentRecord:
+    data: dict[str, Any] = {name: props.get(name) for name in _DOC_FIELDS}
+    for name in ("authors", "sections", "flags"):
+        data[name] = tuple(props.get(name) or ())
+    for name in ("abstract", "markdown", "parser", "origin", "title"):
+        data[name] = props.get(name) or ""
+    data["n_chunks"] = props.get("n_chunks") or 0
+    return DocumentRecord.model_validate(data)
+
+
+def _like_prefix(prefix: str) -> str:
+    """A ``like`` pattern for a literal prefix: Weaviate's wildcards ``*``/``?`` cannot be escaped,
+    so they become ``?`` (any one character) and :func:`matches` checks the exact prefix after."""
+    return prefix.replace("*", "?") + "*"
+
+
+def build_filter(flt: ChunkFilter) -> _Filters | None:
+    """The Weaviate filter for a :class:`ChunkFilter` (None when it filters nothing).
+    ``doc_ids == ()`` matches nothing: callers return early before asking."""
+    parts: list[_Filters] = []
+    if flt.doc_ids:
+        parts.append(Filter.by_property("doc_id").contains_any(list(flt.doc_ids)))
+    if flt.section_path is not None:
+        prop = Filter.by_property("section_path")
+        path = flt.section_path
+        parts.append(prop.like(_like_prefix(path[:-1])) if path.endswith("*") else prop.equal(path))
+    parts += [Filter.by_property("chunk_id").not_equal(c) for c in flt.exclude_chunk_ids]
+    parts += [Filter.by_property("section_kind").not_equal(k) for k in flt.exclude_kinds]
+    if not parts:
+        return None
+    return parts[0] if len(parts) == 1 else Filter.all_of(parts)
+
+
+def matches(flt: ChunkFilter, chunk: ChunkRecord) -> bool:
+    """The exact prefix check behind a ``like`` filter (wildcard characters in a prefix)."""
+    path = flt.section_path
+    return path is None or not path.endswith("*") or chunk.section_path.startswith(path[:-1])
+
+
+class WeaviateStore:
+    """The :class:`~infra.store.base.Store` contract on one library in a Weaviate server.
+
+    Connects lazily on first use; :meth:`close` (or ``with``) releases the connection.
+    """
+
+    name = "weaviate"
+
+    def __init__(self, host: str = "127.0.0.1", *, library: str = "Forage", dim: int = 384,
+                 http_port: int = 8080, grpc_port: int = 50051, secure: bool = False,
+                 api_key: str | None = None, embed_model: str | None = None, timeout_s: float = 30.0,
+                 fusion: Fusion = "relative_score", hybrid: Literal["forage", "weaviate"] = "forage",
+                 hybrid_candidates: int = 4, batch_size: int = 500) -> None:
+        if dim <= 0:
+            raise StoreError(f"vector dimension must be positive, got {dim}", retryable=False)
+        if not re.fullmatch(r"[A-Z][A-Za-z0-9_]*", library):
+            raise StoreError(f"library name {library!r} must start with a capital letter and hold only "
+                             "letters, digits and '_' (a Weaviate collection name)", retryable=False)
+        self.host, self.http_port, self.grpc_port, self.secure = host, http_port, grpc_port, secure
+        self.library, self.dim, self.embed_model = library, dim, embed_model
+        self.timeout_s, self.fusion, self.hybrid_mode = timeout_s, fusion, hybrid
+        self.hybrid_candidates, self.batch_size = max(1, hybrid_candidates), max(1, batch_size)
+        self._api_key = api_key
+        self._client: WeaviateClient | None = None
+        self._ready: dict[str, bool] = {}
+
+    @classmethod
+    def from_url(cls, url: str, *, grpc_port: int = 50051, **options: Any) -> WeaviateStore:
+        """A store for ``http(s)://host[:port]`` (the REST address; gRPC on ``grpc_port``)."""
+        parts = urlsplit(url if "://" in url else f"http://{url}")
+        if not parts.hostname:
+            raise StoreError(f"cannot read a Weaviate address from {url!r}; use http://host:8080", retryable=False)
+        secure = parts.scheme == "https"
+        return cls(parts.hostname, http_port=parts.port or (443 if secure else 8080), grpc_port=grpc_port,
+                   secure=secure, **options)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        options = {"library": self.library, "dim": self.dim, "http_port": self.http_port,
+                   "grpc_port": self.grpc_port, "secure": self.secure, "api_key": self._api_key,
+                   "embed_model": self.embed_model, "timeout_s": self.timeout_s, "fusion": self.fusion,
+                   "hybrid": self.hybrid_mode, "hybrid_candidates": self.hybrid_candidates,
+                   "batch_size": self.batch_size}
+        return (_reopen, (self.host, options))
+
+    def __repr__(self) -> str:
+        return f"WeaviateStore({self.where!r}, dim={self.dim})"
+
+    def __enter__(self) -> WeaviateStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @property
+    def where(self) -> str:
+        return f"{'https' if self.secure else 'http'}://{self.host}:{self.http_port}/{self.library}"
+
+    def close(self) -> None:
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+
+    # ------------------------------------------------------------------ connection and collections
+
+    def _connect(self) -> WeaviateClient:
+        if self._client is None:
+            try:
+                self._client = weaviate.connect_to_custom(
+                    http_host=self.host, http_port=self.http_port, http_secure=self.secure,
+                    grpc_host=self.host, grpc_port=self.grpc_port, grpc_secure=self.secure,
+                    auth_credentials=Auth.api_key(self._api_key) if self._api_key else None,
+                    additional_config=AdditionalConfig(timeout=Timeout(
+                        init=min(self.timeout_s, 10.0), query=self.timeout_s, insert=self.timeout_s * 4)),
+                    skip_init_checks=True)
+            except Exception as exc:  # noqa: BLE001
+                raise StoreError(f"cannot connect to Weaviate at {self.where}: {exc}") from exc
+        return self._client
+
+    @property
+    def chunks_name(self) -> str:
+        return f"{self.library}Chunks"
+
+    @property
+    def docs_name(self) -> str:
+        return f"{self.library}Documents"
+
+    def _collection(self, name: str, *, create: bool) -> Collection[Any, Any] | None:
+        """The collection ``name``; None when it does not exist and ``create`` is False."""
+        client = self._connect()
+        if not self._ready.get(name):
+            if not client.collections.exists(name):
+                if not create:
+                    return None
+                self._create(client, name)
+            if name == self.chunks_name:
+                self._check_meta(client.collections.use(name))
+            self._ready[name] = True
+        return client.collections.use(name)
+
+    def _create(self, client: WeaviateClient, name: str) -> None:
+        field = Tokenization.FIELD
+        if name == self.chunks_name:
+            props = [Property(name=n, data_type=DataType.TEXT, tokenization=field, index_searchable=False)
+                     for n in ("chunk_id", "doc_id", "section_path", "section_kind")]
+            props += [Property(name=n, data_type=DataType.INT) for n in
+                      ("ordinal", "char_start", "char_end", "token_count")]
+            props += [Property(name="pages", data_type=DataType.INT_ARRAY, index_filterable=False),
+                      Property(name="text", data_type=DataType.TEXT, index_searchable=False, index_filterable=False),
+                      Property(name="search_text", data_type=DataType.TEXT, tokenization=Tokenization.WHITESPACE,
+                               index_filterable=False)]
+            vectors = Configure.Vectors.self_provided(
+                vector_index_config=Configure.VectorIndex.hnsw(distance_metric=VectorDistances.COSINE))
+            description = LibraryMeta(embed_model=self.embed_model, dim=self.dim).dumps()
+        else:
+            props = [Property(name=n, data_type=DataType.TEXT, tokenization=field, index_searchable=False)
+                     for n in ("doc_id", "key")]
+            props += [Property(name=n, data_type=DataType.TEXT, index_searchable=False, index_filterable=False)
+                      for n in ("title", "abstract", "markdown", "parser", "origin")]
+            props += [Property(name=n, data_type=DataType.TEXT_ARRAY, index_searchable=False, index_filterable=False)
+                      for n in ("authors", "sections", "flags")]
+            props += [Property(name=n, data_type=DataType.INT) for n in ("year", "n_chunks")]
+            vectors = Configure.Vectors.self_provided()
+            description = "Forage document registry"
+        try:
+            client.collections.create(name, description=description, properties=props, vector_config=vectors,
+                                      inverted_index_config=Configure.inverted_index(
+                                          stopwords_preset=None, index_null_state=True))
+        except Exception as exc:  # noqa: BLE001 - another process may have created it meanwhile
+            if not client.collections.exists(name):
+                raise StoreError(f"cannot create the collection {name} in {self.where}: {exc}") from exc
+
+    def _check_meta(self, collection: Collection[Any, Any]) -> None:
+        recorded = LibraryMeta.loads(collection.config.get().description)
+        if recorded is None:
+            raise StoreError(f"the collection {collection.name} in {self.where} is not a Forage library "
+                             "(no embedding record); use another library name", retryable=False)
+        check_meta(recorded, self.embed_model, self.dim, self.where)
+
+    def library_meta(self) -> LibraryMeta | None:
+        """What the library records about its vectors (None before the first write)."""
+        collection = self._run("library meta", lambda: self._collection(self.chunks_name, create=False))
+        return None if collection is None else LibraryMeta.loads(collection.config.get().description)
+
+    def _run(self, what: str, fn: Callable[[], T]) -> T:
+        try:
+            return fn()
+        except StoreError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - connection refused, timeouts, server errors
+            raise StoreError(f"Weaviate {what} failed at {self.where}: {exc}") from exc
+
+    def _chunks(self) -> Collection[Any, Any] | None:
+        return self._run("open", lambda: self._collection(self.chunks_name, create=False))
+
+    def _docs(self) -> Collection[Any, Any] | None:
+        return self._run("open", lambda: self._collection(self.docs_name, create=False))
+
+    # ------------------------------------------------------------------ writes
+
+    def _vectors(self, vectors: Sequence[Sequence[float]], n: int) -> np.ndarray:
+        if len(vectors) != n:
+            raise StoreError(f"got {len(vectors)} vectors for {n} chunks; they must pair up one to one",
+                             retryable=False)
+        for i, vec in enumerate(vectors):
+            if len(vec) != self.dim:
+                raise StoreError(f"vector {i} has {len(vec)} dimensions; this store holds {self.dim}",
+                                 retryable=False)
+        array = np.asarray(vectors, dtype=np.float32).reshape(n, self.dim)
+        bad = ~np.isfinite(array).all(axis=1) | (np.linalg.norm(array, axis=1) == 0)
+        if bad.any():
+            raise StoreError(f"vector {int(np.argmax(bad))} is zero or not finite; cosine search needs a direction",
+                             retryable=False)
+        return array
+
+    def upsert_document(self, doc: DocumentRecord, chunks: Sequence[ChunkRecord],
+                        vectors: Sequence[Sequence[float]]) -> None:
+        self.upsert_documents([(doc, chunks, vectors)])
+
+    def upsert_documents(self, items: Sequence[tuple[DocumentRecord, Sequence[ChunkRecord],
+                                                     Sequence[Sequence[float]]]]) -> None:
+        """Store documents with their chunks (see the module docstring for the order). Bad input
+        raises before anything is written; a failed chunk batch registers none of the documents."""
+        docs: list[DocumentRecord] = []
+        objects: list[DataObject[dict[str, Any], None]] = []
+        for doc, chunks, vectors in items:
+            array = self._vectors(vectors, len(chunks))
+            ids = [c.chunk_id for c in chunks]
+            if len(set(ids)) != len(ids):
+                raise StoreError(f"document {doc.doc_id[:16]} has duplicate chunk ids", retryable=False)
+            strangers = sorted({c.doc_id for c in chunks} - {doc.doc_id})
+            if strangers:
+                raise StoreError(f"chunks of document(s) {strangers} passed with document {doc.doc_id[:16]}",
+                                 retryable=False)
+            docs.append(doc.model_copy(update={"n_chunks": len(chunks)}))
+            objects += [chunk_object(c, doc.title, v) for c, v in zip(chunks, array.tolist(), strict=True)]
+        for field_name in ("doc_id", "key"):
+            values = [getattr(d, field_name) for d in docs]
+            if len(set(values)) != len(values):
+                raise StoreError(f"one write holds several documents with the same {field_name}", retryable=False)
+        if docs:
+            self._run("upsert", lambda: self._write(docs, objects))
+
+    def _write(self, docs: list[DocumentRecord], objects: list[DataObject[dict[str, Any], None]]) -> None:
+        chunk_col = self._collection(self.chunks_name, create=True)
+        doc_col = self._collection(self.docs_name, create=True)
+        assert chunk_col is not None and doc_col is not None
+        doc_ids = [d.doc_id for d in docs]
+        earlier = self._fetch_docs(doc_col, Filter.any_of([Filter.by_property("key").contains_any([d.key for d in docs]),
+                                                           Filter.by_property("doc_id").contains_any(doc_ids)]))
+        known = {d.doc_id for d in earlier}
+        try:
+            for start in range(0, len(objects), self.batch_size):
+                result = chunk_col.data.insert_many(objects[start:start + self.batch_size])
+                if result.errors:
+                    first = next(iter(result.errors.values()))
+                    raise StoreError(f"{len(result.errors)} of {len(objects)} chunk objects failed: {first.message}")
+        except Exception as exc:
+            new = [d for d in doc_ids if d not in known]
+            if new:
+                chunk_col.data.delete_many(where=Filter.by_property("doc_id").contains_any(new))
+            raise StoreError(f"writing the chunks of {len(docs)} document(s) to {self.where} failed; "
+                             f"nothing was registered: {exc}") from exc
+        fresh = {str(o.uuid) for o in objects}
+        for doc_id in known & set(doc_ids):  # chunks of the same document no longer produced
+            stale = [u for u in self._chunk_uuids(chunk_col, doc_id) if u not in fresh]
+            if stale:
+                chunk_col.data.delete_many(where=Filter.by_id().contains_any(stale))
+        result = doc_col.data.insert_many([doc_object(d) for d in docs])
+        if result.errors:
+            new = [d for d in doc_ids if d not in known]
+            if new:
+                chunk_col.data.delete_many(where=Filter.by_property("doc_id").contains_any(new))
+            raise StoreError(f"registering {len(docs)} document(s) in {self.where} failed; their chunks were "
+                             f"removed: {next(iter(result.errors.values())).message}")
+        replaced = sorted(known - set(doc_ids))
+        if replaced:
+            self._delete(replaced)
+
+    def _chunk_uuids(self, chunk_col: Collection[Any, Any], doc_id: str) -> list[str]:
+        res = chunk_col.query.fetch_objects(filters=Filter.by_property("doc_id").equal(doc_id),
+                                            limit=MAX_RESULTS, return_properties=[])
+        return [str(o.uuid) for o in res.objects]
+
+    def _delete(self, doc_ids: Sequence[str]) -> None:
+        """Unregister, then delete the chunks (caller wraps errors)."""
+        for name in (self.docs_name, self.chunks_name):
+            collection = self._collection(name, create=False)
+            if collection is not None:
+                collection.data.delete_many(where=Filter.by_property("doc_id").contains_any(list(doc_ids)))
+
+    def delete_document(self, doc_id: str) -> None:
+        self._run("delete", lambda: self._delete([doc_id]))
+
+    # ------------------------------------------------------------------ the registry
+
+    @staticmethod
+    def _fetch_docs(collection: Collection[Any, Any], where: _Filters | None) -> list[DocumentRecord]:
+        res = collection.query.fetch_objects(filters=where, limit=MAX_RESULTS)
+        return [to_doc(dict(o.properties)) for o in res.objects]
+
+    def _one_doc(self, where: _Filters) -> DocumentRecord | None:
+        collection = self._docs()
+        found = [] if collection is None else self._run("read", lambda: self._fetch_docs(collection, where))
+        return found[0] if found else None
+
+    def get_document(self, doc_id: str) -> DocumentRecord | None:
+        return self._one_doc(Filter.by_property("doc_id").equal(doc_id))
+
+    def document_by_key(self, key: str) -> DocumentRecord | None:
+        return self._one_doc(Filter.by_property("key").equal(key))
+
+    def list_documents(self) -> list[DocumentRecord]:
+        """Every registered document, ordered by (key, doc_id) (read with a cursor: no size limit)."""
+        collection = self._docs()
+        if collection is None:
+            return []
+        docs = self._run("list documents", lambda: [to_doc(dict(o.properties)) for o in collection.iterator()])
+        return sorted(docs, key=lambda d: (d.key, d.doc_id))
+
+    # ------------------------------------------------------------------ chunks
+
+    def get_chunk(self, chunk_id: str) -> ChunkRecord | None:
+        collection = self._chunks()
+        if collection is None:
+            return None
+        obj = self._run("read", lambda: collection.query.fetch_object_by_id(chunk_uuid(chunk_id)))
+        return None if obj is None else to_chunk(dict(obj.properties))
+
+    def count_chunks(self, doc_id: str | None = None) -> int:
+        collection = self._chunks()
+        if collection is None:
+            return 0
+        where = None if doc_id is None else Filter.by_property("doc_id").equal(doc_id)
+        return int(self._run("count", lambda: collection.aggregate.over_all(filters=where, total_count=True)
+                             ).total_count or 0)
+
+    def sections(self, doc_id: str) -> list[str]:
+        chunks = self.chunks(ChunkFilter(doc_ids=(doc_id,), exclude_kinds=()), limit=MAX_RESULTS)
+        return list(dict.fromkeys(c.section_path for c in chunks))
+
+    def chunks(self, flt: ChunkFilter, limit: int = 50) -> list[ChunkRecord]:
+        """Chunks matching the filter in document order (doc_id, ordinal), at most ``limit``."""
+        collection = self._chunks()
+        if collection is None or limit <= 0 or flt.doc_ids == ():
+            return []
+        order = Sort.by_property("doc_id").by_property("ordinal")
+        res = self._run("list chunks", lambda: collection.query.fetch_objects(
+            filters=build_filter(flt), limit=min(limit, MAX_RESULTS), sort=order))
+        return [c for c in (to_chunk(dict(o.properties)) for o in res.objects) if matches(flt, c)]
+
+    def export_documents(self) -> Iterator[tuple[DocumentRecord, list[ChunkRecord], list[list[float]]]]:
+        """Every document with its chunks and their vectors, in (key, doc_id) order (for migration)."""
+        collection = self._chunks()
+        for doc in self.list_documents():
+            if collection is None:
+                yield doc, [], []
+                continue
+            where = Filter.by_property("doc_id").equal(doc.doc_id)
+            res = self._run("export", lambda: collection.query.fetch_objects(
+                filters=where, limit=MAX_RESULTS, sort=Sort.by_property("ordinal"), include_vector=True))
+            pairs = [(to_chunk(dict(o.properties)), list(_default_vector(o.vector))) for o in res.objects]
+            yield doc, [p[0] for p in pairs], [p[1] for p in pairs]
+
+    # ------------------------------------------------------------------ search
+
+    def _hits(self, objects: Sequence[Any], score: Any, flt: ChunkFilter) -> list[Hit]:
+        hits = [Hit(chunk=c, score=float(score(o.metadata))) for o in objects
+                if matches(flt, c := to_chunk(dict(o.properties)))]
+        return sorted(hits, key=lambda h: (-h.score, h.chunk.doc_id, h.chunk.ordinal))
+
+    def bm25(self, query: str, k: int, flt: ChunkFilter | None = None) -> list[Hit]:
+        """BM25 over the stemmed search text; ties break in document order."""
+        flt = flt or ChunkFilter()
+        words = stem_text(query)
+        collection = self._chunks()
+        if collection is None or k <= 0 or not words or flt.doc_ids == ():
+            return []
+        res = self._run("bm25", lambda: collection.query.bm25(
+            query=words, query_properties=["search_text"], limit=k, filters=build_filter(flt),
+            return_metadata=MetadataQuery(score=True)))
+        return self._hits(res.objects, lambda m: m.score or 0.0, flt)
+
+    def vector(self, vector: Sequence[float], k: int, flt: ChunkFilter | None = None) -> list[Hit]:
+        """Nearest chunks by cosine similarity (score = 1 - cosine distance)."""
+        query = self._vectors([vector], 1)[0].tolist()
+        flt = flt or ChunkFilter()
+        collection = self._chunks()
+        if collection is None or k <= 0 or flt.doc_ids == ():
+            return []
+        res = self._run("vector search", lambda: collection.query.near_vector(
+            near_vector=query, limit=k, filters=build_filter(flt), return_metadata=MetadataQuery(distance=True)))
+        return self._hits(res.objects, lambda m: 1.0 - float(m.distance or 0.0), flt)
+
+    def hybrid(self, query: str, vector: Sequence[float], k: int, alpha: float = 0.5,
+               flt: ChunkFilter | None = None, *, fusion: Fusion | None = None) -> list[Hit]:
+        """BM25 and vector search fused; alpha=1 pure vector, alpha=0 pure BM25 (module docstring)."""
+        fusion = fusion or self.fusion
+        if not 0.0 <= alpha <= 1.0:
+            raise StoreError(f"alpha must be within [0, 1], got {alpha}", retryable=False)
+        if fusion not in ("relative_score", "rrf"):
+            raise StoreError(f"unknown fusion {fusion!r}; use 'relative_score' or 'rrf'", retryable=False)
+        query_vector = self._vectors([vector], 1)[0].tolist()
+        if k <= 0:
+            return []
+        if self.hybrid_mode == "weaviate":
+            return self._native_hybrid(query, query_vector, k, alpha, flt or ChunkFilter(), fusion)
+        from infra.store.lancedb import fuse
+
+        pool = k * self.hybrid_candidates
+        lexical = self.bm25(query, pool, flt) if alpha < 1.0 else []
+        semantic = self.vector(vector, pool, flt) if alpha > 0.0 else []
+        return fuse(lexical, semantic, alpha, k, fusion)
+
+    def _native_hybrid(self, query: str, vector: list[float], k: int, alpha: float, flt: ChunkFilter,
+                       fusion: Fusion) -> list[Hit]:
+        collection = self._chunks()
+        if collection is None or flt.doc_ids == ():
+            return []
+        kind = HybridFusion.RELATIVE_SCORE if fusion == "relative_score" else HybridFusion.RANKED
+        res = self._run("hybrid search", lambda: collection.query.hybrid(
+            query=stem_text(query), vector=vector, alpha=alpha, fusion_type=kind, query_properties=["search_text"],
+            limit=k, filters=build_filter(flt), return_metadata=MetadataQuery(score=True)))
+        return self._hits(res.objects, lambda m: m.score or 0.0, flt)
+
+
+def _default_vector(vector: Any) -> Sequence[float]:
+    """The chunk's vector from a v4 result (a dict of named vectors)."""
+    if isinstance(vector, dict):
+        vector = vector.get("default", next(iter(vector.values()), []))
+    return [float(x) for x in vector]
+
+
+def _reopen(host: str, options: dict[str, Any]) -> WeaviateStore:
+    return WeaviateStore(host, **options)
