@@ -505,6 +505,7 @@ EXTENSIONS: list[str] = [
     "gateway.cli_eval",
     "gateway.cli_privacy",
     "gateway.cli_library",
+    "gateway.cli_store",
 ]
 _register_extensions()
 

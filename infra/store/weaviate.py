@@ -282,8 +282,13 @@ class WeaviateStore:
 
     def library_meta(self) -> LibraryMeta | None:
         """What the library records about its vectors (None before the first write)."""
-        collection = self._run("library meta", lambda: self._collection(self.chunks_name, create=False))
-        return None if collection is None else LibraryMeta.loads(collection.config.get().description)
+        def read() -> LibraryMeta | None:  # not checked against this store's model: migration reads it first
+            client = self._connect()
+            if not client.collections.exists(self.chunks_name):
+                return None
+            return LibraryMeta.loads(client.collections.use(self.chunks_name).config.get().description)
+
+        return self._run("library meta", read)
 
     def _run(self, what: str, fn: Callable[[], T]) -> T:
         try:
