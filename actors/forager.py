@@ -29,9 +29,16 @@ class Forager:
             from infra.llm import build_llm
             from infra.store import build_store
 
+            from actors.options import llm_call_options
+
+            llm = self._llm or build_llm(self.settings)
+            slot = llm_call_options(self.settings)
+            if slot is not None:  # every LLM call holds one Ray llm_slot (ray.llm_slots)
+                from infra.llm.slotted import SlottedLLM
+
+                llm = SlottedLLM(llm, slot)
             self._step = ForageStep(self.settings, build_store(self.settings),
-                                    self._embedder or build_embedder(self.settings),
-                                    self._llm or build_llm(self.settings), emit=self._emit)
+                                    self._embedder or build_embedder(self.settings), llm, emit=self._emit)
         return self._step
 
     async def forage(self, request: ForageRequest) -> RequirementCoverage:
@@ -50,4 +57,9 @@ class Forager:
             await self._emit.aflush()  # this requirement's events are in the log before its result
 
     def pid(self) -> int:
+        return os.getpid()
+
+    def ready(self) -> int:
+        """Build the step (store, embedder, LLM client) now rather than on the first forage; the pid."""
+        self._ensure()
         return os.getpid()

@@ -14,6 +14,8 @@ from infra.settings import Settings
 
 Role = Literal["orchestrator", "status_hub", "searcher", "ingestor", "forager", "writer"]
 
+LLM_SLOT = "llm_slot"  # the Ray custom resource of one LLM endpoint's capacity
+
 _IDEMPOTENT: dict[tuple[str, str], bool] = {
     ("ingestor", "ingest"): True,
     ("searcher", "search"): True,
@@ -39,6 +41,22 @@ def options_for(role: Role, settings: Settings, *, name: str | None = None) -> d
     if name is not None:
         opts["name"] = name
     return opts
+
+
+def llm_slot_resources(settings: Settings) -> dict[str, float] | None:
+    """Custom resources a local Ray declares at start: ``{"llm_slot": ray.llm_slots}``, or None."""
+    slots = settings.ray.llm_slots
+    return {LLM_SLOT: float(slots)} if slots else None
+
+
+def llm_call_options(settings: Settings) -> dict[str, Any] | None:
+    """Options of the Ray task that makes ONE LLM call of a Forager while holding one ``llm_slot``
+    (:class:`infra.llm.slotted.SlottedLLM`); None when ``ray.llm_slots`` is not set (the Forager
+    then calls its LLM directly). Per call, not per actor: Foragers outlive iterations and keep
+    their state, and calls of all requirements share the slots as they come."""
+    if not settings.ray.llm_slots:
+        return None
+    return {"num_cpus": 0, "resources": {LLM_SLOT: 1}, "max_retries": 0}
 
 
 def method_options(role: Role, method: str, settings: Settings) -> dict[str, Any]:

@@ -317,15 +317,23 @@ class RayCrew:
         return IngestResult(run_id=req.run_id, key=req.candidate.key, path=req.candidate.path, status="failed",
                             reason=reason, retryable=retryable, seconds=seconds)
 
+    def _forager(self, requirement_id: str) -> Any:
+        from actors.forager import Forager
+
+        if requirement_id not in self._foragers:
+            self._foragers[requirement_id] = self._actor(Forager, "forager", self.settings, self.run_id,
+                                                         self.hub, llm=self.llm)
+        return self._foragers[requirement_id]
+
+    async def start_foragers(self, requirement_ids: Sequence[str]) -> None:
+        """Create the Foragers of these requirements and build their steps now (not on first use)."""
+        await asyncio.gather(*(self._forager(rid).ready.remote() for rid in requirement_ids))
+
     async def forage(self, requests: Sequence[ForageRequest]) -> list[RequirementCoverage]:
         import ray
 
-        from actors.forager import Forager
-
         for r in requests:
-            if r.requirement.id not in self._foragers:
-                self._foragers[r.requirement.id] = self._actor(Forager, "forager", self.settings, self.run_id,
-                                                               self.hub, llm=self.llm)
+            self._forager(r.requirement.id)
 
         async def one(r: ForageRequest) -> RequirementCoverage:
             try:

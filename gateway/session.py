@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from actors.options import options_for
+from actors.options import llm_slot_resources, options_for
 from actors.orchestrator import Orchestrator
 from actors.status_hub import StatusHub
 from actors.steps.rundir import RunDir, new_run_id
@@ -31,7 +31,8 @@ class ResearchSession:
         self.settings = settings
         self.run_id = run_id or new_run_id()
         self.rundir = RunDir(settings.run.runs_dir, self.run_id)
-        start_ray(num_cpus=settings.ray.num_cpus, address=settings.ray.address, quiet=quiet)
+        start_ray(num_cpus=settings.ray.num_cpus, address=settings.ray.address, quiet=quiet,
+                  resources=llm_slot_resources(settings))
         import ray
 
         self.hub = ray.remote(StatusHub).options(**options_for("status_hub", settings)).remote(

@@ -180,6 +180,7 @@ def start_ray(
     address: str | None = None,
     namespace: str = "forage",
     quiet: bool = False,
+    resources: dict[str, float] | None = None,
 ) -> None:
     """Start, or attach to, a Ray runtime that keeps all traffic on loopback.
 
@@ -197,6 +198,8 @@ def start_ray(
             module docstring).  Because the node IP is pinned to 127.0.0.1,
             only a cluster on this machine can be attached to.
         namespace: Ray namespace for named actors.
+        resources: custom resources of a local instance (e.g. ``{"llm_slot": 4}``); a cluster
+            attached to declares its own (``ray start --resources``).
         quiet: keep Ray's own log lines and the workers' output off the
             terminal (they stay in Ray's session log folder). For the CLI,
             whose progress view they would garble.
@@ -239,6 +242,8 @@ def start_ray(
             include_dashboard=False,
             dashboard_host="127.0.0.1",
         )
+        if resources:
+            init_kwargs["resources"] = dict(resources)
     else:
         if num_cpus is not None:
             logger.warning(

@@ -190,8 +190,8 @@ class RayOptions(Section):
     llm_slots: int | None = Field(
         default=None, ge=1,
         description="LLM slots: a local Ray declares this many of the custom resource 'llm_slot' (a cluster "
-                    "declares one per LLM endpoint with `ray start --resources`); each Forager holds one while it "
-                    "forages, so at most this many requirements call the LLM at once. None: no limit.")
+                    "declares one per LLM endpoint with `ray start --resources`); each LLM call of a Forager holds one, "
+                    "so at most this many calls run at once. None: Foragers call their LLM directly.")
 
 
 _PRESETS: dict[str, dict[str, Any]] = {

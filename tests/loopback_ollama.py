@@ -293,7 +293,8 @@ class _Handler(BaseHTTPRequestHandler):
         if behaviour is None and owner.responder is not None:
             # computed answers: responder(messages, format) → content (a dict/model is sent as JSON)
             try:
-                behaviour = answer(owner.responder(body.get("messages", []), body.get("format")))
+                behaviour = answer(owner.responder(body.get("messages", []), body.get("format")),
+                                   delay_s=owner.responder_delay_s)
             except Exception as exc:  # noqa: BLE001 — the test's responder failed: the client sees a 500
                 self._send_json(500, {"error": f"loopback-ollama responder: {type(exc).__name__}: {exc}"})
                 return
@@ -339,6 +340,7 @@ class LoopbackOllama:
     embed_dim: int = 8
     version: str = "0.12.6"
     responder: Any = None  # optional callable(messages, format) → answer, used when no behaviour is queued
+    responder_delay_s: float = 0.0  # the responder's answers are sent after this many seconds
     requests: list[RecordedRequest] = field(default_factory=list, init=False)
     _queues: dict[str, deque[Behaviour]] = field(default_factory=lambda: {"chat": deque(), "embed": deque()},
                                                 init=False, repr=False)

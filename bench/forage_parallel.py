@@ -1,0 +1,175 @@
+"""Parallel foraging: 8 requirements, 1 / 2 / 4 LLM slots, an LLM stand-in with a fixed delay.
+
+    .venv/bin/python bench/forage_parallel.py                     # delay 0.3 s, slots 1 2 4
+    .venv/bin/python bench/forage_parallel.py --delay 0.5 --slots 1 2 4 8
+
+The LLM stand-in is :class:`tests.loopback_ollama.LoopbackOllama`: a real HTTP server on 127.0.0.1
+speaking Ollama's ``/api/chat`` (and ``/api/embed``), answering every structured call after
+``--delay`` seconds, so the product's own OllamaLLM / OllamaEmbedder clients are what is timed.
+Its answers are computed from the prompt (a passage sharing words with the requirement answers or
+is interesting), so every run makes the same calls.
+
+The store: the 8 requirements are the first 8 SciFact test queries; their relevant abstracts and
+others (``--docs`` in all) are ingested through the product's text ingestion into a temporary
+LanceDB folder (vectors from the stand-in's ``/api/embed``).
+
+For each slot count a fresh local Ray is started declaring that many ``llm_slot`` resources
+(``ray.llm_slots``), fresh Forager actors are created and warmed up (store, clients), then ONE
+forage iteration of all 8 requirements runs through :class:`actors.orchestrator.RayCrew`: all
+Foragers run at once and each LLM call holds one ``llm_slot`` (:class:`infra.llm.slotted.SlottedLLM`,
+a Ray task per call), so at most ``slots`` calls are at the stand-in at a time. Printed: wall time, LLM calls per requirement,
+the critical-path bound (LLM calls of the longest requirement × delay), the slot bound
+(max(critical path, all calls × delay / slots): no schedule on that many slots can be faster), and
+the speed-up over 1 slot. Goals (issue 5): wall ≤ 1.15 × the bound; ≥ 3.5× over 1 slot at 4 slots.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import re
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from actors.steps.evaluate import load_beir  # noqa: E402
+from infra.settings import Settings  # noqa: E402
+from messages.forage import ForageRequest  # noqa: E402
+from messages.plan import Requirement  # noqa: E402
+from tests.loopback_ollama import LoopbackOllama  # noqa: E402
+
+CHAT_MODEL = "bench-stand-in"
+EMBED_MODEL = "nomic-embed-text"
+WORD = re.compile(r"[a-z][a-z0-9-]{3,}")
+
+
+def words(text: str) -> set[str]:
+    return set(WORD.findall(text.lower()))
+
+
+def responder(messages: list[dict[str, str]], fmt: object) -> dict:
+    """Answers by the schema's title, judging each passage by its word overlap with the requirement."""
+    name = fmt.get("title", "") if isinstance(fmt, dict) else ""
+    user = next((m["content"] for m in messages if m.get("role") == "user"), "")
+    found = re.search(r"Requirement: (.*)", user)
+    requirement = words(found.group(1)) if found else set()
+    if name in ("BatchVerdict", "DeepDiveBatchVerdict"):
+        out = []
+        for number, passage in re.findall(r"<<<PASSAGE (\d+)\n(.*?)\nPASSAGE \1>>>", user, re.S):
+            overlap = len(requirement & words(passage))
+            tag = "answers" if overlap >= 3 else "interesting" if overlap >= 2 else "unrelated"
+            if name == "DeepDiveBatchVerdict" and tag == "interesting":
+                tag = "unrelated"
+            out.append({"passage": int(number), "tag": tag, "kind": "result" if "%" in passage else "method",
+                        "motive": f"{overlap} shared words"})
+        return {"verdicts": out}
+    if name == "DocumentGist":
+        return {"summary": "A scientific abstract."}
+    if name == "RelevanceGate":
+        return {"continue_search": True, "reason": "on topic"}
+    if name == "SectionChoice":
+        return {"sections": [line[2:] for line in re.findall(r"^- .*$", user, re.M)][:2]}
+    if name == "Reformulation":
+        return {"query": (found.group(1) if found else "") + " evidence"}
+    raise ValueError(f"no answer for schema {name!r}")
+
+
+def build_store(settings: Settings, beir: Path, n_docs: int, n_requirements: int) -> list[Requirement]:
+    from actors.steps.ingest import IngestStep, TextDocument
+    from infra.embed import build_embedder
+    from infra.store import build_store as make_store
+
+    data = load_beir(beir)
+    qrels = data.qrels("test")
+    qids = list(qrels)[:n_requirements]
+    chosen = list(dict.fromkeys([c for q in qids for c in qrels[q] if c in data.corpus] + list(data.corpus)))[:n_docs]
+    step = IngestStep(settings, make_store(settings), build_embedder(settings))
+    docs = [TextDocument(key=f"beir:scifact:{c}", title=data.corpus[c][0], text=data.corpus[c][1]) for c in chosen]
+    results = step.ingest_texts("bench", docs)
+    assert all(r.status == "stored" for r in results), [r.reason for r in results if r.status != "stored"][:3]
+    return [Requirement(id=f"R{i}", text=data.queries[q][:300]) for i, q in enumerate(qids, start=1)]
+
+
+async def one_run(settings: Settings, requirements: list[Requirement], slots: int) -> tuple[float, list[int]]:
+    import ray
+
+    from actors.options import LLM_SLOT
+    from actors.orchestrator import RayCrew
+
+    crew = RayCrew(settings, f"bench-{slots}", hub=None)
+    try:
+        await crew.start_foragers([r.id for r in requirements])
+
+        @ray.remote(num_cpus=0, resources={LLM_SLOT: 1})
+        def warm(seconds: float) -> int:  # start the workers the slot-holding LLM calls will run in
+            import infra.llm.ollama  # noqa: F401
+
+            time.sleep(seconds)
+            return 0
+
+        await asyncio.gather(*(warm.remote(0.5) for _ in range(slots)))
+        requests = [ForageRequest(run_id=f"bench-{slots}", iteration=1, requirement=r) for r in requirements]
+        started = time.perf_counter()
+        coverages = await crew.forage(requests)
+        wall = time.perf_counter() - started
+    finally:
+        await crew.close()
+    failed = [c.error for c in coverages if c.status != "ok"]
+    if failed:
+        raise RuntimeError(f"foraging failed: {failed[:2]}")
+    return wall, [c.llm_calls for c in coverages]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--beir", type=Path, default=REPO.parent / "shared" / "data" / "beir-scifact")
+    parser.add_argument("--delay", type=float, default=0.3, help="seconds the stand-in takes per LLM call")
+    parser.add_argument("--slots", type=int, nargs="+", default=[1, 2, 4])
+    parser.add_argument("--requirements", type=int, default=8)
+    parser.add_argument("--docs", type=int, default=80)
+    parser.add_argument("--num-cpus", type=int, default=2, help="CPUs of the local Ray")
+    args = parser.parse_args()
+    if not (args.beir / "corpus.jsonl").is_file():
+        print(f"SciFact not found at {args.beir}; pass --beir DIR", file=sys.stderr)
+        return 2
+
+    import ray
+
+    from actors.options import llm_slot_resources
+    from infra.ray_runtime import start_ray
+
+    folder = Path(tempfile.mkdtemp(prefix="forage-parallel-"))
+    with LoopbackOllama(models=(CHAT_MODEL, EMBED_MODEL), embed_dim=768, responder=responder,
+                        responder_delay_s=args.delay) as server:
+        base = Settings.load().updated(
+            llm={"backend": "ollama", "host": server.url, "model": CHAT_MODEL, "max_retries": 0},
+            embed={"backend": "ollama", "host": server.url, "model": EMBED_MODEL},
+            store={"path": folder / "store"}, run={"runs_dir": folder / "runs"})
+        requirements = build_store(base, args.beir, args.docs, args.requirements)
+        print(f"{len(requirements)} requirements, {args.docs} abstracts, stand-in delay {args.delay:.2f} s per call, "
+              f"Ray with {args.num_cpus} CPUs\n")
+        print(f"{'slots':>5} {'wall s':>8} {'calls/req':>22} {'critical path s':>16} {'slot bound s':>13} "
+              f"{'wall/bound':>10} {'speed-up':>9}")
+        first_wall = None
+        for slots in args.slots:
+            settings = base.updated(ray={"llm_slots": slots, "num_cpus": args.num_cpus})
+            start_ray(num_cpus=args.num_cpus, quiet=True, resources=llm_slot_resources(settings))
+            try:
+                server.requests.clear()
+                wall, calls = asyncio.run(one_run(settings, requirements, slots))
+            finally:
+                ray.shutdown()
+            critical = max(calls) * args.delay
+            bound = max(critical, sum(calls) * args.delay / slots)
+            first_wall = first_wall or wall
+            print(f"{slots:>5} {wall:>8.2f} {' '.join(map(str, calls)):>22} {critical:>16.2f} {bound:>13.2f} "
+                  f"{wall / bound:>10.3f} {first_wall / wall:>8.2f}x", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,52 @@
+"""An LLM whose every call holds one Ray ``llm_slot`` (a custom resource per LLM endpoint).
+
+:class:`SlottedLLM` wraps another LLM (an :class:`~infra.llm.ollama.OllamaLLM`: a small, picklable
+client) and runs each ``structured`` call as a Ray task that asks for one unit of the custom
+resource ``llm_slot``. Ray runs at most as many such calls at once as ``llm_slot`` units exist, and
+runs each on a node that has a free unit — so a cluster whose GPU nodes each declare their LLM
+endpoint's capacity (``ray start --resources '{"llm_slot": 1}'``) keeps every endpoint busy, and no
+endpoint gets more calls than it has slots, however many Foragers ask. Foragers themselves all run
+at once; waiting for a slot happens per call, so calls of different requirements interleave.
+
+Errors of the wrapped LLM (LLMOutputError, LLMTimeout, ...) reach the caller as themselves (Ray's
+task error is also an instance of the original exception class).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from collections.abc import Sequence
+from typing import Any
+
+from infra.llm.base import LLM, ChatMessage, T
+
+
+def _call(llm: LLM, messages: list[ChatMessage], schema: type[T]) -> T:
+    """The body of the slot-holding Ray task: one structured call, in the task's own event loop."""
+    return asyncio.run(llm.structured(messages, schema))
+
+
+@functools.cache
+def _task() -> Any:
+    import ray
+
+    return ray.remote(_call)
+
+
+class SlottedLLM:
+    """``inner``'s calls, each as a Ray task holding one ``llm_slot`` (options from
+    :func:`actors.options.llm_call_options`)."""
+
+    def __init__(self, inner: LLM, options: dict[str, Any]) -> None:
+        self.inner = inner
+        self.options = dict(options)
+        self.name = f"{inner.name} (ray llm_slot)"
+        self.calls = 0
+
+    async def structured(self, messages: Sequence[ChatMessage], schema: type[T]) -> T:
+        self.calls += 1
+        return await _task().options(**self.options).remote(self.inner, list(messages), schema)
+
+    async def check(self) -> None:
+        await self.inner.check()
