@@ -68,9 +68,9 @@ class StoreSettings(Section):
                                        "Weaviate shared by a lab's Ray cluster (docs/cluster.md).")
     path: Path = Field(default=Path(".forage/store"), description="LanceDB folder.")
     hybrid_alpha: float = Field(
-        default=0.75, ge=0, le=1,
+        default=0.4, ge=0, le=1,
         description="Weight of the vector side in hybrid fusion (relative-score: at ≤0.5 a pure paraphrase can "
-                    "never outrank a keyword match).")
+                    "never outrank a keyword match). 0.4 is tuned on BEIR SciFact train (docs/retrieval.md).")
     hybrid_fusion: Literal["relative_score", "rrf"] = Field(
         default="relative_score", description="How hybrid search fuses BM25 and vector ranks (Weaviate store).")
     weaviate_host: str = Field(default="127.0.0.1", description="Weaviate host: the head node's lab address.")
@@ -192,6 +192,13 @@ class RayOptions(Section):
         description="LLM slots: a local Ray declares this many of the custom resource 'llm_slot' (a cluster "
                     "declares one per LLM endpoint with `ray start --resources`); each LLM call of a Forager holds one, "
                     "so at most this many calls run at once. None: Foragers call their LLM directly.")
+    lab_network: str | None = Field(
+        default=None, description="Multi-node cluster: the lab network (CIDR, e.g. '10.0.0.0/24'); each node's Ray "
+                                  "binds to its address in it (`python -m infra.cluster`, ray_cluster.yaml). None: "
+                                  "one machine, Ray on loopback only.")
+    node_llm_slots: int | None = Field(
+        default=None, ge=0, description="Cluster node: 'llm_slot' resources this node declares (its Ollama's model "
+                                        "slots); None: one per GPU.")
 
 
 _PRESETS: dict[str, dict[str, Any]] = {
