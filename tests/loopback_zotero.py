@@ -289,6 +289,9 @@ class _Handler(BaseHTTPRequestHandler):
     def do_PATCH(self) -> None:  # noqa: N802
         self._route("PATCH")
 
+    def do_DELETE(self) -> None:  # noqa: N802
+        self._route("DELETE")
+
     @property
     def owner(self) -> LoopbackZotero:
         return self.server.owner  # type: ignore[attr-defined]
@@ -370,6 +373,12 @@ class _Handler(BaseHTTPRequestHandler):
                 # as the API does: child items of the collection's items are listed too (not with /top)
                 children = [i for i in owner.items.values() if i["data"].get("parentItem") in keys]
                 return self._list(members if rest[3:] == ["top"] else members + children, query)
+        if method == "DELETE" and head == "collections" and len(rest) == 2:  # items stay in the library
+            if owner.collections.pop(rest[1], None) is None:
+                return self._send(404, b"Collection not found", "text/plain")
+            for item in owner.items.values():
+                item["data"]["collections"] = [k for k in item["data"].get("collections", []) if k != rest[1]]
+            return self._send(204, b"", "text/plain")
         if method == "POST" and rest == ["items"]:
             return self._write_items(body)
         if method == "POST" and rest == ["collections"]:

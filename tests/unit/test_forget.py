@@ -292,3 +292,32 @@ def test_bad_run_ids_are_refused(tmp_path) -> None:
             forget_run(settings, bad)
     with pytest.raises(ForageError, match="no run"):
         forget_run(settings, "missing")
+
+
+def test_forget_zotero_deletes_the_runs_collection_and_keeps_its_items(tmp_path, shared_data) -> None:
+    from infra.net import Egress, EgressLedger
+    from infra.settings import NetSettings
+    from infra.sources.zotero import ZoteroLibrary
+    from tests.loopback_zotero import LoopbackZotero
+
+    with LoopbackZotero(shared_data / "api-fixtures" / "zotero") as server:
+        zotero = {"library_id": server.library_id, "api_key": server.api_key, "endpoint": server.url}
+        settings = Settings.load().updated(run={"runs_dir": tmp_path / "runs"}, zotero=zotero,
+                                           net={"offline": False, "retries": 0})
+        _aged_run(tmp_path / "runs", "run-z", 0, time.time())
+        with ZoteroLibrary(settings.zotero, Egress(NetSettings(), EgressLedger())) as lib:
+            made = lib.zot.create_collections([{"name": "Forage run-z"}])
+            key = next(iter(made["success"].values()))
+            item = next(iter(server.items.values()))
+            item["data"]["collections"] = [*item["data"].get("collections", []), key]
+        n_items = len(server.items)
+
+        report = forget_run(settings, "run-z", zotero=True)
+
+        assert report.zotero == "deleted Zotero collection 'Forage run-z'"
+        assert key not in server.collections and len(server.items) == n_items
+        assert [r.path for r in server.requests if r.method == "DELETE"] == [
+            f"/{server.library_type}/{server.library_id}/collections/{key}"]
+        assert not (tmp_path / "runs" / "run-z").exists()
+        _aged_run(tmp_path / "runs", "run-z", 0, time.time())  # no collection (any more): said, not an error
+        assert forget_run(settings, "run-z", zotero=True).zotero == "no Zotero collection 'Forage run-z'"
