@@ -32,7 +32,7 @@ class ResearchSession:
         self.run_id = run_id or new_run_id()
         self.rundir = RunDir(settings.run.runs_dir, self.run_id)
         start_ray(num_cpus=settings.ray.num_cpus, address=settings.ray.address, quiet=quiet,
-                  resources=llm_slot_resources(settings))
+                  resources=llm_slot_resources(settings), node_ip=_cluster_node_ip(settings))
         import ray
 
         self.hub = ray.remote(StatusHub).options(**options_for("status_hub", settings)).remote(
@@ -81,3 +81,14 @@ class ResearchSession:
                 ray.kill(actor, no_restart=True)
             except Exception:  # noqa: BLE001 — already gone
                 pass
+
+
+def _cluster_node_ip(settings: Settings) -> str | None:
+    """This machine's lab address when it drives a lab cluster from one of its nodes
+    (``ray.lab_network`` set and an ``address`` that is not Ray Client); else None (loopback)."""
+    address = settings.ray.address
+    if not settings.ray.lab_network or not address or address.startswith("ray://"):
+        return None
+    from infra.cluster import lab_ip
+
+    return lab_ip(settings.ray.lab_network)

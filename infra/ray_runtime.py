@@ -181,6 +181,7 @@ def start_ray(
     namespace: str = "forage",
     quiet: bool = False,
     resources: dict[str, float] | None = None,
+    node_ip: str | None = None,
 ) -> None:
     """Start, or attach to, a Ray runtime that keeps all traffic on loopback.
 
@@ -200,6 +201,13 @@ def start_ray(
         namespace: Ray namespace for named actors.
         resources: custom resources of a local instance (e.g. ``{"llm_slot": 4}``); a cluster
             attached to declares its own (``ray start --resources``).
+        node_ip: a driver on a node of a lab cluster (``ray.lab_network``,
+            :mod:`infra.cluster`) attaching with ``address``: this node's lab
+            address, which the node's raylet was started with.  The node IP is
+            then not pinned to loopback (a cluster's raylets are not on it);
+            usage stats stay off and the metadata probe stays behind the dead
+            proxy.  A driver elsewhere uses Ray Client (``ray://head:10001``)
+            and needs no node_ip.  None (the default): loopback only.
         quiet: keep Ray's own log lines and the workers' output off the
             terminal (they stay in Ray's session log folder). For the CLI,
             whose progress view they would garble.
@@ -222,9 +230,14 @@ def start_ray(
     privacy.apply()  # library telemetry off, inherited by Ray's daemons and workers
     saved_proxy_env = {key: os.environ.get(key) for key in PROXY_ENV_KEYS}
     no_proxy = _with_loopback_hosts(os.environ.get(key) for key in _NO_PROXY_KEYS)
+    if node_ip is not None and address is None:
+        raise ValueError("start_ray: node_ip is for attaching to a cluster; give its address too")
     os.environ.update(PRIVACY_ENV)
     os.environ.update(dict.fromkeys(_NO_PROXY_KEYS, no_proxy))
-    _pin_node_ip_to_loopback()
+    if node_ip is None or is_loopback(node_ip):
+        _pin_node_ip_to_loopback()
+    else:  # a lab cluster node: Ray's own node-IP detection is replaced by the address given
+        os.environ.pop("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", None)
 
     # The raylet starts the workers, so they would inherit the dead proxy.
     # Give them the caller's own values back (an empty value means "no
@@ -252,6 +265,8 @@ def start_ray(
                 address,
             )
         init_kwargs["address"] = address
+        if node_ip is not None:
+            init_kwargs["_node_ip_address"] = node_ip
 
     try:
         ray.init(**init_kwargs)

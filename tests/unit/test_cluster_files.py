@@ -129,3 +129,13 @@ def test_ollama_compose() -> None:
     device = service["deploy"]["resources"]["reservations"]["devices"][0]
     assert device["driver"] == "nvidia" and "gpu" in device["capabilities"]
     assert service["volumes"][0].split(":")[0] in compose["volumes"]
+
+
+def test_a_driver_on_a_cluster_node_binds_to_its_lab_address() -> None:
+    from gateway.session import _cluster_node_ip
+    from infra.settings import Settings
+
+    lab = Settings.load(ray={"lab_network": "127.0.0.0/8", "address": "auto"})
+    assert (_cluster_node_ip(lab) or "").startswith("127.")
+    assert _cluster_node_ip(lab.updated(ray={"address": "ray://10.0.0.10:10001"})) is None  # Ray Client
+    assert _cluster_node_ip(Settings.load(ray={"address": "auto"})) is None  # one machine: loopback
