@@ -37,6 +37,10 @@ class Crew(Protocol):
     async def close(self) -> None: ...
 
 
+class RunCancelled(Exception):
+    """``forage cancel`` asked this run to stop (checked at every stage boundary)."""
+
+
 def mean_coverage(coverages: Sequence[RequirementCoverage]) -> float:
     if not coverages:
         return 0.0
@@ -111,6 +115,7 @@ class Orchestrator:
         s = self.settings.run
         crew = self._crew_or_default()
         started = time.monotonic()
+        previous = {} if self.state else self.rundir.read_state()  # progress of an earlier process: resume it
         self.state.update({
             "run_id": self.run_id, "status": "running", "query": plan.query.text,
             "requirements": [r.model_dump() for r in plan.requirements],
@@ -121,17 +126,19 @@ class Orchestrator:
             "store_path": str(self.settings.store.path), "library": str(self.settings.search.library or ""),
             "iterations": [], "documents": {}, "search_skipped": [],
         })
+        coverages, resumed = self._resume_from(previous)
         self._checkpoint()
-        self.emit(Stage.RUN, "started", f"run {self.run_id} started", requirements=len(plan.requirements))
-        offered: list[str] = []
-        coverages: list[RequirementCoverage] = []
-        stop_reason = ""
-        iteration = 0
+        self.emit(Stage.RUN, "started", f"run {self.run_id} started", requirements=len(plan.requirements),
+                  resumed_after_iteration=len(self.state["iterations"]) if resumed else None)
+        offered: list[str] = list(self.state["documents"])
+        stop_reason = self._stop_on_resume(coverages) if resumed else ""
+        iteration = len(self.state["iterations"])
         try:
-            while True:
+            while not stop_reason:
+                self._check_cancel()
                 iteration += 1
                 self.emit(Stage.RUN, "iteration", f"iteration {iteration}", iteration=iteration)
-                results = await crew.search(SearchRequest(
+                results = self._already_ingested(iteration) or await crew.search(SearchRequest(
                     run_id=self.run_id, iteration=iteration, query=plan.query.text,
                     requirements=plan.requirements, max_results=self.settings.search.batch_size,
                     exclude_keys=tuple(offered), search_queries=plan.search_queries))
@@ -147,16 +154,21 @@ class Orchestrator:
                                               for c in results.candidates])
                 for res in ingested:
                     self.state["documents"][res.key] = res.model_dump(mode="json", exclude={"run_id", "created_at"})
+                if self.state.get("ingested", {}).get("iteration") != iteration:  # for resume: only forage is left
+                    self.state["ingested"] = {"iteration": iteration, "new_documents": len(results.candidates),
+                                              "exhausted": results.exhausted}
                 self._checkpoint()
                 coverages = await crew.forage([ForageRequest(run_id=self.run_id, iteration=iteration, requirement=r)
                                                for r in plan.requirements])
                 mean = mean_coverage(coverages)
                 self.state["iterations"].append({
-                    "iteration": iteration, "mean_coverage": mean, "new_documents": len(results.candidates),
+                    "iteration": iteration, "mean_coverage": mean,
+                    "new_documents": self.state["ingested"]["new_documents"],
                     "coverage": {c.requirement.id: c.coverage for c in coverages},
                     "status": {c.requirement.id: c.status for c in coverages},
                     "llm_calls": {c.requirement.id: c.llm_calls for c in coverages},
                 })
+                self.state["last_coverages"] = [c.model_dump(mode="json") for c in coverages]  # for resume
                 self._checkpoint()
                 self.emit(Stage.RUN, "coverage", f"iteration {iteration}: mean coverage {mean:.2f}",
                           iteration=iteration, mean_coverage=mean,
@@ -171,6 +183,7 @@ class Orchestrator:
                     stop_reason = f"sources exhausted and nothing new to forage (coverage {mean:.2f})"
                     break
 
+            self._check_cancel()
             self.emit(Stage.WRITE, "started", "writing the report")
             report = await crew.write(WriteRequest(run_id=self.run_id, query=plan.query, coverages=tuple(coverages),
                                                    iterations=iteration, coverage_history=tuple(
@@ -198,6 +211,13 @@ class Orchestrator:
             await self._final_event("finished", stop_reason, iteration, report=str(self.rundir.report_md),
                                     mean_coverage=summary.mean_coverage)
             return summary
+        except RunCancelled:
+            reason = "cancelled (forage cancel); `forage resume` continues it"
+            self.state.update({"status": "cancelled", "stop_reason": reason})
+            self._checkpoint()
+            await self._final_event("failed", reason, iteration)
+            return RunSummary(run_id=self.run_id, status="cancelled", iterations=iteration, stop_reason=reason,
+                              mean_coverage=mean_coverage(coverages), run_dir=str(self.rundir.path))
         except Exception as exc:
             reason = f"{type(exc).__name__}: {exc}"
             self.state.update({"status": "failed", "error": reason})
@@ -207,6 +227,43 @@ class Orchestrator:
                               mean_coverage=mean_coverage(coverages), run_dir=str(self.rundir.path))
         finally:
             await crew.close()
+
+    def _check_cancel(self) -> None:
+        if self.rundir.cancel_requested():
+            raise RunCancelled
+
+    def _resume_from(self, previous: dict[str, Any]) -> tuple[list[RequirementCoverage], bool]:
+        """Take over what an earlier process of this run recorded (documents ingested, iterations
+        foraged, the last coverages), so they are not done again. ([], False) for a new run."""
+        if not (previous.get("documents") or previous.get("iterations")):
+            return [], False
+        for key in ("iterations", "documents", "search_skipped", "acquisition", "last_coverages", "ingested"):
+            if key in previous:
+                self.state[key] = previous[key]
+        self.state["resumed"] = [*previous.get("resumed", []), {"after_iteration": len(previous.get("iterations", [])),
+                                                                "status_was": previous.get("status")}]
+        self.rundir.cancel_flag.unlink(missing_ok=True)
+        return [RequirementCoverage.model_validate(c) for c in previous.get("last_coverages", [])], True
+
+    def _already_ingested(self, iteration: int) -> SearchResults | None:
+        """When an earlier process searched and ingested this iteration but did not forage it: no new
+        search (its documents are in the store and in ``documents``), only the forage is left."""
+        ingested = self.state.get("ingested") or {}
+        if ingested.get("iteration") != iteration or len(self.state["iterations"]) >= iteration:
+            return None
+        return SearchResults(run_id=self.run_id, iteration=iteration, exhausted=bool(ingested.get("exhausted")))
+
+    def _stop_on_resume(self, coverages: Sequence[RequirementCoverage]) -> str:
+        """The stop reason when the recorded iterations already met the stop rule (then only the report is left)."""
+        s, done = self.settings.run, len(self.state["iterations"])
+        if not coverages or not done:
+            return ""
+        mean = mean_coverage(coverages)
+        if mean >= s.min_coverage:
+            return f"coverage {mean:.2f} reached the goal {s.min_coverage:.2f}"
+        if done >= s.max_iterations:
+            return f"reached the maximum of {s.max_iterations} iterations (coverage {mean:.2f})"
+        return ""
 
     @staticmethod
     def _nothing_new(coverages: Sequence[RequirementCoverage]) -> bool:

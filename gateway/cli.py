@@ -504,6 +504,7 @@ EXTENSIONS: list[str] = [
     "gateway.cli_ask",
     "gateway.cli_eval",
     "gateway.cli_privacy",
+    "gateway.cli_runs",
     "gateway.cli_library",
     "gateway.cli_store",
 ]

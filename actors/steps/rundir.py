@@ -114,6 +114,17 @@ class RunDir:
     def events_jsonl(self) -> Path:
         return self.path / "events.jsonl"
 
+    @property
+    def cancel_flag(self) -> Path:
+        """Written by ``forage cancel``; the Orchestrator stops at its next stage boundary."""
+        return self.path / "cancel"
+
+    def request_cancel(self) -> None:
+        atomic_write(self.cancel_flag, f"{datetime.now(UTC).isoformat()}\n")
+
+    def cancel_requested(self) -> bool:
+        return self.cancel_flag.exists()
+
     def read_state(self) -> dict[str, Any]:
         if not self.run_json.exists():
             return {}

@@ -1,0 +1,146 @@
+"""`forage cancel` and resuming a run whose driver died, on the Orchestrator's loop without Ray.
+
+A driver killed mid-run leaves only what the Orchestrator checkpointed in run.json; here the crew
+raises SystemExit (not caught by the run, like a killed process) at a chosen stage, and a fresh
+Orchestrator for the same run id continues from run.json. The result is compared with an
+uninterrupted run of the same scripted crew.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Sequence
+
+import pytest
+from typer.testing import CliRunner
+
+from actors.orchestrator import Orchestrator
+from actors.steps.events import RecordingEmit
+from actors.steps.rundir import RunDir
+from infra.settings import Settings
+from messages import (
+    Candidate, ForageRequest, IngestRequest, IngestResult, Report, Requirement, RequirementCoverage,
+    RequirementsPlan, ResearchQuery, SearchRequest, SearchResults, WriteRequest,
+)
+
+RUN = "run-resume"
+COVERAGE = {1: 0.2, 2: 0.5, 3: 0.9}  # mean coverage after each iteration: the goal (0.85) is met in 3
+
+
+class Crew:
+    """Three documents per search; coverage follows the iteration; may die at one stage."""
+
+    def __init__(self, die_at: tuple[str, int] | None = None, on_forage=None) -> None:
+        self.die_at = die_at
+        self.on_forage = on_forage
+        self.searched: list[SearchRequest] = []
+        self.ingested: list[str] = []
+        self.foraged: list[int] = []
+        self.written: list[WriteRequest] = []
+        self.closed = False
+
+    def _maybe_die(self, stage: str, iteration: int) -> None:
+        if self.die_at == (stage, iteration):
+            raise SystemExit(f"driver killed during {stage} of iteration {iteration}")
+
+    async def search(self, request: SearchRequest) -> SearchResults:
+        self.searched.append(request)
+        n = len([k for k in request.exclude_keys])
+        cands = tuple(Candidate(key=f"file:/lib/{n + j}.pdf", path=f"/lib/{n + j}.pdf") for j in range(3))
+        return SearchResults(run_id=request.run_id, iteration=request.iteration, candidates=cands)
+
+    async def ingest(self, requests: Sequence[IngestRequest]) -> list[IngestResult]:
+        self.ingested.extend(r.candidate.key for r in requests)
+        return [IngestResult(run_id=r.run_id, key=r.candidate.key, path=r.candidate.path, status="stored",
+                             doc_id=r.candidate.key[-8:]) for r in requests]
+
+    async def forage(self, requests: Sequence[ForageRequest]) -> list[RequirementCoverage]:
+        iteration = requests[0].iteration
+        self._maybe_die("forage", iteration)
+        self.foraged.append(iteration)
+        if self.on_forage:
+            self.on_forage(iteration)
+        return [RequirementCoverage(run_id=r.run_id, requirement=r.requirement, iteration=iteration,
+                                    coverage=COVERAGE[iteration], failed_steps=(f"step of iteration {iteration}",))
+                for r in requests]
+
+    async def write(self, request: WriteRequest) -> Report:
+        self._maybe_die("write", request.iterations)
+        self.written.append(request)
+        return Report(run_id=request.run_id, markdown="# Report\n")
+
+    async def close(self) -> None:
+        self.closed = True
+
+
+def plan() -> RequirementsPlan:
+    q = ResearchQuery(run_id=RUN, text="query")
+    reqs = tuple(Requirement(id=f"R{i}", text=f"requirement number {i}") for i in (1, 2))
+    return RequirementsPlan(run_id=RUN, query=q, requirements=reqs, approved=True)
+
+
+def orchestrator(tmp_path, crew: Crew) -> Orchestrator:
+    settings = Settings.load().updated(run={"runs_dir": tmp_path, "max_iterations": 5, "min_coverage": 0.85})
+    return Orchestrator(settings, RUN, crew=crew, emit=RecordingEmit(RUN))
+
+
+def state(tmp_path) -> dict:
+    return json.loads((tmp_path / RUN / "run.json").read_text())
+
+
+def test_cancel_stops_cleanly_at_the_next_stage_boundary(tmp_path) -> None:
+    crew = Crew(on_forage=lambda it: RunDir(tmp_path, RUN).request_cancel() if it == 2 else None)
+    summary = asyncio.run(orchestrator(tmp_path, crew).run(plan()))
+    assert summary.status == "cancelled" and summary.iterations == 2
+    assert crew.foraged == [1, 2] and crew.written == [] and crew.closed
+    saved = state(tmp_path)
+    assert saved["status"] == "cancelled" and len(saved["iterations"]) == 2  # iteration 2 was completed
+
+
+@pytest.mark.parametrize("die_at", [("forage", 2), ("write", 3)])
+def test_a_resumed_run_redoes_nothing_and_ends_like_an_uninterrupted_one(tmp_path, die_at) -> None:
+    whole = tmp_path / "whole"
+    reference = asyncio.run(orchestrator(whole, Crew()).run(plan()))
+    expected = json.loads((whole / RUN / "run.json").read_text())
+
+    first = Crew(die_at=die_at)
+    with pytest.raises(SystemExit):
+        asyncio.run(orchestrator(tmp_path, first).run(plan()))
+    crashed = state(tmp_path)
+    assert crashed["status"] == "running"  # what a killed driver leaves behind
+
+    second = Crew()
+    summary = asyncio.run(orchestrator(tmp_path, second).run(plan()))  # a fresh Orchestrator, same run id
+
+    assert summary.status == "finished" and summary.stop_reason == reference.stop_reason
+    # nothing ingested before the crash is ingested again, no finished iteration is foraged again
+    assert not set(second.ingested) & set(first.ingested)
+    done = len(crashed["iterations"])
+    assert second.foraged == list(range(done + 1, 4))
+    if die_at == ("write", 3):
+        assert second.searched == [] and second.foraged == []  # only the report was left to write
+    final = state(tmp_path)
+    for key in ("requirements", "final_coverage", "coverage", "stop_reason", "degraded"):
+        assert final[key] == expected[key], key
+    assert sorted(final["documents"]) == sorted(expected["documents"])
+    assert [it["iteration"] for it in final["iterations"]] == [1, 2, 3]
+    assert final["resumed"] == [{"after_iteration": done, "status_was": "running"}]
+    assert [c.coverage for c in second.written[0].coverages] == [0.9, 0.9]
+
+
+def test_cancel_cli_and_resume_refusals(tmp_path) -> None:
+    from gateway import cli
+
+    runner = CliRunner()
+    rundir = RunDir(tmp_path, "run-x")
+    rundir.save_state({"run_id": "run-x", "status": "running", "query": "q"})
+    out = runner.invoke(cli.app, ["cancel", "run-x", "--runs-dir", str(tmp_path)])
+    assert out.exit_code == 0 and rundir.cancel_requested()
+    assert runner.invoke(cli.app, ["cancel", "run-missing", "--runs-dir", str(tmp_path)]).exit_code == 2
+    rundir.save_state({"run_id": "run-x", "status": "finished", "query": "q"})
+    out = runner.invoke(cli.app, ["resume", "run-x", "--runs-dir", str(tmp_path)])
+    assert out.exit_code == 2 and "already finished" in out.output
+    rundir.save_state({"run_id": "run-x", "status": "awaiting_approval", "query": "q"})
+    out = runner.invoke(cli.app, ["resume", "run-x", "--runs-dir", str(tmp_path)])
+    assert out.exit_code == 2 and "never started" in out.output
