@@ -36,7 +36,7 @@ class Forager:
             if slot is not None:  # every LLM call holds one Ray llm_slot (ray.llm_slots)
                 from infra.llm.slotted import SlottedLLM
 
-                llm = SlottedLLM(llm, slot)
+                llm = SlottedLLM(llm, slot, hosts=dict(self.settings.ray.ollama_hosts))
             self._step = ForageStep(self.settings, build_store(self.settings),
                                     self._embedder or build_embedder(self.settings), llm, emit=self._emit)
         return self._step

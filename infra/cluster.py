@@ -18,7 +18,10 @@ network (``ray.lab_network``, a CIDR) and nothing else changes about what Ray ma
 * the libraries' telemetry switches (:data:`infra.privacy.OFFLINE_ENV`) as everywhere.
 
 Each node declares its GPUs and one ``llm_slot`` per model slot of its own Ollama
-(``ray.node_llm_slots``, default one per GPU), so Ray places LLM work where an Ollama can take it.
+(``ray.node_llm_slots``, default one per GPU), so Ray places LLM work where an Ollama can take it,
+and the label ``forage-node=<name>`` (``ray.node_name``, default the host name). An LLM call that
+runs on a node goes to that node's Ollama: ``llm.host``'s default 127.0.0.1 already is; a node
+whose Ollama is elsewhere is listed in ``ray.ollama_hosts`` (:func:`on_this_node`).
 
 Used by ray_cluster.yaml::
 
@@ -28,23 +31,29 @@ Used by ray_cluster.yaml::
 
 from __future__ import annotations
 
+import copy
 import ipaddress
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
 import sys
-from typing import Final, Literal
+from collections.abc import Mapping
+from typing import Final, Literal, TypeVar
 
 import psutil
 
 from infra.errors import ConfigError
 from infra.privacy import OFFLINE_ENV
 
+T = TypeVar("T")
+
 LLM_SLOT: Final[str] = "llm_slot"  # the same name as actors.options.LLM_SLOT
 GCS_PORT: Final[int] = 6379
 CLIENT_PORT: Final[int] = 10001  # Ray Client: drivers elsewhere use ray://<head>:10001
+NODE_LABEL: Final[str] = "forage-node"  # Ray node label naming the node (ray.ollama_hosts keys)
 
 #: Environment of every Ray process on a cluster node (see the module docstring).
 CLUSTER_ENV: Final[dict[str, str]] = {
@@ -83,11 +92,20 @@ def gpu_count() -> int:
     return sum(1 for line in out.splitlines() if line.startswith("GPU "))
 
 
+def node_name() -> str:
+    """A Ray label value for this host: its short host name, cut to Ray's 63 characters."""
+    name = re.sub(r"[^A-Za-z0-9._-]", "-", socket.gethostname().split(".")[0]).strip("-._")[:63]
+    return name.rstrip("-._") or "node"
+
+
 def ray_start_args(role: Literal["head", "worker"], *, node_ip: str, gpus: int, llm_slots: int,
-                   head_ip: str | None = None) -> list[str]:
+                   head_ip: str | None = None, name: str | None = None) -> list[str]:
     """Arguments of ``ray start`` for one node: bound to ``node_ip``, declaring its GPUs and
-    ``llm_slots`` (no ``llm_slot`` resource at all when 0: Foragers' LLM work never lands there)."""
+    ``llm_slots`` (no ``llm_slot`` resource at all when 0: Foragers' LLM work never lands there),
+    labelled ``forage-node=<name>``."""
     args = [f"--node-ip-address={node_ip}", f"--num-gpus={gpus}", "--disable-usage-stats"]
+    if name:
+        args.append("--labels=" + json.dumps({NODE_LABEL: name}, separators=(",", ":")))
     if llm_slots:
         args.append("--resources=" + json.dumps({LLM_SLOT: llm_slots}, separators=(",", ":")))
     if role == "head":
@@ -96,6 +114,35 @@ def ray_start_args(role: Literal["head", "worker"], *, node_ip: str, gpus: int, 
     if not head_ip:
         raise ConfigError("a worker node needs the head's address (--head-ip)")
     return [f"--address={head_ip}:{GCS_PORT}", *args]
+
+
+def node_llm_host(hosts: Mapping[str, str], default: str) -> str:
+    """In a Ray worker: the LLM endpoint for the node it runs on — ``hosts`` by the node's
+    ``forage-node`` label, then by its IP; ``default`` when neither is listed (or outside Ray)."""
+    if not hosts:
+        return default
+    import ray
+
+    if not ray.is_initialized():
+        return default
+    label = str(ray.get_runtime_context().get_node_labels().get(NODE_LABEL) or "")
+    if label and label in hosts:
+        return hosts[label]
+    return hosts.get(ray.util.get_node_ip_address(), default)
+
+
+def on_this_node(llm: T, hosts: Mapping[str, str]) -> T:
+    """``llm`` pointed at this node's endpoint (a copy) when it has a ``host`` and ``hosts`` names
+    one for this node; else ``llm`` itself."""
+    host = getattr(llm, "host", None)
+    if not hosts or not isinstance(host, str):
+        return llm
+    mine = node_llm_host(hosts, host)
+    if mine == host:
+        return llm
+    local = copy.copy(llm)
+    local.host = mine  # type: ignore[attr-defined]
+    return local
 
 
 def main(argv: list[str]) -> int:
@@ -116,7 +163,7 @@ def main(argv: list[str]) -> int:
         slots = gpus if ray.node_llm_slots is None else ray.node_llm_slots
         try:
             args = ray_start_args(argv[1], node_ip=lab_ip(ray.lab_network), gpus=gpus, llm_slots=slots,  # type: ignore[arg-type]
-                                  head_ip=head_ip)
+                                  head_ip=head_ip, name=ray.node_name or node_name())
         except ConfigError as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 2

@@ -199,6 +199,13 @@ class RayOptions(Section):
     node_llm_slots: int | None = Field(
         default=None, ge=0, description="Cluster node: 'llm_slot' resources this node declares (its Ollama's model "
                                         "slots); None: one per GPU.")
+    node_name: str | None = Field(
+        default=None, pattern=r"^[A-Za-z0-9]([A-Za-z0-9._-]{0,61}[A-Za-z0-9])?$",
+        description="Cluster node: its name, declared as the Ray node label 'forage-node' (default: the host name).")
+    ollama_hosts: dict[str, str] = Field(
+        default_factory=dict,
+        description="Node name (label 'forage-node') or node IP -> Ollama URL used by the LLM calls that run on "
+                    "that node; a node not listed uses llm.host, whose default 127.0.0.1 is the node's own Ollama.")
 
 
 _PRESETS: dict[str, dict[str, Any]] = {

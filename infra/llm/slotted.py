@@ -22,8 +22,13 @@ from typing import Any
 from infra.llm.base import LLM, ChatMessage, T
 
 
-def _call(llm: LLM, messages: list[ChatMessage], schema: type[T]) -> T:
-    """The body of the slot-holding Ray task: one structured call, in the task's own event loop."""
+def _call(llm: LLM, messages: list[ChatMessage], schema: type[T], hosts: dict[str, str] | None = None) -> T:
+    """The body of the slot-holding Ray task: one structured call, in the task's own event loop,
+    to the LLM endpoint of the node the task runs on (``hosts``: :func:`infra.cluster.on_this_node`)."""
+    if hosts:
+        from infra.cluster import on_this_node
+
+        llm = on_this_node(llm, hosts)
     return asyncio.run(llm.structured(messages, schema))
 
 
@@ -38,15 +43,16 @@ class SlottedLLM:
     """``inner``'s calls, each as a Ray task holding one ``llm_slot`` (options from
     :func:`actors.options.llm_call_options`)."""
 
-    def __init__(self, inner: LLM, options: dict[str, Any]) -> None:
+    def __init__(self, inner: LLM, options: dict[str, Any], hosts: dict[str, str] | None = None) -> None:
         self.inner = inner
         self.options = dict(options)
+        self.hosts = dict(hosts or {})  # node name or IP -> endpoint (ray.ollama_hosts)
         self.name = f"{inner.name} (ray llm_slot)"
         self.calls = 0
 
     async def structured(self, messages: Sequence[ChatMessage], schema: type[T]) -> T:
         self.calls += 1
-        return await _task().options(**self.options).remote(self.inner, list(messages), schema)
+        return await _task().options(**self.options).remote(self.inner, list(messages), schema, self.hosts or None)
 
     async def check(self) -> None:
         await self.inner.check()

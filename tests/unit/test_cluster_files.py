@@ -139,3 +139,22 @@ def test_a_driver_on_a_cluster_node_binds_to_its_lab_address() -> None:
     assert (_cluster_node_ip(lab) or "").startswith("127.")
     assert _cluster_node_ip(lab.updated(ray={"address": "ray://10.0.0.10:10001"})) is None  # Ray Client
     assert _cluster_node_ip(Settings.load(ray={"address": "auto"})) is None  # one machine: loopback
+
+
+def test_on_this_node_leaves_an_llm_alone_unless_its_node_is_listed() -> None:
+    from infra.cluster import on_this_node
+    from infra.llm.ollama import OllamaLLM
+
+    llm = OllamaLLM(host="http://127.0.0.1:11434")
+    assert on_this_node(llm, {}) is llm
+    assert on_this_node(llm, {"some-other-node": "http://10.0.0.99:11434"}) is llm
+    assert on_this_node(object(), {"x": "y"}) is not None  # an LLM without a host is passed through
+
+
+def test_start_args_label_the_node() -> None:
+    from infra.cluster import NODE_LABEL, node_name
+
+    args = _ray_start(ray_start_args("worker", node_ip="10.0.0.11", gpus=1, llm_slots=1, head_ip="10.0.0.10",
+                                     name="gpu-3"))
+    assert json.loads(args["labels"]) == {NODE_LABEL: "gpu-3"}
+    assert 0 < len(node_name()) <= 63

@@ -1,0 +1,33 @@
+"""Placement on a simulated lab cluster (ray.cluster_utils.Cluster on loopback).
+
+The cluster runs in its own process (tests/cluster/placement_run.py): Ray can be initialised once
+per process, and the test session's own ``ray_cluster`` may already be up here."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+
+
+@pytest.mark.slow
+def test_llm_calls_spread_over_nodes_and_use_each_nodes_own_ollama() -> None:
+    proc = subprocess.run([sys.executable, str(HERE / "placement_run.py")], cwd=HERE.parents[1],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    # every call answered by a loopback Ollama (the default host, where nothing listens, was never used)
+    assert result["answers"] == ["ok"] * 9
+    first = result["first"]
+    assert sum(first.values()) == 9 and all(n >= 1 for n in first.values()), first  # every node served
+    # a task on node gpuN talks to gpuN's endpoint
+    assert result["resolved"] == result["hosts"]
+    # gpu2 removed: the next calls ran on the nodes that are left, none went to gpu2
+    second = result["second"]
+    assert result["after_removal"] == ["ok"] * 4
+    assert second["gpu2"] == first["gpu2"] and sum(second.values()) == 13, second
