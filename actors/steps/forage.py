@@ -18,6 +18,8 @@ actor). Each iteration it runs these nodes:
   tried again next iteration. A whole call that fails leaves its passages for the next iteration.
 * **summarize** — every document with an answers/interesting chunk gets a short summary, once,
   from its title, abstract (else its introduction's first chunk) and its list of sections.
+  Independent calls (the judging batches of one round, the summaries) run concurrently when the
+  LLM queues calls for a slot (``ray.llm_slots``), else one after another.
 * **deep dive** — up to ``forage.max_deep_dives`` documents with interesting chunks: a relevance
   gate; if it says go on, the LLM picks up to ``forage.deep_dive_sections`` of the document's real
   section paths (invented ones are ignored) and up to ``forage.deep_dive_chunks`` chunks of each
@@ -41,8 +43,9 @@ from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import Sequence
+from collections.abc import Coroutine, Sequence
 from dataclasses import dataclass, field
+from typing import Any, TypeVar
 
 from actors.steps.events import Emit, null_emit
 from actors.steps.schemas import (
@@ -65,6 +68,7 @@ from messages.forage import ChunkJudgement, Evidence, ForageRequest, Requirement
 from messages.plan import Requirement
 from messages.status import Stage
 
+R = TypeVar("R")
 PASSAGE_CHARS = 3000  # chunk text shown to the LLM
 CONTEXT_CHARS = 2500  # abstract / introduction shown when summarizing
 MAX_SECTIONS_SHOWN = 80
@@ -283,17 +287,24 @@ class ForageStep:
     # -- classify --------------------------------------------------------------------------------------
     async def _judge_all(self, req: Requirement, chunks: Sequence[ChunkRecord], stage: str,
                          it: _Iteration) -> list[ChunkJudgement]:
-        """Judge ``chunks`` in batches of ``forage.judge_batch`` (one LLM call per batch)."""
+        """Judge ``chunks`` in batches of ``forage.judge_batch`` (one LLM call per batch). The batches
+        are independent, so with an LLM that queues calls their calls run concurrently (see
+        :meth:`_together`); judgements are recorded in chunk order whatever order the answers come in."""
         size = self.cfg.judge_batch
-        out: list[ChunkJudgement] = []
-        for start in range(0, len(chunks), size):
-            out += await self._judge_batch(req, list(chunks[start:start + size]), stage, it, retry=True)
+        batches = [list(chunks[start:start + size]) for start in range(0, len(chunks), size)]
+        answers = await self._together([self._judge_batch(req, b, stage, it, retry=True) for b in batches])
+        order = {chunk.chunk_id: n for n, chunk in enumerate(chunks)}
+        out = sorted((j for judged in answers for j in judged), key=lambda j: order[j.chunk_id])
+        for judgement in out:
+            self._judgements[judgement.chunk_id] = judgement
+            it.judged.append(judgement)
         return out
 
     async def _judge_batch(self, req: Requirement, batch: list[ChunkRecord], stage: str, it: _Iteration, *,
                            retry: bool) -> list[ChunkJudgement]:
         """One call for the numbered passages of ``batch``; passages without a valid verdict are
-        judged once more together (``retry``), then recorded as failed."""
+        judged once more together (``retry``), then recorded as failed. Returns the judgements
+        (recorded by the caller)."""
         if not batch:
             return []
         deep = stage == "deep_dive"
@@ -323,11 +334,8 @@ class ForageStep:
             v = got.get(n)
             if v is None:
                 continue
-            judgement = ChunkJudgement(chunk_id=chunk.chunk_id, doc_id=chunk.doc_id, tag=v.tag,
-                                       motive=" ".join(v.motive.split()), stage=stage, kind=v.kind)  # type: ignore[arg-type]
-            self._judgements[chunk.chunk_id] = judgement
-            it.judged.append(judgement)
-            out.append(judgement)
+            out.append(ChunkJudgement(chunk_id=chunk.chunk_id, doc_id=chunk.doc_id, tag=v.tag,
+                                      motive=" ".join(v.motive.split()), stage=stage, kind=v.kind))  # type: ignore[arg-type]
         missing = [chunk for n, chunk in enumerate(batch, start=1) if n not in got]
         if missing and retry:
             out += await self._judge_batch(req, missing, stage, it, retry=False)
@@ -377,9 +385,9 @@ class ForageStep:
 
     # -- summarize -------------------------------------------------------------------------------------
     async def _summarize_useful(self, req: Requirement, it: _Iteration) -> None:
-        for doc_id in self._useful_docs():
-            if doc_id not in self._summaries:
-                await self._summarize(req, doc_id, it)
+        """Summaries of the useful documents that have none yet (concurrent: :meth:`_together`)."""
+        await self._together([self._summarize(req, doc_id, it) for doc_id in self._useful_docs()
+                              if doc_id not in self._summaries])
 
     async def _summarize(self, req: Requirement, doc_id: str, it: _Iteration) -> None:
         doc = self._doc(doc_id)
@@ -500,6 +508,15 @@ class ForageStep:
         return found
 
     # -- helpers ---------------------------------------------------------------------------------------
+    async def _together(self, calls: list[Coroutine[Any, Any, R]]) -> list[R]:
+        """Independent LLM steps: all at once when the LLM queues calls before they reach a server
+        (``queues_calls``, e.g. :class:`infra.llm.slotted.SlottedLLM`: a call waits for a Ray slot, so
+        its timeout does not run while it waits), else one after another (a local server would
+        queue them itself and the last ones could time out)."""
+        if getattr(self.llm, "queues_calls", False):
+            return list(await asyncio.gather(*calls))
+        return [await call for call in calls]
+
     async def _ask(self, messages: list[ChatMessage], schema: type[T], step: str, it: _Iteration) -> T | None:
         """One counted structured call; None (and a failed_steps entry) if the LLM fails."""
         self.llm_calls += 1

@@ -43,6 +43,8 @@ class SlottedLLM:
     """``inner``'s calls, each as a Ray task holding one ``llm_slot`` (options from
     :func:`actors.options.llm_call_options`)."""
 
+    queues_calls = True  # a call waits for a slot before it reaches a server: callers may issue many at once
+
     def __init__(self, inner: LLM, options: dict[str, Any], hosts: dict[str, str] | None = None) -> None:
         self.inner = inner
         self.options = dict(options)

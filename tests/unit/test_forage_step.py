@@ -558,3 +558,43 @@ def test_enough_answering_papers_do_not_reformulate(store, embedder):
     llm = FunctionLLM(Oracle({"split water": "answers"}))
     forage(ForageStep(settings(vector_k=N_BODY_CHUNKS, min_papers=1), store, embedder, llm))
     assert "Reformulation" not in llm.schemas_asked()
+
+
+# -- concurrency of independent calls ------------------------------------------------------------------
+class InFlight:
+    """Counts judging calls in flight; with ``meet`` > 1 each call waits until that many are in flight."""
+
+    def __init__(self, meet: int = 1) -> None:
+        self.oracle = Oracle({"split water": "answers"})
+        self.meet = meet
+        self.now = self.most = 0
+        self.met = asyncio.Event()
+
+    async def __call__(self, messages, schema):
+        if schema is not BatchVerdict:
+            return self.oracle(messages, schema)
+        self.now += 1
+        self.most = max(self.most, self.now)
+        if self.now >= self.meet:
+            self.met.set()
+        await asyncio.wait_for(self.met.wait(), timeout=10)  # sequential calls would never meet
+        self.now -= 1
+        return self.oracle(messages, schema)
+
+
+def test_batches_run_concurrently_when_the_llm_queues_calls(store, embedder):
+    fn = InFlight(meet=2)
+    llm = FunctionLLM(fn)
+    llm.queues_calls = True  # like SlottedLLM: calls wait for a slot, not at the server
+    cov = forage(ForageStep(settings(vector_k=N_BODY_CHUNKS, judge_batch=5), store, embedder, llm))
+    assert fn.most == 2 and len(cov.judgements) == N_BODY_CHUNKS
+    one = forage(ForageStep(settings(vector_k=N_BODY_CHUNKS, judge_batch=1), store, embedder,
+                            FunctionLLM(Oracle({"split water": "answers"}))))
+    assert decisions(cov) == decisions(one)
+    assert [j.chunk_id for j in cov.judgements] == [j.chunk_id for j in one.judgements]  # chunk order kept
+
+
+def test_batches_run_one_after_another_otherwise(store, embedder):
+    fn = InFlight()
+    forage(ForageStep(settings(vector_k=N_BODY_CHUNKS, judge_batch=5), store, embedder, FunctionLLM(fn)))
+    assert fn.most == 1
