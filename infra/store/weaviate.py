@@ -375,9 +375,10 @@ class WeaviateStore:
             if stale:
                 chunk_col.data.delete_many(where=Filter.by_id().contains_any(stale))
         result = doc_col.data.insert_many([doc_object(d) for d in docs])
-        if result.errors:
+        if result.errors:  # some registry objects may have been written: unregister the new ones first
             new = [d for d in doc_ids if d not in known]
             if new:
+                doc_col.data.delete_many(where=Filter.by_property("doc_id").contains_any(new))
                 chunk_col.data.delete_many(where=Filter.by_property("doc_id").contains_any(new))
             raise StoreError(f"registering {len(docs)} document(s) in {self.where} failed; their chunks were "
                              f"removed: {next(iter(result.errors.values())).message}")
