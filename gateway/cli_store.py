@@ -81,6 +81,8 @@ def migrate_cmd(
             configured = None
         src = _open(settings, src_backend, from_path, library, configured.dim if configured else 384, None)
         meta = src.library_meta() or configured
+        if hasattr(src, "close"):
+            src.close()
         if meta is None:
             raise _fail("the source records no embedding model and the configured one has no known size")
         src = _open(settings, src_backend, from_path, library, meta.dim, meta.embed_model)

@@ -204,6 +204,12 @@ class WeaviateStore:
             self._client.close()
             self._client = None
 
+    def __del__(self) -> None:  # an actor's store is never closed explicitly: release its channels
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001 - interpreter shutdown
+            pass
+
     # ------------------------------------------------------------------ connection and collections
 
     def _connect(self) -> WeaviateClient:

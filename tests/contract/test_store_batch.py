@@ -12,7 +12,8 @@ import pytest
 
 from infra.errors import StoreError
 from infra.store.base import ChunkFilter, Store, upsert_documents
-from tests.contract.test_store_contract import hash_vec, ids, make_doc, put, store, store_spec  # noqa: F401
+from tests.contract.test_store_contract import (  # noqa: F401
+    _drop_weaviate_library, hash_vec, ids, make_doc, put, store, store_spec)
 
 
 def _item(doc_id: str, texts: list[str], **kw: object) -> tuple:
