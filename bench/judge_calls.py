@@ -48,12 +48,12 @@ def reader(messages: list[dict[str, str]], schema: type) -> object:
     """Judges each passage alone by word overlap with the requirement (batch-independent)."""
     user = next(m["content"] for m in messages if m["role"] == "user")
     requirement = words(re.search(r"Requirement: (.*)", user).group(1)) if "Requirement:" in user else set()
-    if schema in (BatchVerdict, DeepDiveBatchVerdict):
+    if issubclass(schema, (BatchVerdict, DeepDiveBatchVerdict)):
         out = []
         for number, passage in re.findall(r"<<<PASSAGE (\d+)\n(.*?)\nPASSAGE \1>>>", user, re.S):
             overlap = len(requirement & words(passage))
             tag = "answers" if overlap >= 4 else "interesting" if overlap >= 2 else "unrelated"
-            if schema is DeepDiveBatchVerdict and tag == "interesting":
+            if issubclass(schema, DeepDiveBatchVerdict) and tag == "interesting":
                 tag = "unrelated"
             kind = "result" if re.search(r"\d+(\.\d+)?\s*%|p\s*[<=]", passage) else "background"
             out.append({"passage": int(number), "tag": tag, "kind": kind, "motive": f"{overlap} shared words"})

@@ -51,13 +51,12 @@ from actors.steps.events import Emit, null_emit
 from actors.steps.schemas import (
     MAX_SECTIONS_CHOSEN,
     SECTION_PATH_CHARS,
-    BatchVerdict,
-    DeepDiveBatchVerdict,
     DocumentGist,
     PassageVerdict,
     Reformulation,
     RelevanceGate,
     SectionChoice,
+    batch_schema,
 )
 from infra.embed.base import Embedder
 from infra.errors import LLMOutputError, LLMTimeout
@@ -318,7 +317,7 @@ class ForageStep:
         user = (f"Requirement: {req.text}\n\n" + "\n\n".join(passages) + "\n\n"
                 f"For each passage [1] to [{len(batch)}] give its number, a tag ({tags}) for the requirement, "
                 "its kind (method, result or background) and a one-sentence motive.")
-        schema = DeepDiveBatchVerdict if deep else BatchVerdict
+        schema = batch_schema(len(batch), deep)
         what = f"classify {len(batch)} chunk(s) {batch[0].chunk_id}" + (" …" if len(batch) > 1 else "")
         verdict = await self._ask([{"role": "system", "content": system}, {"role": "user", "content": user}],
                                   schema, what, it)

@@ -11,7 +11,7 @@ keys do not fail validation.
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
 
@@ -122,6 +122,34 @@ class DeepDiveBatchVerdict(LLMAnswer):
     @classmethod
     def _drop_bad(cls, value: object) -> object:
         return _valid_entries(DeepDivePassageVerdict, value)
+
+
+def _exactly(n: int) -> Any:
+    def patch(schema: dict[str, Any]) -> None:
+        schema["properties"]["verdicts"]["minItems"] = n  # JSON schema only: a bad entry still fails alone
+    return patch
+
+
+def _sized(base: type[LLMAnswer], n: int) -> type[LLMAnswer]:
+    """``base`` whose JSON schema asks for exactly ``n`` verdicts (a grammar-constrained model then
+    writes one per passage); importable by name so it pickles for Ray tasks; titled like ``base``."""
+    qualname = f"_{base.__name__}{n}"
+    cls = type(qualname, (base,), {
+        "__module__": __name__, "__qualname__": qualname,
+        "model_config": ConfigDict(extra="ignore", title=base.__name__, json_schema_extra=_exactly(n))})
+    cls.__name__ = base.__name__
+    globals()[qualname] = cls
+    return cls
+
+
+_SIZED = {(deep, n): _sized(DeepDiveBatchVerdict if deep else BatchVerdict, n)
+          for deep in (False, True) for n in range(1, MAX_BATCH_PASSAGES + 1)}
+
+
+def batch_schema(n: int, deep: bool = False) -> type[BatchVerdict] | type[DeepDiveBatchVerdict]:
+    """The batch schema for ``n`` passages: :class:`BatchVerdict` (or :class:`DeepDiveBatchVerdict`)
+    asking for exactly ``n`` verdicts."""
+    return _SIZED[(deep, n)]  # type: ignore[return-value]
 
 
 class Reformulation(LLMAnswer):

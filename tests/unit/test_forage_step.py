@@ -168,14 +168,14 @@ class Oracle:
         return {"tag": "unrelated", "kind": "background", "motive": "Off topic."}
 
     def __call__(self, messages, schema):
-        if schema in (BatchVerdict, DeepDiveBatchVerdict):
+        if issubclass(schema, (BatchVerdict, DeepDiveBatchVerdict)):
             shown = passages(messages)
             if any(p in text for _, text in shown for p in self.fail_on):
                 return "I am not sure, sorry."  # never valid JSON: the call fails after its retries
             out = []
             for n, text in shown:
                 self.shown[text] = self.shown.get(text, 0) + 1
-                entry = {"passage": n, **self.judge(text, schema is DeepDiveBatchVerdict)}
+                entry = {"passage": n, **self.judge(text, issubclass(schema, DeepDiveBatchVerdict))}
                 if any(p in text for p in self.bad_entry_on) and not (self.bad_once and self.shown[text] > 1):
                     entry["tag"] = "maybe"  # invalid for this passage only
                 out.append(entry)
@@ -429,7 +429,7 @@ def test_chunk_without_a_valid_verdict_is_recorded_as_failed(store, embedder, ho
 
     def answer(messages, schema):
         out = oracle(messages, schema)
-        if how == "missing" and schema is BatchVerdict:
+        if how == "missing" and issubclass(schema, BatchVerdict):
             keep = {n for n, text in passages(messages) if "split water" not in text}
             out = {"verdicts": [v for v in out["verdicts"] if v["passage"] in keep]}
         return out
@@ -453,7 +453,7 @@ def test_chunk_without_a_valid_verdict_is_recorded_as_failed(store, embedder, ho
 
 def test_llm_tagging_everything_interesting(store, embedder):
     def everything(messages, schema):
-        if schema is BatchVerdict:
+        if issubclass(schema, BatchVerdict):
             return {"verdicts": [{"passage": n, "tag": "interesting", "kind": "background", "motive": "On topic."}
                                  for n, _ in passages(messages)]}
         return Oracle()(messages, schema)
@@ -571,7 +571,7 @@ class InFlight:
         self.met = asyncio.Event()
 
     async def __call__(self, messages, schema):
-        if schema is not BatchVerdict:
+        if not issubclass(schema, BatchVerdict):
             return self.oracle(messages, schema)
         self.now += 1
         self.most = max(self.most, self.now)
@@ -598,3 +598,11 @@ def test_batches_run_one_after_another_otherwise(store, embedder):
     fn = InFlight()
     forage(ForageStep(settings(vector_k=N_BODY_CHUNKS, judge_batch=5), store, embedder, FunctionLLM(fn)))
     assert fn.most == 1
+
+
+def test_batch_schema_asks_for_one_verdict_per_passage(store, embedder):
+    llm = FunctionLLM(Oracle({"split water": "answers"}))
+    forage(ForageStep(settings(vector_k=N_BODY_CHUNKS, judge_batch=6), store, embedder, llm))
+    sizes = [(len(passages(c.messages)), c.json_schema["properties"]["verdicts"]["minItems"])
+             for c in llm.calls_log if c.schema == "BatchVerdict"]
+    assert sizes == [(6, 6), (N_BODY_CHUNKS - 6, N_BODY_CHUNKS - 6)]  # a constrained model writes one per passage
