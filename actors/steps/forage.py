@@ -18,7 +18,8 @@ actor). Each iteration it runs these nodes:
   tried again next iteration. A whole call that fails leaves its passages for the next iteration.
 * **summarize** — every document with an answers/interesting chunk gets a short summary, once,
   from its title, abstract (else its introduction's first chunk) and its list of sections.
-  Independent calls (the judging batches of one round, the summaries) run concurrently when the
+  Independent calls (the judging batches of one round, the summaries, the deep dives of different
+  documents) run concurrently when the
   LLM queues calls for a slot (``ray.llm_slots``), else one after another.
 * **deep dive** — up to ``forage.max_deep_dives`` documents with interesting chunks: a relevance
   gate; if it says go on, the LLM picks up to ``forage.deep_dive_sections`` of the document's real
@@ -172,8 +173,10 @@ class ForageStep:
         await self._summarize_useful(req, it)
 
         # deep dive
-        for doc_id in self._deep_dive_queue()[: self.cfg.max_deep_dives]:
-            await self._deep_dive(req, doc_id, it)
+        dives = await self._together([self._deep_dive(req, doc_id, it)
+                                      for doc_id in self._deep_dive_queue()[: self.cfg.max_deep_dives]])
+        for judged in dives:  # recorded in queue order, whatever order the dives finished in
+            self._record(judged, it)
 
         # reformulate: too few papers answer
         if self.cfg.min_papers > 0 and self.answering_papers() < self.cfg.min_papers:
@@ -285,7 +288,7 @@ class ForageStep:
 
     # -- classify --------------------------------------------------------------------------------------
     async def _judge_all(self, req: Requirement, chunks: Sequence[ChunkRecord], stage: str,
-                         it: _Iteration) -> list[ChunkJudgement]:
+                         it: _Iteration, *, record: bool = True) -> list[ChunkJudgement]:
         """Judge ``chunks`` in batches of ``forage.judge_batch`` (one LLM call per batch). The batches
         are independent, so with an LLM that queues calls their calls run concurrently (see
         :meth:`_together`); judgements are recorded in chunk order whatever order the answers come in."""
@@ -294,10 +297,14 @@ class ForageStep:
         answers = await self._together([self._judge_batch(req, b, stage, it, retry=True) for b in batches])
         order = {chunk.chunk_id: n for n, chunk in enumerate(chunks)}
         out = sorted((j for judged in answers for j in judged), key=lambda j: order[j.chunk_id])
-        for judgement in out:
+        if record:
+            self._record(out, it)
+        return out
+
+    def _record(self, judged: Sequence[ChunkJudgement], it: _Iteration) -> None:
+        for judgement in judged:
             self._judgements[judgement.chunk_id] = judgement
             it.judged.append(judgement)
-        return out
 
     async def _judge_batch(self, req: Requirement, batch: list[ChunkRecord], stage: str, it: _Iteration, *,
                            retry: bool) -> list[ChunkJudgement]:
@@ -424,7 +431,9 @@ class ForageStep:
                  if d not in self._dived]
         return sorted(queue, key=lambda d: d in answered)  # stable: first seen first within each group
 
-    async def _deep_dive(self, req: Requirement, doc_id: str, it: _Iteration) -> None:
+    async def _deep_dive(self, req: Requirement, doc_id: str, it: _Iteration) -> list[ChunkJudgement]:
+        """Gate, section choice, judging of the chosen sections' chunks; the judgements, which the
+        caller records (deep dives of different documents may run concurrently)."""
         doc = self._doc(doc_id)
         if doc_id not in self._gate:
             motives = "\n".join(f"- {j.motive}" for j in self._judgements.values()
@@ -441,17 +450,17 @@ class ForageStep:
                     "Should the search continue inside this document? Give continue_search and a short reason.")}],
                 RelevanceGate, f"deep dive gate {doc_id[:16]}", it)
             if gate is None:
-                return  # tried again next iteration
+                return []  # tried again next iteration
             self._gate[doc_id] = gate.continue_search
             if not gate.continue_search:
                 self._dived.add(doc_id)
                 self.emit(Stage.FORAGE, "deep_dive", f"{req.id}: not diving into {doc.title!r}: {gate.reason}",
                           iteration=it.number, requirement_id=req.id, doc_id=doc_id, title=doc.title,
                           continue_search=False, reason=gate.reason, sections=[], ignored_sections=[])
-                return
+                return []
         elif not self._gate[doc_id]:
             self._dived.add(doc_id)
-            return
+            return []
 
         available = self._sections(doc)
         n_sections = min(self.cfg.deep_dive_sections, MAX_SECTIONS_CHOSEN)
@@ -468,7 +477,7 @@ class ForageStep:
                     f"Choose at most {n_sections} section paths from the list.")}],
                 SectionChoice, f"deep dive sections {doc_id[:16]}", it)
             if choice is None:
-                return  # the gate's answer is kept; the choice is tried again next iteration
+                return []  # the gate's answer is kept; the choice is tried again next iteration
             chosen, ignored = self._valid_sections(choice.sections, available, n_sections)
 
         picked: dict[str, ChunkRecord] = {}
@@ -476,12 +485,13 @@ class ForageStep:
             for chunk in self._section_chunks(doc_id, path, self.cfg.deep_dive_chunks,
                                               exclude=tuple(self._judgements)):
                 picked.setdefault(chunk.chunk_id, chunk)
-        judged = await self._judge_all(req, list(picked.values()), "deep_dive", it)
+        judged = await self._judge_all(req, list(picked.values()), "deep_dive", it, record=False)
         answers = sum(1 for j in judged if j.tag == "answers")
         self._dived.add(doc_id)
         self.emit(Stage.FORAGE, "deep_dive", f"{req.id}: read {len(chosen)} sections of {doc.title!r}",
                   iteration=it.number, requirement_id=req.id, doc_id=doc_id, title=doc.title,
                   continue_search=True, sections=chosen, ignored_sections=ignored, answers=answers)
+        return judged
 
     @staticmethod
     def _valid_sections(proposed: Sequence[str], available: Sequence[str], limit: int) -> tuple[list[str], list[str]]:
