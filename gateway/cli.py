@@ -507,6 +507,7 @@ EXTENSIONS: list[str] = [
     "gateway.cli_runs",
     "gateway.cli_library",
     "gateway.cli_store",
+    "gateway.cli_serve",
 ]
 _register_extensions()
 

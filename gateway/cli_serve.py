@@ -1,0 +1,36 @@
+"""`forage serve`: the gateway and dashboard (gateway/server.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+
+def serve(
+    host: Annotated[str, typer.Option(help="Address to bind. Anything but loopback requires the token, generated "
+                                      "on first start and kept 0600 in $XDG_CONFIG_HOME/forage/gateway-token.")]
+    = "127.0.0.1",
+    port: Annotated[int, typer.Option(min=0, max=65535, help="Port to listen on.")] = 8765,
+    runs_dir: Annotated[Path | None, typer.Option(help="Runs folder (default: settings).")] = None,
+    store: Annotated[Path | None, typer.Option(help="Store folder (default: settings).")] = None,
+) -> None:
+    """Serve the REST API, the run event WebSocket and the dashboard (http://HOST:PORT/)."""
+    from gateway import cli as base
+    from gateway.server import serve as run_server
+    from infra.settings import Settings
+
+    settings = Settings.load()
+    changes = {}
+    if runs_dir is not None:
+        changes["run"] = {"runs_dir": runs_dir}
+    if store is not None:
+        changes["store"] = {"path": store}
+    if changes:
+        settings = settings.updated(**changes)
+    run_server(settings, host=host, port=port, say=base.console.print)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("serve")(serve)

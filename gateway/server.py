@@ -1,0 +1,752 @@
+"""The gateway: a FastAPI app that starts, approves, watches and reads research runs (`forage serve`).
+
+REST under ``/api`` (OpenAPI at ``/docs``), the run's status events on the WebSocket
+``/ws/runs/{run_id}?after=SEQ``, and the dashboard (``gateway/static``) at ``/``.
+
+Runs outlive connections: a :class:`RunManager` owned by the app holds each run's
+:class:`~gateway.session.ResearchSession`, plans in the background, runs after approval, and pumps the
+run's events from its StatusHub into an in-memory log that every WebSocket client reads from (one
+long poll per run, however many clients). Events are persisted by the StatusHub in ``events.jsonl``,
+so a run this gateway does not hold (finished before a restart) is replayed from that file.
+
+Security: on loopback no token is needed, but requests must name a loopback Host (no DNS
+rebinding) and WebSockets must come from the dashboard's own origin. Bound to any other address,
+every REST call and WebSocket needs the token (``Authorization: Bearer …``, or ``?token=`` on a
+WebSocket) kept 0600 in the user's config dir; a wrong or missing one gets 401 / close code 1008.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import secrets
+import threading
+from collections.abc import AsyncIterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from fastapi import Depends, FastAPI, HTTPException, Query, Request, WebSocket, WebSocketDisconnect
+from fastapi.responses import FileResponse, HTMLResponse, PlainTextResponse, Response
+from fastapi.staticfiles import StaticFiles
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from actors.steps.rundir import RunDir
+from infra.settings import PresetName, Settings
+from messages.plan import Requirement, RequirementsPlan, ResearchQuery, SearchQuery
+from messages.status import Stage, StatusEvent
+
+STATIC = Path(__file__).resolve().parent / "static"
+LOOPBACK_HOSTS = {"127.0.0.1", "localhost", "::1", "[::1]"}
+_RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+ARTIFACTS = {"run.json": "application/json", "evidence.jsonl": "application/x-ndjson",
+             "events.jsonl": "application/x-ndjson", "egress.jsonl": "application/x-ndjson",
+             "report.md": "text/markdown; charset=utf-8", "report.json": "application/json",
+             "comparison.json": "application/json"}
+FINAL_KINDS = ("finished", "failed")
+
+
+# -- token ---------------------------------------------------------------------------------------------
+def config_dir() -> Path:
+    """``$XDG_CONFIG_HOME/forage`` (default ``~/.config/forage``)."""
+    base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
+    return Path(base).expanduser() / "forage"
+
+
+def token_path() -> Path:
+    return config_dir() / "gateway-token"
+
+
+def load_or_create_token(path: Path | None = None) -> str:
+    """The gateway token, generated on first use and kept user-only (0600, folder 0700)."""
+    from actors.steps.rundir import private_dir
+
+    path = path or token_path()
+    if path.exists():
+        os.chmod(path, 0o600)
+        token = path.read_text(encoding="utf-8").strip()
+        if token:
+            return token
+    private_dir(path.parent)
+    token = secrets.token_urlsafe(32)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        os.write(fd, (token + "\n").encode())
+    finally:
+        os.close(fd)
+    os.chmod(path, 0o600)
+    return token
+
+
+def is_loopback(host: str) -> bool:
+    import ipaddress
+
+    if host in LOOPBACK_HOSTS:
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+# -- API models ----------------------------------------------------------------------------------------
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class RunCreate(_Model):
+    """A new run: the query and how hard to look."""
+
+    query: str = Field(min_length=1, max_length=4000, description="The research question (stays on this machine).")
+    preset: PresetName | None = Field(default=None, description="quick / standard / deep (default: settings).")
+    library: str | None = Field(default=None, description="Folder of PDFs on the gateway's machine.")
+    max_iterations: int | None = Field(default=None, ge=1, le=50, description="Most search/forage iterations.")
+    min_coverage: float | None = Field(default=None, ge=0, le=1, description="Stop once mean coverage reaches it.")
+    max_requirements: int | None = Field(default=None, ge=1, le=10, description="Most requirements to derive.")
+    offline: bool | None = Field(default=None, description="Send nothing at all: only the library is searched.")
+
+
+class RequirementIn(_Model):
+    id: str = Field(pattern=r"^R\d+$", description="R1, R2, ...")
+    text: str = Field(min_length=3, max_length=400)
+
+
+class Approval(_Model):
+    """Approve the proposal, optionally with edited requirements and search strings."""
+
+    requirements: list[RequirementIn] | None = Field(
+        default=None, description="Replace the proposed requirements (at least one).")
+    search_queries: list[dict[str, Any]] | None = Field(
+        default=None, description="Replace the proposed search strings (SearchQuery objects); [] sends nothing.")
+
+
+class Proposal(_Model):
+    requirements: list[dict[str, Any]]
+    search_queries: list[dict[str, Any]] = Field(description="The exact strings that would leave the machine.")
+    degraded: list[str] = []
+
+
+class Documents(_Model):
+    found: int = Field(description="Candidates the searcher offered.")
+    downloaded: int = Field(description="PDFs downloaded from online sources.")
+    ingested: int = Field(description="Documents stored (or already known) in the store.")
+    failed: int
+    failures: dict[str, str] = Field(default_factory=dict, description="key -> reason, for failed documents.")
+
+
+class RunState(_Model):
+    run_id: str
+    status: str = Field(description="planning, awaiting_approval, running, finished, failed, cancelled, unknown.")
+    query: str | None = None
+    live: bool = Field(description="This gateway holds the run (it can still change).")
+    proposal: Proposal | None = Field(default=None, description="Requirements and search strings to approve.")
+    requirements: list[dict[str, Any]] = []
+    search_queries: list[dict[str, Any]] = []
+    iterations: int = 0
+    coverage: dict[str, float] = {}
+    final_coverage: float | None = None
+    stop_reason: str | None = None
+    error: str | None = None
+    documents: Documents
+    egress_requests: int = Field(description="Requests recorded in egress.jsonl.")
+    last_seq: int = Field(description="Seq of the last status event known.")
+    report_ready: bool
+    artifacts: list[str]
+
+
+class RunCreated(_Model):
+    run_id: str
+    status: str
+    state_url: str
+    events_url: str
+
+
+class RunListItem(_Model):
+    run_id: str
+    status: str
+    query: str | None = None
+    final_coverage: float | None = None
+    live: bool
+
+
+class Chunk(_Model):
+    chunk_id: str
+    doc_id: str
+    title: str | None
+    section_path: str
+    pages: list[int]
+    text: str
+
+
+class Message(_Model):
+    message: str
+
+
+# -- runs ----------------------------------------------------------------------------------------------
+@dataclass
+class ManagedRun:
+    run_id: str
+    query: str
+    settings: Settings
+    session: Any = None
+    status: str = "planning"
+    plan: RequirementsPlan | None = None
+    error: str | None = None
+    events: list[StatusEvent] = field(default_factory=list)
+    ended: bool = False  # no more events will come
+    stop: threading.Event = field(default_factory=threading.Event)
+    cond: asyncio.Condition | None = None
+    planned: asyncio.Event = field(default_factory=asyncio.Event)  # planning is over (proposal or failure)
+
+    @property
+    def last_seq(self) -> int:
+        return self.events[-1].seq if self.events else 0
+
+
+class RunManager:
+    """Holds the gateway's runs: plans them, runs them after approval, pumps their events."""
+
+    def __init__(self, settings: Settings, llm: Any | None = None) -> None:
+        self.settings = settings
+        self.llm = llm
+        self.runs: dict[str, ManagedRun] = {}
+        self.pool = ThreadPoolExecutor(max_workers=64, thread_name_prefix="forage-run")
+        self.loop: asyncio.AbstractEventLoop | None = None
+
+    @property
+    def runs_dir(self) -> Path:
+        return Path(self.settings.run.runs_dir).expanduser().resolve()
+
+    def rundir(self, run_id: str) -> RunDir:
+        if not _RUN_ID.match(run_id) or run_id in (".", ".."):
+            raise HTTPException(404, f"no run {run_id!r}")
+        return RunDir(self.runs_dir, run_id)
+
+    def settings_for(self, req: RunCreate) -> Settings:
+        settings = self.settings if req.preset is None else self.settings.updated(preset=req.preset)
+        changes: dict[str, dict[str, Any]] = {}
+        if req.library:
+            lib = Path(req.library).expanduser().resolve()
+            if not lib.is_dir():
+                raise HTTPException(422, f"library {req.library!r} is not a folder on the gateway's machine")
+            changes["search"] = {"library": lib}
+        run = {k: v for k, v in (("max_iterations", req.max_iterations), ("min_coverage", req.min_coverage),
+                                 ("max_requirements", req.max_requirements)) if v is not None}
+        if run:
+            changes["run"] = run
+        if req.offline is not None:
+            changes["net"] = {"offline": req.offline}
+        settings = settings.updated(**changes) if changes else settings
+        from actors.searcher import online
+
+        if settings.search.library is None and not online(settings):
+            raise HTTPException(422, "nothing to search: give a library folder, or allow online search")
+        return settings
+
+    async def create(self, req: RunCreate) -> ManagedRun:
+        try:
+            ResearchQuery(run_id="check", text=req.query)
+        except ValidationError as exc:
+            raise HTTPException(422, "; ".join(e["msg"] for e in exc.errors())) from None
+        settings = self.settings_for(req)
+        loop = asyncio.get_running_loop()
+        session = await loop.run_in_executor(self.pool, self._session, settings)
+        run = ManagedRun(run_id=session.run_id, query=req.query.strip(), settings=settings, session=session,
+                         cond=asyncio.Condition())
+        self.runs[run.run_id] = run
+        self.pool.submit(self._pump, run)
+        self.pool.submit(self._plan, run)
+        return run
+
+    def _session(self, settings: Settings) -> Any:
+        from gateway.session import ResearchSession
+
+        return ResearchSession(settings, llm=self.llm, quiet=True)
+
+    def _plan(self, run: ManagedRun) -> None:
+        try:
+            plan = run.session.plan(run.query)
+        except Exception as exc:  # noqa: BLE001 — the run fails, the gateway stays up
+            self._finish(run, "failed", f"planning failed: {type(exc).__name__}: {exc}")
+            self._call_in_loop(run.planned.set)
+            return
+        if run.status == "planning":
+            run.plan = plan
+            run.status = "awaiting_approval"
+        self._call_in_loop(run.planned.set)
+
+    def _call_in_loop(self, fn: Any) -> None:
+        if self.loop is not None and not self.loop.is_closed():
+            self.loop.call_soon_threadsafe(fn)
+
+    def approve(self, run: ManagedRun, approval: Approval) -> RequirementsPlan:
+        if run.status != "awaiting_approval" or run.plan is None:
+            raise HTTPException(409, f"run {run.run_id} is {run.status}, not awaiting approval")
+        plan = run.plan
+        try:
+            update: dict[str, Any] = {"approved": True}
+            if approval.requirements is not None:
+                update["requirements"] = tuple(Requirement(id=r.id, text=r.text) for r in approval.requirements)
+            if approval.search_queries is not None:
+                update["search_queries"] = tuple(SearchQuery.model_validate(q) for q in approval.search_queries)
+            plan = RequirementsPlan.model_validate({**plan.model_dump(), **update})
+        except ValidationError as exc:
+            raise HTTPException(422, "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}"
+                                               for e in exc.errors())) from None
+        run.plan = plan
+        run.status = "running"
+        self.pool.submit(self._run, run, plan)
+        return plan
+
+    def _run(self, run: ManagedRun, plan: RequirementsPlan) -> None:
+        try:
+            summary = run.session.run(plan)
+            self._finish(run, summary.status, None if summary.status == "finished" else summary.stop_reason)
+        except Exception as exc:  # noqa: BLE001
+            self._finish(run, "failed", f"{type(exc).__name__}: {exc}")
+
+    def _finish(self, run: ManagedRun, status: str, error: str | None) -> None:
+        run.status, run.error = status, error
+        run.stop.set()  # the pump drains what is left, then ends the stream
+        session, run.session = run.session, None
+        if session is not None:
+            self.pool.submit(session.close)
+
+    def cancel(self, run: ManagedRun) -> None:
+        if run.status in ("planning", "awaiting_approval"):
+            RunDir(self.runs_dir, run.run_id).request_cancel()
+            self._finish(run, "cancelled", "cancelled before approval")
+        elif run.status == "running":
+            RunDir(self.runs_dir, run.run_id).request_cancel()
+
+    def _pump(self, run: ManagedRun) -> None:
+        """Copy the run's events from its StatusHub into ``run.events`` until the run has ended."""
+        import ray
+
+        hub = run.session.hub
+        seen, final = 0, False
+        while True:
+            stopping = run.stop.is_set()
+            try:
+                events = ray.get(hub.wait.remote(seen, 0.5 if stopping else 2.0))
+            except Exception:  # noqa: BLE001 — the hub is gone: what it logged is in events.jsonl
+                events = self._disk_events(run.run_id, seen)
+                stopping = final = True
+            fresh = [e for e in events if e.seq > seen]
+            if fresh:
+                seen = fresh[-1].seq
+                final = final or any(e.stage == Stage.RUN and e.kind in FINAL_KINDS for e in fresh)
+                self._publish(run, fresh, ended=False)
+            if final or (stopping and not fresh):
+                self._publish(run, [], ended=True)
+                return
+
+    def _publish(self, run: ManagedRun, events: list[StatusEvent], ended: bool) -> None:
+        async def add() -> None:
+            assert run.cond is not None
+            async with run.cond:
+                run.events.extend(e for e in events if e.seq > run.last_seq)
+                run.ended = run.ended or ended
+                run.cond.notify_all()
+
+        if self.loop is not None and not self.loop.is_closed():
+            try:
+                asyncio.run_coroutine_threadsafe(add(), self.loop).result(timeout=60)
+            except Exception:  # noqa: BLE001 — the gateway is shutting down
+                pass
+
+    def _disk_events(self, run_id: str, after: int) -> list[StatusEvent]:
+        path = RunDir(self.runs_dir, run_id).events_jsonl
+        if not path.exists():
+            return []
+        out = []
+        for line in path.read_text(encoding="utf-8").splitlines():
+            if line.strip():
+                ev = StatusEvent.model_validate_json(line)
+                if ev.seq > after:
+                    out.append(ev)
+        return out
+
+    def shutdown(self) -> None:
+        for run in self.runs.values():
+            run.stop.set()
+            if run.session is not None:
+                try:
+                    run.session.close()
+                except Exception:  # noqa: BLE001
+                    pass
+        self.pool.shutdown(wait=False, cancel_futures=True)
+
+    # -- state -----------------------------------------------------------------------------------------
+    def state(self, run_id: str) -> RunState:
+        rundir = self.rundir(run_id)
+        disk = _read_json(rundir.run_json)
+        run = self.runs.get(run_id)
+        if run is None and not disk and not rundir.events_jsonl.exists():
+            raise HTTPException(404, f"no run {run_id!r}")
+        status = disk.get("status") or "unknown"
+        proposal = None
+        if run is not None:
+            if run.status in ("planning", "awaiting_approval") or status in ("awaiting_approval", "unknown"):
+                status = run.status
+            if run.plan is not None and run.status == "awaiting_approval":
+                proposal = Proposal(requirements=[r.model_dump() for r in run.plan.requirements],
+                                    search_queries=[q.model_dump(mode="json") for q in run.plan.search_queries],
+                                    degraded=list(run.plan.degraded))
+        docs = disk.get("documents") or {}
+        failures = {k: str(d.get("reason") or "") for k, d in docs.items() if d.get("status") == "failed"}
+        acquisition = disk.get("acquisition") or {}
+        downloaded = sum(1 for a in acquisition.values() if a.get("path"))
+        events = run.events if run is not None else self._disk_events(run_id, 0)
+        found = sum(int(e.payload.get("found", 0)) for e in events if e.stage == Stage.SEARCH and e.kind == "results")
+        iterations = disk.get("iterations") or []
+        coverage = disk.get("coverage") or (iterations[-1]["coverage"] if iterations else {})
+        egress = rundir.path / "egress.jsonl"
+        return RunState(
+            run_id=run_id, status=status, query=disk.get("query") or (run.query if run else None),
+            live=run is not None and not run.ended, proposal=proposal,
+            requirements=disk.get("requirements") or (
+                [r.model_dump() for r in run.plan.requirements] if run and run.plan else []),
+            search_queries=disk.get("search_queries") or [], iterations=len(iterations), coverage=coverage,
+            final_coverage=disk.get("final_coverage"), stop_reason=disk.get("stop_reason"),
+            error=(run.error if run else None) or disk.get("error"),
+            documents=Documents(found=max(found, len(docs)), downloaded=downloaded,
+                                ingested=sum(1 for d in docs.values() if d.get("status") in ("stored", "skipped")),
+                                failed=len(failures), failures=failures),
+            egress_requests=_count_lines(egress), last_seq=run.last_seq if run else len(events),
+            report_ready=rundir.report_md.exists(),
+            artifacts=[name for name in ARTIFACTS if (rundir.path / name).exists()])
+
+    def list(self) -> list[RunListItem]:
+        items: dict[str, RunListItem] = {}
+        if self.runs_dir.exists():
+            for path in self.runs_dir.glob("*/run.json"):
+                disk = _read_json(path)
+                items[path.parent.name] = RunListItem(run_id=path.parent.name, status=disk.get("status", "unknown"),
+                                                      query=disk.get("query"), live=False,
+                                                      final_coverage=disk.get("final_coverage"))
+        for run_id, run in self.runs.items():
+            old = items.get(run_id)
+            status = run.status if old is None or run.status in ("planning", "awaiting_approval") else old.status
+            items[run_id] = RunListItem(run_id=run_id, status=status, query=run.query, live=not run.ended,
+                                        final_coverage=old.final_coverage if old else None)
+        return sorted(items.values(), key=lambda i: i.run_id, reverse=True)
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+
+
+def _count_lines(path: Path) -> int:
+    try:
+        with path.open("rb") as fh:
+            return sum(1 for line in fh if line.strip())
+    except OSError:
+        return 0
+
+
+# -- report rendering ------------------------------------------------------------------------------------
+_CITE = re.compile(r"\[(\d+(?:\s*,\s*\d+)*)\]")
+
+
+def render_report(markdown: str) -> str:
+    """report.md as HTML (markdown-it-py, raw HTML escaped) with each citation [n] a clickable link."""
+    from markdown_it import MarkdownIt
+
+    html = MarkdownIt("commonmark", {"html": False}).enable("table").render(markdown)
+
+    def link(m: re.Match[str]) -> str:
+        nums = [n.strip() for n in m.group(1).split(",")]
+        inner = ", ".join(f'<a href="#cite-{n}" class="cite" data-n="{n}">{n}</a>' for n in nums)
+        return f"[{inner}]"
+
+    # only in text, never inside a tag
+    return re.sub(r"(>[^<]*)", lambda t: _CITE.sub(link, t.group(1)), html)
+
+
+# -- the app -----------------------------------------------------------------------------------------------
+def create_app(settings: Settings, *, llm: Any | None = None, token: str | None = None) -> FastAPI:
+    """The gateway app. ``token``: required on every REST call and WebSocket when given (None: loopback
+    only, checked by Host and Origin). ``llm``: a model for every run (tests pass a scripted one)."""
+    settings = settings.updated(run={"runs_dir": settings.run.runs_dir.expanduser().resolve()},
+                                store={"path": settings.store.path.expanduser().resolve()})
+    manager = RunManager(settings, llm=llm)
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        manager.loop = asyncio.get_running_loop()
+        yield
+        manager.shutdown()
+
+    app = FastAPI(title="Forage gateway", version="0.1", lifespan=lifespan,
+                  description="Start, approve, watch and read Forage research runs. Status events stream on the "
+                              "WebSocket `/ws/runs/{run_id}?after=SEQ` as JSON frames: "
+                              "`{\"type\": \"event\", \"event\": StatusEvent}` in seq order, then "
+                              "`{\"type\": \"end\", \"status\": ..., \"last_seq\": N}` when the run is over; "
+                              "client frames: `{\"type\": \"ping\"}` → `{\"type\": \"pong\"}`; anything "
+                              "else gets `{\"type\": \"error\"}`.")
+    app.state.manager = manager
+    app.state.token = token
+
+    def authorize(request: Request) -> None:
+        if token is not None:
+            given = request.headers.get("authorization", "")
+            if not (given.startswith("Bearer ") and secrets.compare_digest(given[7:].strip(), token)):
+                raise HTTPException(401, "missing or wrong token (Authorization: Bearer TOKEN)",
+                                    headers={"WWW-Authenticate": "Bearer"})
+        else:
+            _check_loopback_host(request.headers.get("host", ""))
+
+    def managed(run_id: str) -> ManagedRun:
+        run = manager.runs.get(run_id)
+        if run is None:
+            manager.rundir(run_id)
+            raise HTTPException(404, f"run {run_id!r} is not held by this gateway")
+        return run
+
+    auth = [Depends(authorize)]
+
+    @app.post("/api/runs", response_model=RunCreated, status_code=202, dependencies=auth, tags=["runs"],
+              summary="Start a run: requirements are proposed in the background")
+    async def create_run(body: RunCreate) -> RunCreated:
+        run = await manager.create(body)
+        return RunCreated(run_id=run.run_id, status=run.status, state_url=f"/api/runs/{run.run_id}",
+                          events_url=f"/ws/runs/{run.run_id}")
+
+    @app.get("/api/runs", response_model=list[RunListItem], dependencies=auth, tags=["runs"],
+             summary="Every run in the runs folder and every run this gateway holds, newest first")
+    async def list_runs() -> list[RunListItem]:
+        return manager.list()
+
+    @app.get("/api/runs/{run_id}", response_model=RunState, dependencies=auth, tags=["runs"],
+             summary="A run's state (run.json and live); `proposal` is set once requirements await approval")
+    async def get_run(run_id: str) -> RunState:
+        return manager.state(run_id)
+
+    @app.get("/api/runs/{run_id}/proposal", response_model=RunState, dependencies=auth, tags=["runs"],
+             summary="Wait (up to `wait` seconds) until planning is over, then the run's state with its proposal")
+    async def proposal(run_id: str, wait: float = Query(30.0, ge=0, le=300)) -> RunState:
+        run = managed(run_id)
+        try:
+            await asyncio.wait_for(run.planned.wait(), wait)
+        except TimeoutError:
+            pass
+        return manager.state(run_id)
+
+    @app.post("/api/runs/{run_id}/approve", response_model=RunState, dependencies=auth, tags=["runs"],
+              summary="Approve the proposal, optionally with edited requirements and search strings")
+    async def approve(run_id: str, body: Approval | None = None) -> RunState:
+        manager.approve(managed(run_id), body or Approval())
+        return manager.state(run_id)
+
+    @app.post("/api/runs/{run_id}/cancel", response_model=RunState, dependencies=auth, tags=["runs"],
+              summary="Cancel: before approval at once; a running run stops at its next stage boundary")
+    async def cancel(run_id: str) -> RunState:
+        run = manager.runs.get(run_id)
+        if run is not None:
+            manager.cancel(run)
+        else:
+            state = manager.state(run_id)
+            raise HTTPException(409, f"run {run_id} is {state.status} and not held by this gateway")
+        return manager.state(run_id)
+
+    @app.get("/api/runs/{run_id}/report", response_class=PlainTextResponse, dependencies=auth, tags=["reports"],
+             summary="report.md", responses={200: {"content": {"text/markdown": {}}}, 404: {"model": Message}})
+    async def report(run_id: str) -> Response:
+        path = manager.rundir(run_id).report_md
+        if not path.exists():
+            raise HTTPException(404, f"run {run_id} has no report yet")
+        return PlainTextResponse(path.read_text(encoding="utf-8"), media_type="text/markdown; charset=utf-8")
+
+    @app.get("/api/runs/{run_id}/report.html", response_class=HTMLResponse, dependencies=auth, tags=["reports"],
+             summary="report.md rendered as an HTML fragment; citations are <a class=cite data-n=N>")
+    async def report_html(run_id: str) -> HTMLResponse:
+        path = manager.rundir(run_id).report_md
+        if not path.exists():
+            raise HTTPException(404, f"run {run_id} has no report yet")
+        return HTMLResponse(render_report(path.read_text(encoding="utf-8")))
+
+    @app.get("/api/runs/{run_id}/evidence", response_model=list[dict[str, Any]], dependencies=auth,
+             tags=["reports"], summary="evidence.jsonl: one row per cited chunk (n, chunk_id, doc_id, quote...)")
+    async def evidence(run_id: str) -> list[dict[str, Any]]:
+        path = manager.rundir(run_id).evidence_jsonl
+        if not path.exists():
+            raise HTTPException(404, f"run {run_id} has no evidence yet")
+        return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+    @app.get("/api/runs/{run_id}/artifacts/{name}", dependencies=auth, tags=["reports"],
+             summary=f"One of the run's files: {', '.join(ARTIFACTS)}", response_class=FileResponse)
+    async def artifact(run_id: str, name: str) -> FileResponse:
+        if name not in ARTIFACTS:
+            raise HTTPException(404, f"{name!r} is not a run artifact; one of {', '.join(ARTIFACTS)}")
+        path = manager.rundir(run_id).path / name
+        if not path.exists():
+            raise HTTPException(404, f"run {run_id} has no {name}")
+        return FileResponse(path, media_type=ARTIFACTS[name])
+
+    @app.get("/api/runs/{run_id}/chunks/{chunk_id}", response_model=Chunk, dependencies=auth, tags=["reports"],
+             summary="A stored chunk cited by the run (as `forage chunk`): text, document, section, pages")
+    async def chunk(run_id: str, chunk_id: str) -> Chunk:
+        rundir = manager.rundir(run_id)
+        state = rundir.read_state()
+        if not state.get("store_path"):
+            raise HTTPException(404, f"run {run_id} records no store")
+        return await asyncio.get_running_loop().run_in_executor(
+            manager.pool, _load_chunk, settings, Path(state["store_path"]), chunk_id)
+
+    @app.websocket("/ws/runs/{run_id}")
+    async def ws_events(websocket: WebSocket, run_id: str, after: int = Query(0, ge=0)) -> None:
+        await websocket.accept()
+        if not _ws_allowed(websocket, token):
+            await websocket.close(code=1008, reason="missing or wrong token")
+            return
+        run = manager.runs.get(run_id)
+        if run is None:
+            try:
+                rundir = manager.rundir(run_id)
+            except HTTPException:
+                rundir = None
+            if rundir is None or not (rundir.events_jsonl.exists() or rundir.run_json.exists()):
+                await websocket.send_json({"type": "error", "error": f"no run {run_id!r}"})
+                await websocket.close(code=1008 if rundir is None else 4404)
+                return
+        reader = asyncio.create_task(_read_client(websocket))
+        try:
+            if run is None:
+                for ev in manager._disk_events(run_id, after):
+                    await websocket.send_text(json.dumps({"type": "event", "event": ev.model_dump(mode="json")}))
+                    after = ev.seq
+                state = manager.rundir(run_id).read_state()
+                await websocket.send_json({"type": "end", "status": state.get("status", "unknown"),
+                                           "last_seq": after})
+            else:
+                await _stream(websocket, run, after)
+            await websocket.close()
+        except (WebSocketDisconnect, RuntimeError, OSError):
+            pass  # the client went away: the run goes on
+        finally:
+            reader.cancel()
+
+    @app.get("/", include_in_schema=False)
+    async def index() -> FileResponse:
+        return FileResponse(STATIC / "index.html", media_type="text/html; charset=utf-8")
+
+    app.mount("/static", StaticFiles(directory=STATIC), name="static")
+    return app
+
+
+def _check_loopback_host(host: str) -> None:
+    name = host.rsplit(":", 1)[0] if not host.endswith("]") else host
+    if host.startswith("["):
+        name = host.split("]")[0] + "]"
+    if not is_loopback(name):
+        raise HTTPException(403, f"Host {host!r} is not loopback: start the gateway with a token to serve it")
+
+
+def _ws_allowed(websocket: WebSocket, token: str | None) -> bool:
+    if token is not None:
+        given = websocket.query_params.get("token") or ""
+        header = websocket.headers.get("authorization", "")
+        if header.startswith("Bearer "):
+            given = header[7:].strip()
+        return bool(given) and secrets.compare_digest(given, token)
+    try:
+        _check_loopback_host(websocket.headers.get("host", ""))
+    except HTTPException:
+        return False
+    origin = websocket.headers.get("origin")
+    if origin:  # a browser: only the dashboard's own origin (no cross-site WebSocket hijacking)
+        from urllib.parse import urlsplit
+
+        return is_loopback(urlsplit(origin).hostname or "")
+    return True
+
+
+def status_of(run: ManagedRun) -> str:
+    """The run's status; once its events have ended, run.json (checkpointed before the last event) decides."""
+    if run.ended and run.status not in ("planning", "awaiting_approval", "cancelled"):
+        disk = _read_json(Path(run.settings.run.runs_dir).expanduser().resolve() / run.run_id / "run.json")
+        if disk.get("status") not in (None, "running", "awaiting_approval"):
+            return str(disk["status"])
+    return run.status
+
+
+async def _stream(websocket: WebSocket, run: ManagedRun, after: int) -> None:
+    assert run.cond is not None
+    while True:
+        async with run.cond:
+            await run.cond.wait_for(lambda: run.last_seq > after or run.ended)
+            batch = [e for e in run.events if e.seq > after]
+            ended = run.ended
+        for ev in batch:
+            await websocket.send_text(json.dumps({"type": "event", "event": ev.model_dump(mode="json")}))
+            after = ev.seq
+        if ended and run.last_seq <= after:
+            await websocket.send_json({"type": "end", "status": status_of(run), "last_seq": after,
+                                       "error": run.error})
+            return
+
+
+async def _read_client(websocket: WebSocket) -> None:
+    """Answer client frames: ping → pong; anything else → an error frame (the stream goes on)."""
+    while True:
+        try:
+            message = await websocket.receive()
+        except (WebSocketDisconnect, RuntimeError):
+            return
+        if message["type"] == "websocket.disconnect":
+            return
+        text = message.get("text")
+        if text is None:
+            await websocket.send_json({"type": "error", "error": "binary frames are not understood; send JSON text"})
+            continue
+        try:
+            frame = json.loads(text)
+        except ValueError:
+            await websocket.send_json({"type": "error", "error": "frames must be JSON objects"})
+            continue
+        if isinstance(frame, dict) and frame.get("type") == "ping":
+            await websocket.send_json({"type": "pong"})
+        else:
+            await websocket.send_json({"type": "error", "error": "unknown frame; the only one understood is "
+                                                                "{\"type\": \"ping\"}"})
+
+
+def _load_chunk(settings: Settings, store_path: Path, chunk_id: str) -> Chunk:
+    from infra.store import build_store
+
+    s = settings.updated(store={"path": store_path})
+    store = build_store(s)
+    found = store.get_chunk(chunk_id)
+    if found is None:
+        raise HTTPException(404, f"no chunk {chunk_id!r} in the run's store")
+    doc = store.get_document(found.doc_id)
+    return Chunk(chunk_id=found.chunk_id, doc_id=found.doc_id, title=doc.title if doc else None,
+                 section_path=found.section_path, pages=list(found.pages), text=found.text)
+
+
+def serve(settings: Settings, host: str = "127.0.0.1", port: int = 8765, *, say: Any = print) -> None:
+    """Run the gateway (blocking). Off loopback a token is required; it is printed once."""
+    import uvicorn
+
+    from infra import privacy
+
+    privacy.apply()
+    token = None if is_loopback(host) else load_or_create_token()
+    app = create_app(settings, token=token)
+    shown = f"[{host}]" if ":" in host else host
+    if token:
+        say(f"gateway on http://{shown}:{port}/#token={token}  (token kept in {token_path()}, 0600)")
+    else:
+        say(f"gateway on http://{shown}:{port}/  (loopback only)")
+    uvicorn.run(app, host=host, port=port, log_level="warning", ws="websockets")
+
+
+__all__ = ["create_app", "serve", "load_or_create_token", "render_report", "RunState", "RunCreate", "Approval"]

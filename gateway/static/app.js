@@ -1,0 +1,309 @@
+// Forage dashboard: plain JavaScript, no build step, no network beyond this gateway.
+"use strict";
+
+const $ = (id) => document.getElementById(id);
+const state = { runId: null, ws: null, lastSeq: 0, ended: false, evidence: null, reqs: {}, counts: null };
+
+// -- token (only when the gateway is bound off loopback): #token=... in the URL, kept for this tab ------------
+(function takeToken() {
+  const m = location.hash.match(/token=([^&]+)/);
+  if (m) { sessionStorage.setItem("forage-token", decodeURIComponent(m[1])); history.replaceState(null, "", location.pathname); }
+})();
+const token = () => sessionStorage.getItem("forage-token");
+
+async function api(path, options = {}) {
+  const headers = Object.assign({}, options.headers || {});
+  if (token()) headers["Authorization"] = "Bearer " + token();
+  if (options.body !== undefined) headers["Content-Type"] = "application/json";
+  const resp = await fetch(path, Object.assign({}, options, { headers }));
+  if (!resp.ok) {
+    let detail = resp.statusText;
+    try { const j = await resp.json(); detail = typeof j.detail === "string" ? j.detail : JSON.stringify(j.detail); } catch (e) { /* not JSON */ }
+    throw new Error(`${resp.status}: ${detail}`);
+  }
+  const type = resp.headers.get("content-type") || "";
+  return type.includes("json") ? resp.json() : resp.text();
+}
+
+function el(tag, attrs = {}, ...children) {
+  const node = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs)) {
+    if (k === "class") node.className = v; else if (k === "text") node.textContent = v; else node.setAttribute(k, v);
+  }
+  for (const c of children) node.append(c);
+  return node;
+}
+
+// -- runs list ---------------------------------------------------------------------------------------------
+async function loadRuns() {
+  try {
+    const runs = await api("/api/runs");
+    const ul = $("runs"); ul.replaceChildren();
+    for (const r of runs) {
+      const li = el("li", { "data-run": r.run_id },
+        el("span", { class: "badge " + r.status, text: r.status }), " ",
+        el("span", { text: (r.query || "").slice(0, 70) }), el("br"),
+        el("span", { class: "muted mono", text: r.run_id + (r.final_coverage != null ? ` · ${r.final_coverage.toFixed(2)}` : "") }));
+      li.addEventListener("click", () => openRun(r.run_id));
+      ul.append(li);
+    }
+  } catch (e) { $("start-error").textContent = String(e.message || e); }
+}
+
+// -- start ---------------------------------------------------------------------------------------------------
+$("start").addEventListener("click", async () => {
+  $("start-error").textContent = "";
+  const body = { query: $("query").value };
+  if ($("library").value.trim()) body.library = $("library").value.trim();
+  if ($("preset").value) body.preset = $("preset").value;
+  if ($("max-iterations").value) body.max_iterations = Number($("max-iterations").value);
+  if ($("max-requirements").value) body.max_requirements = Number($("max-requirements").value);
+  if ($("offline").checked) body.offline = true;
+  $("start").disabled = true;
+  try {
+    const created = await api("/api/runs", { method: "POST", body: JSON.stringify(body) });
+    await openRun(created.run_id);
+    loadRuns();
+  } catch (e) { $("start-error").textContent = String(e.message || e); }
+  finally { $("start").disabled = false; }
+});
+
+// -- one run -------------------------------------------------------------------------------------------------
+function resetView() {
+  if (state.ws) { state.ws.onclose = null; state.ws.close(); }
+  Object.assign(state, { ws: null, lastSeq: 0, ended: false, evidence: null, reqs: {},
+                         counts: { found: 0, downloaded: 0, ingested: 0, failed: 0 } });
+  $("timeline").replaceChildren(); $("coverage").replaceChildren(); $("events").replaceChildren();
+  $("failures").replaceChildren(); $("report").replaceChildren();
+  for (const id of ["n-found", "n-downloaded", "n-ingested", "n-failed", "n-egress", "n-events"]) $(id).textContent = "0";
+  $("approval").hidden = true; $("report-box").hidden = true; $("run-error").textContent = "";
+}
+
+async function openRun(runId) {
+  resetView();
+  state.runId = runId;
+  $("run-head").hidden = false; $("live").hidden = false;
+  $("run-id").textContent = runId;
+  await refreshState();
+  connect();
+}
+
+async function refreshState() {
+  const runId = state.runId;
+  const s = await api(`/api/runs/${runId}`);
+  if (runId !== state.runId) return s;
+  $("run-title").textContent = s.query || runId;
+  const badge = $("run-status"); badge.textContent = s.status; badge.className = "badge " + s.status;
+  $("run-error").textContent = s.error || "";
+  $("cancel").hidden = !["planning", "awaiting_approval", "running"].includes(s.status);
+  $("n-egress").textContent = s.egress_requests;
+  for (const r of (s.requirements || [])) coverageRow(r.id, r.text);
+  for (const [rid, c] of Object.entries(s.coverage || {})) setCoverage(rid, c);
+  if (s.proposal && s.status === "awaiting_approval") showProposal(s.proposal); else $("approval").hidden = true;
+  if (s.documents) {
+    state.counts.ingested = Math.max(state.counts.ingested, s.documents.ingested);
+    state.counts.failed = Math.max(state.counts.failed, s.documents.failed);
+    state.counts.found = Math.max(state.counts.found, s.documents.found);
+    state.counts.downloaded = Math.max(state.counts.downloaded, s.documents.downloaded);
+    for (const [key, reason] of Object.entries(s.documents.failures || {})) addFailure(key, reason);
+    showCounts();
+  }
+  if (s.report_ready && s.status === "finished") showReport();
+  return s;
+}
+
+// -- approval ------------------------------------------------------------------------------------------------
+function reqRow(id, text) {
+  const li = el("li", {}, el("input", { class: "req-id", value: id, size: 3, style: "width:4em;flex:none" }),
+                el("input", { class: "req-text", value: text }));
+  const del = el("button", { class: "small", text: "×" }); del.addEventListener("click", () => li.remove());
+  li.append(del); return li;
+}
+function searchRow(q) {
+  const li = el("li", {}, el("input", { class: "search-text", value: q.text || "" }),
+                el("input", { class: "req-ids", value: (q.requirement_ids || []).join(","), placeholder: "R1,R2" }));
+  li.dataset.extra = JSON.stringify(Object.fromEntries(Object.entries(q).filter(([k]) => !["text", "requirement_ids"].includes(k))));
+  const del = el("button", { class: "small", text: "×" }); del.addEventListener("click", () => { li.remove(); noSearch(); });
+  li.append(del); return li;
+}
+function noSearch() { $("no-search").hidden = $("search-edit").children.length > 0; }
+
+function showProposal(p) {
+  if (!$("approval").hidden) return;  // keep the researcher's edits
+  $("req-edit").replaceChildren(...p.requirements.map((r) => reqRow(r.id, r.text)));
+  $("search-edit").replaceChildren(...p.search_queries.map(searchRow));
+  $("degraded").textContent = p.degraded.length ? "note: " + p.degraded.join("; ") : "";
+  noSearch();
+  $("approval").hidden = false;
+}
+$("add-req").addEventListener("click", () => {
+  const n = $("req-edit").children.length + 1; $("req-edit").append(reqRow("R" + n, ""));
+});
+$("add-search").addEventListener("click", () => { $("search-edit").append(searchRow({ text: "" })); noSearch(); });
+
+$("approve").addEventListener("click", async () => {
+  $("approve-error").textContent = "";
+  const requirements = [...$("req-edit").children].map((li) => ({
+    id: li.querySelector(".req-id").value.trim(), text: li.querySelector(".req-text").value.trim() }));
+  const search_queries = [...$("search-edit").children].map((li) => Object.assign(JSON.parse(li.dataset.extra || "{}"), {
+    text: li.querySelector(".search-text").value.trim(),
+    requirement_ids: li.querySelector(".req-ids").value.split(",").map((s) => s.trim()).filter(Boolean) }));
+  try {
+    await api(`/api/runs/${state.runId}/approve`, { method: "POST", body: JSON.stringify({ requirements, search_queries }) });
+    $("approval").hidden = true;
+    for (const r of requirements) coverageRow(r.id, r.text);
+    refreshState();
+  } catch (e) { $("approve-error").textContent = String(e.message || e); }
+});
+
+$("cancel").addEventListener("click", async () => {
+  try { await api(`/api/runs/${state.runId}/cancel`, { method: "POST" }); refreshState(); }
+  catch (e) { $("run-error").textContent = String(e.message || e); }
+});
+
+// -- live events ---------------------------------------------------------------------------------------------
+function connect() {
+  const runId = state.runId;
+  const proto = location.protocol === "https:" ? "wss:" : "ws:";
+  let url = `${proto}//${location.host}/ws/runs/${runId}?after=${state.lastSeq}`;
+  if (token()) url += "&token=" + encodeURIComponent(token());
+  const ws = new WebSocket(url);
+  state.ws = ws;
+  $("conn").textContent = "connecting";
+  ws.onopen = () => { $("conn").textContent = "live"; };
+  ws.onmessage = (msg) => {
+    if (runId !== state.runId) return;
+    const frame = JSON.parse(msg.data);
+    if (frame.type === "event") onEvent(frame.event);
+    else if (frame.type === "end") { state.ended = true; $("conn").textContent = "run over"; refreshState(); loadRuns(); }
+    else if (frame.type === "error") $("run-error").textContent = frame.error;
+  };
+  ws.onclose = () => {
+    if (runId !== state.runId || state.ended) return;
+    $("conn").textContent = "reconnecting";
+    setTimeout(() => { if (runId === state.runId && !state.ended) connect(); }, 1000);  // resumes after lastSeq
+  };
+}
+
+function lane(name) {
+  let row = document.querySelector(`#timeline .lane[data-lane="${CSS.escape(name)}"]`);
+  if (!row) {
+    $("timeline").append(el("div", { class: "lane-name", text: name }));
+    row = el("div", { class: "lane", "data-lane": name });
+    $("timeline").append(row);
+  }
+  return row;
+}
+function step(laneName, label, cls = "") {
+  const row = lane(laneName);
+  row.append(el("span", { class: "step " + cls, text: label }));
+  while (row.children.length > 40) row.firstChild.remove();
+}
+
+function coverageRow(rid, text) {
+  let row = document.querySelector(`#coverage .covrow[data-req="${CSS.escape(rid)}"]`);
+  if (!row) {
+    row = el("div", { class: "covrow", "data-req": rid }, el("b", { text: rid }),
+             el("div", { class: "bar" }, el("div", { style: "width:0%" })), el("span", { class: "covval", text: "—" }),
+             el("div", { class: "covtext", text: text || "" }));
+    $("coverage").append(row);
+  } else if (text) row.querySelector(".covtext").textContent = text;
+  return row;
+}
+function setCoverage(rid, value, failed = false) {
+  const row = coverageRow(rid);
+  row.querySelector(".bar > div").style.width = `${Math.round(100 * value)}%`;
+  row.querySelector(".covval").textContent = failed ? "failed" : value.toFixed(2);
+  row.dataset.coverage = String(value);
+}
+function showCounts() {
+  for (const k of ["found", "downloaded", "ingested", "failed"]) $("n-" + k).textContent = state.counts[k];
+}
+function addFailure(key, reason) {
+  if (document.querySelector(`#failures li[data-key="${CSS.escape(key)}"]`)) return;
+  $("failures").append(el("li", { "data-key": key, text: `${key}: ${reason}` }));
+}
+
+function onEvent(ev) {
+  if (ev.seq <= state.lastSeq) return;  // already shown
+  state.lastSeq = ev.seq;
+  $("n-events").textContent = ev.seq;
+  $("events").append(el("li", { value: ev.seq, text: `${ev.stage} ${ev.kind}${ev.requirement_id ? " [" + ev.requirement_id + "]" : ""}: ${ev.message}` }));
+  const p = ev.payload || {};
+  switch (ev.stage) {
+    case "plan":
+      step("orchestrator", ev.kind === "requirements" ? "requirements proposed" : "planning");
+      if (ev.kind === "requirements") refreshState();
+      break;
+    case "run":
+      if (ev.kind === "iteration") step("orchestrator", `iteration ${ev.iteration}`);
+      else if (ev.kind === "coverage") {
+        step("orchestrator", `mean ${Number(p.mean_coverage || 0).toFixed(2)}`, "done");
+        for (const [rid, c] of Object.entries(p.coverage || {})) setCoverage(rid, c);
+      } else if (ev.kind === "finished" || ev.kind === "failed") step("orchestrator", ev.kind, ev.kind === "failed" ? "failed" : "done");
+      else step("orchestrator", ev.kind);
+      break;
+    case "search":
+      step("searcher", ev.kind === "results" ? `${p.found} found` : ev.kind, ev.kind.endsWith("failed") ? "failed" : "");
+      if (ev.kind === "results") state.counts.found += Number(p.found || 0);
+      if (ev.kind === "downloads") state.counts.downloaded += Number(p.downloaded || 0);
+      showCounts();
+      api(`/api/runs/${state.runId}`).then((s) => { $("n-egress").textContent = s.egress_requests; }).catch(() => {});
+      break;
+    case "ingest":
+      if (ev.kind === "document") { state.counts.ingested += 1; step("ingestors", p.status || "stored", "done"); }
+      if (ev.kind === "failed") { state.counts.failed += 1; addFailure(p.key || "?", p.reason || ev.message); step("ingestors", "failed", "failed"); }
+      showCounts();
+      break;
+    case "forage": {
+      const name = "forager " + (ev.requirement_id || "?");
+      if (ev.kind === "coverage") { setCoverage(ev.requirement_id, Number(p.coverage || 0)); step(name, `cov ${Number(p.coverage || 0).toFixed(2)}`, "done"); }
+      else if (ev.kind === "failed") { setCoverage(ev.requirement_id, 0, true); step(name, "failed", "failed"); }
+      else if (ev.kind !== "actor") step(name, ev.kind, ev.kind.endsWith("failed") ? "failed" : "");
+      break;
+    }
+    case "write":
+      step("writer", ev.kind, ev.kind.endsWith("failed") ? "failed" : "");
+      break;
+  }
+}
+
+// -- report and citations ------------------------------------------------------------------------------------
+async function showReport() {
+  if (!$("report-box").hidden) return;
+  const runId = state.runId;
+  const [html, evidence] = await Promise.all([api(`/api/runs/${runId}/report.html`),
+                                              api(`/api/runs/${runId}/evidence`).catch(() => [])]);
+  if (runId !== state.runId) return;
+  state.evidence = evidence;
+  // the fragment is rendered by markdown-it with raw HTML escaped: safe to insert
+  $("report").innerHTML = html;
+  for (const [id, name] of [["dl-report", "report.md"], ["dl-evidence", "evidence.jsonl"], ["dl-runjson", "run.json"]]) {
+    $(id).href = `/api/runs/${runId}/artifacts/${name}`;
+  }
+  $("report-box").hidden = false;
+}
+
+$("report").addEventListener("click", async (e) => {
+  const a = e.target.closest("a.cite");
+  if (!a) return;
+  e.preventDefault();
+  const n = Number(a.dataset.n);
+  const rows = (state.evidence || []).filter((r) => r.n === n);
+  if (!rows.length) { showChunk({ title: `[${n}]`, section_path: "", pages: [], text: "no evidence recorded for this citation" }, null); return; }
+  try { showChunk(await api(`/api/runs/${state.runId}/chunks/${encodeURIComponent(rows[0].chunk_id)}`), rows[0]); }
+  catch (err) { showChunk({ title: `[${n}]`, section_path: "", pages: [], text: String(err.message || err) }, rows[0]); }
+});
+function showChunk(chunk, row) {
+  $("chunk-title").textContent = chunk.title || chunk.doc_id || "";
+  $("chunk-where").textContent = `${chunk.section_path || ""}${chunk.pages && chunk.pages.length ? " · pages " + chunk.pages.join(", ") : ""}${chunk.chunk_id ? " · " + chunk.chunk_id : ""}`;
+  $("chunk-quote").textContent = row && row.quote ? row.quote : "";
+  $("chunk-quote").hidden = !(row && row.quote);
+  $("chunk-text").textContent = chunk.text;
+  $("chunk-view").hidden = false;
+}
+$("chunk-close").addEventListener("click", () => { $("chunk-view").hidden = true; });
+$("chunk-view").addEventListener("click", (e) => { if (e.target.id === "chunk-view") $("chunk-view").hidden = true; });
+
+$("refresh-runs").addEventListener("click", loadRuns);
+loadRuns();

@@ -1,0 +1,222 @@
+"""The gateway on loopback driving real runs (scripted brain, demo library, real Ray actors, store, Writer):
+REST, the event WebSocket under 50 clients, reconnecting with ?after=, malformed frames, the typed client,
+token auth, replay from events.jsonl by a gateway that does not hold the run."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import os
+import stat
+
+import httpx
+import pytest
+
+from tests.gateway.conftest import EDITED_R1, N_CLIENTS, LiveServer, gateway_settings
+
+pytestmark = [pytest.mark.ray, pytest.mark.slow]
+
+
+def seqs(events: list[dict]) -> list[int]:
+    return [e["seq"] for e in events]
+
+
+def test_proposal_lists_requirements_and_no_search_strings_offline(watched_run) -> None:
+    p = watched_run.proposal
+    assert [r["id"] for r in p.requirements] == ["R1", "R2"]  # max_requirements=2 of the brain's three
+    assert p.search_queries == []  # offline: nothing would leave the machine
+
+
+def test_every_client_gets_every_event_once_in_order(watched_run) -> None:
+    disk = watched_run.disk_events
+    assert disk[-1]["stage"] == "run" and disk[-1]["kind"] == "finished", disk[-1]
+    assert seqs(disk) == list(range(1, len(disk) + 1))
+    assert len(watched_run.listeners) == N_CLIENTS
+    for frames in watched_run.listeners:
+        assert frames == disk  # every event, exactly once, in order, same content as persisted
+    assert all(end["status"] == "finished" and end["last_seq"] == len(disk) for end in watched_run.ends)
+
+
+def test_reconnecting_client_ends_with_the_full_sequence(watched_run) -> None:
+    first, second, after = watched_run.dropper_first, watched_run.dropper_second, watched_run.dropped_after
+    assert seqs(first) == list(range(1, after + 1))
+    assert second and second[0]["seq"] == after + 1
+    assert first + second == watched_run.disk_events
+    assert len(watched_run.disk_events) > after + 3  # it really dropped mid-run and missed events
+
+
+def test_malformed_frames_get_error_frames_and_the_stream_goes_on(watched_run) -> None:
+    frames = watched_run.chatty_frames
+    errors = [f for f in frames if f["type"] == "error"]
+    assert len(errors) == 5  # not JSON, binary, a list, an unknown type, empty
+    assert any("binary" in e["error"] for e in errors)
+    assert [f for f in frames if f["type"] == "pong"] == [{"type": "pong"}]
+    assert [f["event"] for f in frames if f["type"] == "event"] == watched_run.disk_events
+    assert frames[-1]["type"] == "end"
+
+
+def test_run_state_report_and_artifacts(watched_run, gateway) -> None:
+    from gateway.client import GatewayClient, GatewayError
+
+    with GatewayClient(gateway.url) as gw:
+        state = gw.state(watched_run.run_id)
+        assert state.status == "finished" and not state.live
+        assert [r["text"] for r in state.requirements] == [EDITED_R1]  # the edit was applied
+        assert state.documents.ingested == 4 and state.documents.failed == 0
+        assert state.report_ready and {"run.json", "evidence.jsonl", "report.md", "events.jsonl"} <= set(state.artifacts)
+        assert state.last_seq == len(watched_run.disk_events)
+        assert state.egress_requests == 0  # offline
+        assert watched_run.run_id in [r.run_id for r in gw.runs()]
+        report = gw.report(watched_run.run_id)
+        assert report.startswith("# ")
+        html = gw.report_html(watched_run.run_id)
+        assert 'class="cite"' in html and "<script" not in html
+        run_json = json.loads(gw.artifact(watched_run.run_id, "run.json"))
+        assert run_json["status"] == "finished"
+        for bad in ("../run.json", "cancel", "secret.txt"):
+            with pytest.raises(GatewayError) as exc:
+                gw.artifact(watched_run.run_id, bad)
+            assert exc.value.status == 404
+        with pytest.raises(GatewayError) as exc:
+            gw.approve(watched_run.run_id)
+        assert exc.value.status == 409
+        with pytest.raises(GatewayError) as exc:
+            gw.state("20990101-000000-0000000000000000")
+        assert exc.value.status == 404
+
+
+def test_cited_chunks_resolve(watched_run, gateway) -> None:
+    from gateway.client import GatewayClient
+
+    with GatewayClient(gateway.url) as gw:
+        evidence = gw.evidence(watched_run.run_id)
+        assert evidence
+        for row in evidence:
+            chunk = gw.chunk(watched_run.run_id, row["chunk_id"])
+            assert chunk.doc_id == row["doc_id"]
+            assert hashlib.sha256(chunk.text.encode()).hexdigest() == row["sha256"]
+            assert row["quote"] in chunk.text
+
+
+def test_typed_client_streams_and_resumes(watched_run, gateway) -> None:
+    from gateway.client import GatewayClient
+
+    disk = watched_run.disk_events
+    with GatewayClient(gateway.url) as gw:
+        events = list(gw.events(watched_run.run_id))
+        assert [e.model_dump(mode="json") for e in events] == disk
+        assert gw.last_end["status"] == "finished"
+        tail = list(gw.events(watched_run.run_id, after=5))
+        assert [e.seq for e in tail] == list(range(6, len(disk) + 1))
+
+
+def test_bad_requests_are_refused_clearly(gateway) -> None:
+    with httpx.Client(base_url=gateway.url, trust_env=False) as http:
+        r = http.post("/api/runs", json={"query": "   "})
+        assert r.status_code == 422 and "empty" in r.text
+        r = http.post("/api/runs", json={"query": "x", "library": "/no/such/folder"})
+        assert r.status_code == 422 and "not a folder" in r.text
+        r = http.post("/api/runs", json={"query": "x", "unknown": 1})
+        assert r.status_code == 422
+        r = http.get("/api/runs/..%2F..%2Fetc")
+        assert r.status_code == 404
+        # a page elsewhere cannot reach a loopback gateway through DNS rebinding
+        r = http.get("/api/runs", headers={"Host": "evil.example:80"})
+        assert r.status_code == 403
+        spec = http.get("/openapi.json").json()
+        assert {"/api/runs", "/api/runs/{run_id}", "/api/runs/{run_id}/approve", "/api/runs/{run_id}/cancel",
+                "/api/runs/{run_id}/report", "/api/runs/{run_id}/chunks/{chunk_id}"} <= set(spec["paths"])
+        assert "RunState" in spec["components"]["schemas"]
+
+
+def test_cancel_before_approval(gateway) -> None:
+    from gateway.client import GatewayClient
+
+    with GatewayClient(gateway.url) as gw:
+        run_id = gw.create_run("Anticoagulation after trauma").run_id
+        gw.wait_for_proposal(run_id)
+        assert gw.cancel(run_id).status == "cancelled"
+        events = list(gw.events(run_id))  # the stream ends instead of waiting for an approval
+        assert events and events[-1].stage == "plan"
+        assert gw.last_end["status"] == "cancelled"
+        assert gw.state(run_id).status == "cancelled"
+
+
+def test_cross_origin_websocket_is_refused(gateway, watched_run) -> None:
+    import websockets
+
+    async def go() -> int:
+        url = gateway.url.replace("http", "ws") + f"/ws/runs/{watched_run.run_id}"
+        async with websockets.connect(url, origin="http://evil.example", proxy=None) as ws:
+            with pytest.raises(websockets.ConnectionClosed) as exc:
+                await ws.recv()
+            return exc.value.rcvd.code
+
+    assert asyncio.run(go()) == 1008
+
+
+# -- token ------------------------------------------------------------------------------------------------
+def test_token_is_generated_once_user_only(tmp_path, monkeypatch) -> None:
+    from gateway.server import load_or_create_token, token_path
+
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "cfg"))
+    path = token_path()
+    assert path == tmp_path / "cfg" / "forage" / "gateway-token"
+    token = load_or_create_token()
+    assert len(token) >= 40
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+    assert stat.S_IMODE(os.stat(path.parent).st_mode) == 0o700
+    assert load_or_create_token() == token
+
+
+@pytest.fixture(scope="module")
+def token_gateway(gateway, tmp_path_factory):
+    """A second gateway over the same runs folder, requiring a token — as after a restart: it holds no run."""
+    from gateway.server import create_app
+
+    settings = gateway.app.state.manager.settings
+    server = LiveServer(create_app(settings, token="s3cret-token"))
+    yield server
+    server.stop()
+
+
+def test_rest_needs_the_token(token_gateway) -> None:
+    with httpx.Client(base_url=token_gateway.url, trust_env=False) as http:
+        assert http.get("/api/runs").status_code == 401
+        assert http.get("/api/runs", headers={"Authorization": "Bearer wrong"}).status_code == 401
+        assert http.post("/api/runs", json={"query": "x"}).status_code == 401
+        ok = http.get("/api/runs", headers={"Authorization": "Bearer s3cret-token"})
+        assert ok.status_code == 200
+
+
+def test_websocket_needs_the_token(token_gateway, watched_run) -> None:
+    import websockets
+
+    async def code(url: str, **kw) -> int:
+        async with websockets.connect(url, proxy=None, **kw) as ws:
+            with pytest.raises(websockets.ConnectionClosed) as exc:
+                await ws.recv()
+            return exc.value.rcvd.code
+
+    base = token_gateway.url.replace("http", "ws") + f"/ws/runs/{watched_run.run_id}"
+    assert asyncio.run(code(base)) == 1008
+    assert asyncio.run(code(base + "?token=wrong")) == 1008
+    assert asyncio.run(code(base, additional_headers={"Authorization": "Bearer nope"})) == 1008
+
+
+def test_restarted_gateway_replays_from_events_jsonl(token_gateway, watched_run) -> None:
+    from gateway.client import GatewayClient
+
+    with GatewayClient(token_gateway.url, token="s3cret-token") as gw:
+        events = list(gw.events(watched_run.run_id, after=2))
+        assert [e.model_dump(mode="json") for e in events] == watched_run.disk_events[2:]
+        assert gw.last_end["status"] == "finished"
+        state = gw.state(watched_run.run_id)
+        assert state.status == "finished" and not state.live and state.last_seq == len(watched_run.disk_events)
+        assert gw.report(watched_run.run_id).startswith("# ")
+
+
+def test_gateway_settings_are_small() -> None:
+    s = gateway_settings(__import__("pathlib").Path("/tmp/x"))
+    assert s.run.max_iterations == 1 and s.run.max_requirements == 2 and s.net.offline
