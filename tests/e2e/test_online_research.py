@@ -116,7 +116,7 @@ def test_papers_are_acquired_with_fallbacks_and_the_rest_go_on_from_abstracts(on
     pdf = {w for w, (k, a) in by_work.items() if not a["abstract_only"] and docs[k]["parser"] != "text"}
     text = {w for w, (k, a) in by_work.items() if a["abstract_only"] and docs[k]["flags"] == ["abstract_only"]}
     # 429 then the PDF; HTML then the redirect chain; 500 (retried) then the next location; arXiv's PDF
-    assert pdf == {"W2068311567", "W2897157249", "W3212676313", None}  # the arXiv hit merged with its DOI
+    assert pdf == {"W2068311567", "W2897157249", "W3212676313", ARXIV_ID}
     # a truncated PDF and a hanging host: their abstracts are ingested instead (and the preprint record of
     # W3212676313, which OpenAlex lists separately and has no PDF here)
     assert text >= {"W789391616", "W4206064211"}
