@@ -23,7 +23,7 @@ def verify(
     runs_dir: Annotated[Path, typer.Option(help="Runs folder.")] = Path("runs"),
     store: Annotated[Path | None, typer.Option(help="Store folder (default: the one recorded in run.json).")] = None,
 ) -> None:
-    """Re-check a finished report against the store: every [n] resolves, every cited chunk exists with the
+    """Re-check a finished report against the store: every citation resolves, every cited chunk exists with the
     same sha256 and quote. Exit code 1 when something fails."""
     from actors.steps.verify import find_run, store_path, verify_run
     from gateway import cli as base
