@@ -4,6 +4,10 @@ The loop (thesis "Knowledge Orchestrator"): search and ingest a first batch, for
 requirement in parallel (one Forager each); while mean coverage is below ``run.min_coverage`` and
 fewer than ``run.max_iterations`` iterations ran, ask the Searcher for more documents, ingest them
 and forage again; then write the report. State is checkpointed to ``run.json`` after every stage.
+When coverage stalls (mean coverage rose by no more than ``run.replan_min_gain`` since the previous
+iteration, still below the goal), the Orchestrator re-plans: the LLM names the missing dimensions and
+adds 1-3 requirements with fresh ids (at most ``run.max_added_requirements`` per run), recorded in
+``run.json`` (``replans``) and as a ``replanned`` event, and foraged from the next iteration on.
 
 The logic lives in :class:`Orchestrator`, a plain class that talks to its workers through a
 :class:`Crew`. :class:`RayCrew` runs the workers as Ray actors (one Forager per requirement, a pool
@@ -23,7 +27,7 @@ from actors.steps.rundir import RunDir
 from infra.settings import Settings
 from messages.forage import ForageRequest, RequirementCoverage
 from messages.ingest import IngestRequest, IngestResult
-from messages.plan import PlanRequest, RequirementsPlan
+from messages.plan import PlanRequest, Requirement, RequirementsPlan
 from messages.search import SearchRequest, SearchResults
 from messages.status import RunSummary, Stage
 from messages.write import Report, WriteRequest
@@ -127,6 +131,7 @@ class Orchestrator:
             "iterations": [], "documents": {}, "search_skipped": [],
         })
         coverages, resumed = self._resume_from(previous)
+        plan = self._with_replanned(plan)
         self._checkpoint()
         self.emit(Stage.RUN, "started", f"run {self.run_id} started", requirements=len(plan.requirements),
                   resumed_after_iteration=len(self.state["iterations"]) if resumed else None)
@@ -179,6 +184,10 @@ class Orchestrator:
                 if iteration >= s.max_iterations:
                     stop_reason = f"reached the maximum of {s.max_iterations} iterations (coverage {mean:.2f})"
                     break
+                added = await self._replan(plan, coverages, iteration, mean)
+                if added:  # new requirements: forage them next iteration, even when sources are exhausted
+                    plan = plan.model_copy(update={"requirements": (*plan.requirements, *added)})
+                    continue
                 if results.exhausted and not results.candidates and self._nothing_new(coverages):
                     stop_reason = f"sources exhausted and nothing new to forage (coverage {mean:.2f})"
                     break
@@ -237,13 +246,64 @@ class Orchestrator:
         foraged, the last coverages), so they are not done again. ([], False) for a new run."""
         if not (previous.get("documents") or previous.get("iterations")):
             return [], False
-        for key in ("iterations", "documents", "search_skipped", "acquisition", "last_coverages", "ingested"):
+        for key in ("iterations", "documents", "search_skipped", "acquisition", "last_coverages", "ingested",
+                    "replans"):
             if key in previous:
                 self.state[key] = previous[key]
         self.state["resumed"] = [*previous.get("resumed", []), {"after_iteration": len(previous.get("iterations", [])),
                                                                 "status_was": previous.get("status")}]
         self.rundir.cancel_flag.unlink(missing_ok=True)
         return [RequirementCoverage.model_validate(c) for c in previous.get("last_coverages", [])], True
+
+    def _with_replanned(self, plan: RequirementsPlan) -> RequirementsPlan:
+        """``plan`` plus the requirements an earlier process of this run added by re-planning."""
+        known = {r.id for r in plan.requirements}
+        added = [Requirement.model_validate(r) for rep in self.state.get("replans", []) for r in rep["added"]
+                 if r["id"] not in known]
+        if not added:
+            return plan
+        plan = plan.model_copy(update={"requirements": (*plan.requirements, *added)})
+        self.state["requirements"] = [r.model_dump() for r in plan.requirements]
+        return plan
+
+    async def _replan(self, plan: RequirementsPlan, coverages: Sequence[RequirementCoverage], iteration: int,
+                      mean: float) -> tuple[Requirement, ...]:
+        """New requirements when coverage stalled since the previous iteration (below the goal, within the
+        run's budget of added requirements); () otherwise. Recorded in ``replans`` and a ``replanned`` event."""
+        from actors.steps.plan import MAX_PLAN_REQUIREMENTS, replan_requirements
+
+        s = self.settings.run
+        done = self.state["iterations"]
+        if len(done) < 2 or mean >= s.min_coverage:
+            return ()
+        previous = float(done[-2]["mean_coverage"])
+        if mean - previous > s.replan_min_gain:
+            return ()
+        used = sum(len(rep["added"]) for rep in self.state.get("replans", []))
+        room = min(s.max_added_requirements - used, MAX_PLAN_REQUIREMENTS - len(plan.requirements))
+        if room <= 0:
+            return ()
+        if self._llm is None:
+            from infra.llm import build_llm
+
+            self._llm = build_llm(self.settings)
+        result = await replan_requirements(plan.query, coverages, self._llm, room)
+        self.state.setdefault("replans", []).append({
+            "after_iteration": iteration, "mean_coverage": mean, "previous_mean_coverage": previous,
+            "missing": list(result.missing), "added": [r.model_dump() for r in result.added],
+            "dropped": result.dropped, "degraded": list(result.degraded)})
+        if result.degraded:
+            self.state["degraded"] = [*self.state.get("degraded", []), *result.degraded]
+        if result.added:
+            self.state["requirements"] = [r.model_dump() for r in (*plan.requirements, *result.added)]
+        self._checkpoint()
+        ids = ", ".join(r.id for r in result.added) or "none"
+        self.emit(Stage.RUN, "replanned",
+                  f"coverage stalled ({previous:.2f} → {mean:.2f}): missing {', '.join(result.missing) or '—'}; "
+                  f"added {ids}", iteration=iteration, mean_coverage=mean, previous_mean_coverage=previous,
+                  missing=list(result.missing), requirements=[r.model_dump() for r in result.added],
+                  degraded=list(result.degraded))
+        return result.added
 
     def _already_ingested(self, iteration: int) -> SearchResults | None:
         """When an earlier process searched and ingested this iteration but did not forage it: no new

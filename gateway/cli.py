@@ -68,9 +68,15 @@ class ProgressView:
             self.llm_calls[ev.requirement_id] = int(ev.payload.get("llm_calls", 0))
         if ev.stage == Stage.FORAGE and ev.kind == "failed" and ev.requirement_id:
             self.coverage[ev.requirement_id] = "failed"
+        if ev.stage == Stage.RUN and ev.kind == "replanned" and ev.payload.get("requirements"):
+            from messages.plan import Requirement
+
+            added = tuple(Requirement.model_validate(r) for r in ev.payload["requirements"])
+            self.plan = self.plan.model_copy(update={"requirements": (*self.plan.requirements, *added)})
+            self.coverage.update({r.id: "—" for r in added})
         self.last = ev.message
         if not self.live and ev.kind in ("iteration", "results", "document", "failed", "coverage", "finished",
-                                         "started") and ev.message:
+                                         "started", "replanned") and ev.message:
             who = f"[{ev.requirement_id}] " if ev.requirement_id else ""
             console.print(f"[dim]{ev.seq:>4}[/dim] {ev.stage.value:<8} {who}{ev.message}", highlight=False)
 

@@ -25,6 +25,16 @@ class RunSettings(Section):
     min_coverage: float = Field(default=0.85, ge=0, le=1, description="Stop looping once mean coverage reaches this.")
     max_iterations: int = Field(default=6, ge=1, description="Upper bound on search → ingest → forage iterations.")
     max_requirements: int = Field(default=5, ge=1, le=10, description="At most this many requirements per query.")
+    replan_min_gain: float = Field(
+        default=0.05, ge=0, le=1,
+        description="Re-plan when mean coverage rose by no more than this since the previous iteration while it is "
+                    "below min_coverage: the LLM names the missing dimensions (methods, quantitative, comparison, "
+                    "measurement, implementation, source diversity) and adds 1-3 requirements, foraged from the "
+                    "next iteration on.")
+    max_added_requirements: int = Field(
+        default=3, ge=0, le=9,
+        description="At most this many requirements added by re-planning over a whole run (0: never re-plan). A run "
+                    "never holds more than 10 requirements.")
     retention_days: int | None = Field(
         default=None, ge=0,
         description="Forget runs (their folder: query, events, report, egress ledger) this many days after their "

@@ -47,6 +47,36 @@ class RequirementList(LLMAnswer):
         description="Content-only, self-contained information needs, one sentence each.")
 
 
+MissingDimension = Literal["methods", "quantitative", "comparison", "measurement", "implementation",
+                           "source_diversity"]
+MAX_REPLAN_REQUIREMENTS = 3
+
+
+class ReplanDraft(LLMAnswer):
+    """Re-planning when coverage stalls: what the evidence so far lacks, and 1-3 new requirements.
+
+    Unknown dimension names are dropped (a wrong enum value does not fail the whole answer)."""
+
+    missing: list[MissingDimension] = Field(
+        default_factory=list, max_length=6,
+        description="Dimensions the evidence so far lacks: methods (how it is done), quantitative (numbers, "
+                    "effect sizes), comparison (against alternatives or baselines), measurement (how it is "
+                    "measured or evaluated), implementation (practical deployment, cost, constraints), "
+                    "source_diversity (the evidence rests on too few papers).")
+    requirements: list[RequirementText] = Field(
+        max_length=MAX_REPLAN_REQUIREMENTS,
+        description="1 to 3 new content-only, self-contained requirements that fill the missing dimensions; "
+                    "none that repeats an existing requirement.")
+
+    @field_validator("missing", mode="before")
+    @classmethod
+    def _known_only(cls, value: object) -> object:
+        if not isinstance(value, list):
+            return value
+        known = set(MissingDimension.__args__)  # type: ignore[attr-defined]
+        return [v for v in value if isinstance(v, str) and v in known]
+
+
 # -- forage --------------------------------------------------------------------------------------------
 class ChunkVerdict(LLMAnswer):
     """Start node: how one retrieved passage relates to the requirement."""

@@ -24,6 +24,7 @@ KEYWORDS = {
 }
 FAIL_ON = ""  # requirement fragment whose forager must fail (set by a test through a copy of this module)
 RENDEZVOUS = ""  # name of a Ray actor all foragers must meet at before their first judgement
+REPLAN: list[str] = []  # requirements proposed when the Orchestrator re-plans (none unless a test sets them)
 
 
 def _block(text: str, name: str) -> str:
@@ -96,6 +97,12 @@ async def brain(messages: list[dict[str, str]], schema: type) -> Any:
         if name == "ChunkVerdict" and any(k in passage for k in topic):
             return {"tag": "interesting", "motive": "on topic"}
         return {"tag": "unrelated", "motive": "off topic"}
+    if name == "ReplanDraft":  # names what the progress lacks; proposes REPLAN
+        progress = _block(user, "PROGRESS")
+        missing = [] if " result" in progress else ["quantitative"]
+        if re.search(r"answering papers [01];", progress):
+            missing.append("source_diversity")
+        return {"missing": missing, "requirements": list(REPLAN)}
     if name == "DocumentGist":
         return {"summary": "A document examined by the end-to-end test."}
     if name == "RelevanceGate":

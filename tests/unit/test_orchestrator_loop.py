@@ -76,7 +76,8 @@ def plan(n: int = 2) -> RequirementsPlan:
 
 
 def run(crew: RecordingCrew, tmp_path, **run_settings):
-    settings = Settings.load().updated(run={"runs_dir": tmp_path, **run_settings})
+    # re-planning on stalled coverage is tested in test_replan.py; here the loop runs without it
+    settings = Settings.load().updated(run={"runs_dir": tmp_path, "max_added_requirements": 0, **run_settings})
     emit = RecordingEmit(RUN)
     orch = Orchestrator(settings, RUN, crew=crew, emit=emit)
     summary = asyncio.run(orch.run(plan()))

@@ -1,0 +1,235 @@
+"""Re-planning when coverage stalls: the step with a scripted LLM, and the Orchestrator's loop without Ray.
+
+The crew below stands in for the workers (search, ingest, forage, write), not for the thing under test:
+the Orchestrator's stall rule, the re-planning step, ids, state, events, budget and resume are all real.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Sequence
+
+from actors.orchestrator import Orchestrator
+from actors.steps.events import RecordingEmit
+from actors.steps.plan import describe_progress, next_requirement_ids, replan_requirements
+from actors.steps.schemas import ReplanDraft
+from infra.errors import LLMTimeout
+from infra.llm.fakes import ScriptedLLM
+from infra.settings import Settings
+from messages import (
+    Candidate, ForageRequest, IngestRequest, IngestResult, Report, Requirement, RequirementCoverage,
+    RequirementsPlan, ResearchQuery, SearchRequest, SearchResults, WriteRequest,
+)
+from messages.forage import ChunkJudgement
+
+RUN = "run-replan"
+QUERY = ResearchQuery(run_id=RUN, text="How do microplastics affect freshwater fish?")
+NEW = ["Which concentrations of microplastics were measured in the tissues of freshwater fish?",
+       "How do laboratory exposure experiments with microplastics compare with field observations of fish?",
+       "Which methods quantify microplastic ingestion by freshwater fish?"]
+
+
+def cov(rid: str, text: str, coverage: float, iteration: int = 1, **kw) -> RequirementCoverage:
+    return RequirementCoverage(run_id=RUN, requirement=Requirement(id=rid, text=text), iteration=iteration,
+                               coverage=coverage, **kw)
+
+
+def coverages() -> list[RequirementCoverage]:
+    answers = (ChunkJudgement(chunk_id="c1", doc_id="d1", tag="answers", kind="background"),
+               ChunkJudgement(chunk_id="c2", doc_id="d1", tag="interesting", kind="method"))
+    return [cov("R1", "Physiological effects of microplastics on freshwater fish", 0.75, judgements=answers,
+                answering_papers=1),
+            cov("R2", "Routes by which microplastics enter freshwater fish", 0.0),
+            RequirementCoverage(run_id=RUN, requirement=Requirement(id="R3", text="Microplastic sources in rivers"),
+                                iteration=1, status="failed", coverage=0.0, error="boom")]
+
+
+# -- the step ------------------------------------------------------------------------------------------
+def test_new_requirements_get_fresh_ids_and_the_prompt_shows_progress_and_dimensions() -> None:
+    llm = ScriptedLLM([ReplanDraft(missing=["quantitative", "comparison"], requirements=NEW[:2])])
+    result = asyncio.run(replan_requirements(QUERY, coverages(), llm, max_new=3))
+    assert [r.id for r in result.added] == ["R4", "R5"]
+    assert [r.text for r in result.added] == NEW[:2]
+    assert result.missing == ("quantitative", "comparison") and result.dropped == 0 and not result.degraded
+    call = llm.calls_log[0]
+    system = call.messages[0]["content"]
+    for dimension in ("methods", "quantitative", "comparison", "measurement", "implementation", "source_diversity"):
+        assert dimension in system
+    user = call.last_user_message
+    assert QUERY.text in user
+    assert "R1 (coverage 0.75; answering papers 1; answering passages: 1 background)" in user
+    assert "R2 (coverage 0.00; answering papers 0; answering passages: none)" in user
+    assert "R3 (foraging failed" in user
+
+
+def test_duplicates_and_garbage_are_dropped() -> None:
+    draft = {"missing": ["methods", "not-a-dimension"], "requirements": [
+        "Physiological effects of microplastics on FRESHWATER fish.",  # repeats R1
+        "Find papers about " + NEW[2],  # the wrapper goes, the content stays
+        "fish"]}  # too short to be a requirement
+    result = asyncio.run(replan_requirements(QUERY, coverages(), ScriptedLLM([draft]), max_new=3))
+    assert [(r.id, r.text) for r in result.added] == [("R4", NEW[2])]
+    assert result.missing == ("methods",)  # an unknown dimension is dropped, not a failure
+    assert result.dropped == 2
+
+
+def test_near_duplicates_among_the_proposals_and_the_budget() -> None:
+    draft = ReplanDraft(missing=["quantitative"], requirements=[NEW[0], NEW[0].upper(), NEW[1]])
+    result = asyncio.run(replan_requirements(QUERY, coverages(), ScriptedLLM([draft]), max_new=1))
+    assert [(r.id, r.text) for r in result.added] == [("R4", NEW[0])]
+    assert result.dropped == 2
+
+
+def test_a_failing_llm_adds_nothing_and_says_so() -> None:
+    result = asyncio.run(replan_requirements(QUERY, coverages(), ScriptedLLM([LLMTimeout("no answer in 180 s")]), 3))
+    assert result.added == () and "re-planning: the LLM failed (LLMTimeout" in result.degraded[0]
+
+
+def test_no_budget_no_call() -> None:
+    llm = ScriptedLLM([])
+    assert asyncio.run(replan_requirements(QUERY, coverages(), llm, max_new=0)).added == ()
+    assert llm.calls == 0
+
+
+def test_ids_and_progress_helpers() -> None:
+    assert next_requirement_ids(["R1", "R2", "R10"], 2) == ["R11", "R12"]
+    assert next_requirement_ids([], 1) == ["R1"]
+    assert describe_progress([]) == ""
+
+
+# -- the Orchestrator's loop ------------------------------------------------------------------------------
+class Crew:
+    """Two documents per search; each requirement's coverage per iteration comes from ``table``
+    (iteration -> id -> coverage; a requirement not listed gets ``default``)."""
+
+    def __init__(self, table: dict[int, dict[str, float]], default: float = 1.0) -> None:
+        self.table, self.default = table, default
+        self.foraged: list[list[str]] = []
+        self.written: list[WriteRequest] = []
+
+    async def search(self, request: SearchRequest) -> SearchResults:
+        n = len(request.exclude_keys)
+        cands = tuple(Candidate(key=f"file:/lib/{n + j}.pdf", path=f"/lib/{n + j}.pdf") for j in range(2))
+        return SearchResults(run_id=request.run_id, iteration=request.iteration, candidates=cands)
+
+    async def ingest(self, requests: Sequence[IngestRequest]) -> list[IngestResult]:
+        return [IngestResult(run_id=r.run_id, key=r.candidate.key, path=r.candidate.path, status="stored",
+                             doc_id=r.candidate.key[-6:]) for r in requests]
+
+    async def forage(self, requests: Sequence[ForageRequest]) -> list[RequirementCoverage]:
+        self.foraged.append([r.requirement.id for r in requests])
+        row = self.table.get(requests[0].iteration, {})
+        return [RequirementCoverage(run_id=r.run_id, requirement=r.requirement, iteration=r.iteration,
+                                    coverage=row.get(r.requirement.id, self.default)) for r in requests]
+
+    async def write(self, request: WriteRequest) -> Report:
+        self.written.append(request)
+        return Report(run_id=request.run_id, markdown="# Report\n")
+
+    async def close(self) -> None:
+        return None
+
+
+def plan() -> RequirementsPlan:
+    reqs = (Requirement(id="R1", text="Physiological effects of microplastics on freshwater fish"),
+            Requirement(id="R2", text="Routes by which microplastics enter freshwater fish"))
+    return RequirementsPlan(run_id=RUN, query=QUERY, requirements=reqs, approved=True)
+
+
+def run(tmp_path, crew: Crew, llm: ScriptedLLM, **run_settings):
+    settings = Settings.load().updated(run={"runs_dir": tmp_path, "max_iterations": 4, "min_coverage": 0.85,
+                                            **run_settings})
+    emit = RecordingEmit(RUN)
+    summary = asyncio.run(Orchestrator(settings, RUN, crew=crew, llm=llm, emit=emit).run(plan()))
+    return summary, json.loads((tmp_path / RUN / "run.json").read_text()), emit
+
+
+STALLED = {1: {"R1": 0.5, "R2": 0.0}, 2: {"R1": 0.5, "R2": 0.0}, 3: {"R1": 1.0, "R2": 0.5}, 4: {"R1": 1.0, "R2": 1.0}}
+
+
+def test_a_stall_adds_requirements_that_are_foraged_next_and_reach_the_report(tmp_path) -> None:
+    llm = ScriptedLLM([ReplanDraft(missing=["quantitative"], requirements=NEW[:2])])
+    crew = Crew(STALLED)
+    summary, state, emit = run(tmp_path, crew, llm)
+    assert summary.status == "finished", summary.stop_reason
+    # iteration 2 did not rise above iteration 1 (0.25 → 0.25): re-planned once, then foraged with R3, R4
+    assert crew.foraged == [["R1", "R2"], ["R1", "R2"], ["R1", "R2", "R3", "R4"]]
+    assert [r["id"] for r in state["requirements"]] == ["R1", "R2", "R3", "R4"]
+    (replan,) = state["replans"]
+    assert replan["after_iteration"] == 2 and replan["missing"] == ["quantitative"]
+    assert replan["mean_coverage"] == replan["previous_mean_coverage"] == 0.25
+    assert [r["text"] for r in replan["added"]] == NEW[:2]
+    (event,) = [e for e in emit.events if e.kind == "replanned"]
+    assert event.iteration == 2 and [r["id"] for r in event.payload["requirements"]] == ["R3", "R4"]
+    assert [c.requirement.id for c in crew.written[0].coverages] == ["R1", "R2", "R3", "R4"]
+    assert set(state["coverage"]) == {"R1", "R2", "R3", "R4"}
+    assert state["iterations"][-1]["mean_coverage"] == 0.875  # (1 + 0.5 + 1 + 1) / 4 reaches the goal
+    assert llm.calls == 1
+
+
+def test_rising_coverage_never_replans(tmp_path) -> None:
+    llm = ScriptedLLM([])  # a call would exhaust the script and fail the run
+    table = {1: {"R1": 0.0, "R2": 0.0}, 2: {"R1": 0.5, "R2": 0.0}, 3: {"R1": 1.0, "R2": 0.0}, 4: {"R1": 1.0, "R2": 1.0}}
+    summary, state, emit = run(tmp_path, Crew(table), llm)
+    assert summary.status == "finished" and summary.iterations == 4
+    assert "replans" not in state and "replanned" not in emit.kinds() and llm.calls == 0
+
+
+def test_the_run_budget_bounds_added_requirements(tmp_path) -> None:
+    llm = ScriptedLLM([ReplanDraft(missing=["methods"], requirements=NEW)])
+    table = {i: {"R1": 0.0, "R2": 0.0, "R3": 0.0} for i in range(1, 6)}  # stalls every iteration
+    summary, state, emit = run(tmp_path, Crew(table, default=0.0), llm, max_iterations=5, max_added_requirements=1)
+    assert summary.iterations == 5 and "maximum of 5" in summary.stop_reason
+    assert [r["id"] for r in state["requirements"]] == ["R1", "R2", "R3"]
+    assert len(state["replans"]) == 1 and llm.calls == 1  # budget spent: no second call
+    assert emit.kinds().count("replanned") == 1
+
+
+def test_a_failed_replan_is_recorded_and_the_run_goes_on(tmp_path) -> None:
+    llm = ScriptedLLM([LLMTimeout("no answer"), LLMTimeout("no answer"), LLMTimeout("no answer")])
+    table = {i: {"R1": 0.5, "R2": 0.0} for i in range(1, 5)}
+    summary, state, _ = run(tmp_path, Crew(table), llm, max_iterations=3)
+    assert summary.status == "finished"
+    assert state["replans"][0]["added"] == [] and any("re-planning" in d for d in state["degraded"])
+
+
+def test_a_resumed_run_keeps_the_added_requirements(tmp_path) -> None:
+    class Killed(Crew):
+        async def forage(self, requests):
+            if requests[0].iteration == 3:
+                raise SystemExit("driver killed while foraging iteration 3")
+            return await super().forage(requests)
+
+    llm = ScriptedLLM([ReplanDraft(missing=["comparison"], requirements=NEW[:1])])
+    first = Killed(STALLED)
+    try:
+        run(tmp_path, first, llm)
+    except SystemExit:
+        pass
+    crashed = json.loads((tmp_path / RUN / "run.json").read_text())
+    assert crashed["status"] == "running" and [r["id"] for r in crashed["requirements"]] == ["R1", "R2", "R3"]
+
+    second = Crew(STALLED)  # a fresh Orchestrator given the original plan (R1, R2) continues the run
+    summary, state, _ = run(tmp_path, second, ScriptedLLM([]))
+    assert summary.status == "finished"
+    assert second.foraged[0] == ["R1", "R2", "R3"]
+    assert [c.requirement.id for c in second.written[0].coverages] == ["R1", "R2", "R3"]
+    assert len(state["replans"]) == 1
+
+
+def test_the_progress_view_shows_added_requirements() -> None:
+    from rich.console import Console
+
+    from gateway.cli import ProgressView
+    from messages.status import Stage, StatusEvent
+
+    view = ProgressView(plan(), live=True)
+    view.update(StatusEvent(run_id=RUN, seq=1, stage=Stage.RUN, kind="replanned", iteration=2,
+                            payload={"requirements": [{"id": "R3", "text": NEW[0]}]}))
+    view.update(StatusEvent(run_id=RUN, seq=2, stage=Stage.FORAGE, kind="coverage", iteration=3,
+                            requirement_id="R3", payload={"coverage": 1.0, "llm_calls": 4}))
+    console = Console(width=200, record=True)
+    console.print(view)
+    row = next(line for line in console.export_text().splitlines() if "R3" in line)
+    assert "Which concentrations of microplastics" in row and "1.0" in row and "4" in row
