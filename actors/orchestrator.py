@@ -8,6 +8,10 @@ When coverage stalls (mean coverage rose by no more than ``run.replan_min_gain``
 iteration, still below the goal), the Orchestrator re-plans: the LLM names the missing dimensions and
 adds 1-3 requirements with fresh ids (at most ``run.max_added_requirements`` per run), recorded in
 ``run.json`` (``replans``) and as a ``replanned`` event, and foraged from the next iteration on.
+A follow-up run (``run(plan, from_run=...)``, ``forage research --from RUN``) starts from an earlier
+run: its documents become this run's first documents (no search in iteration 1), every search of its
+Foragers is limited to those documents and the ones this run adds, and the earlier run's evidence
+chunks are judged first.
 
 The logic lives in :class:`Orchestrator`, a plain class that talks to its workers through a
 :class:`Crew`. :class:`RayCrew` runs the workers as Ray actors (one Forager per requirement, a pool
@@ -113,7 +117,8 @@ class Orchestrator:
         # ``shippable``); otherwise every worker builds its own client from Settings in its own process
         return self._llm if getattr(self._llm, "shippable", False) else None
 
-    async def run(self, plan: RequirementsPlan) -> RunSummary:
+    async def run(self, plan: RequirementsPlan, from_run: str | None = None) -> RunSummary:
+        """The loop, then the report. ``from_run``: an earlier run id in the same runs folder to follow up."""
         if not plan.approved:
             raise ValueError("requirements must be approved before the run starts")
         s = self.settings.run
@@ -131,6 +136,8 @@ class Orchestrator:
             "iterations": [], "documents": {}, "search_skipped": [],
         })
         coverages, resumed = self._resume_from(previous)
+        if from_run and not resumed:
+            self._inherit(from_run)
         plan = self._with_replanned(plan)
         self._checkpoint()
         self.emit(Stage.RUN, "started", f"run {self.run_id} started", requirements=len(plan.requirements),
@@ -143,10 +150,11 @@ class Orchestrator:
                 self._check_cancel()
                 iteration += 1
                 self.emit(Stage.RUN, "iteration", f"iteration {iteration}", iteration=iteration)
-                results = self._already_ingested(iteration) or await crew.search(SearchRequest(
-                    run_id=self.run_id, iteration=iteration, query=plan.query.text,
-                    requirements=plan.requirements, max_results=self.settings.search.batch_size,
-                    exclude_keys=tuple(offered), search_queries=plan.search_queries))
+                results = (self._already_ingested(iteration) or self._follow_up_start(iteration)
+                           or await crew.search(SearchRequest(
+                               run_id=self.run_id, iteration=iteration, query=plan.query.text,
+                               requirements=plan.requirements, max_results=self.settings.search.batch_size,
+                               exclude_keys=tuple(offered), search_queries=plan.search_queries)))
                 offered.extend(c.key for c in results.candidates)
                 for c in results.candidates:
                     if c.source != "library":  # where an online paper came from and how it was acquired
@@ -163,7 +171,9 @@ class Orchestrator:
                     self.state["ingested"] = {"iteration": iteration, "new_documents": len(results.candidates),
                                               "exhausted": results.exhausted}
                 self._checkpoint()
-                coverages = await crew.forage([ForageRequest(run_id=self.run_id, iteration=iteration, requirement=r)
+                scope, seeds = self._follow_up_scope()
+                coverages = await crew.forage([ForageRequest(run_id=self.run_id, iteration=iteration, requirement=r,
+                                                             doc_ids=scope, seed_chunk_ids=seeds)
                                                for r in plan.requirements])
                 mean = mean_coverage(coverages)
                 self.state["iterations"].append({
@@ -247,13 +257,56 @@ class Orchestrator:
         if not (previous.get("documents") or previous.get("iterations")):
             return [], False
         for key in ("iterations", "documents", "search_skipped", "acquisition", "last_coverages", "ingested",
-                    "replans"):
+                    "replans", "from_run"):
             if key in previous:
                 self.state[key] = previous[key]
         self.state["resumed"] = [*previous.get("resumed", []), {"after_iteration": len(previous.get("iterations", [])),
                                                                 "status_was": previous.get("status")}]
         self.rundir.cancel_flag.unlink(missing_ok=True)
         return [RequirementCoverage.model_validate(c) for c in previous.get("last_coverages", [])], True
+
+    def _inherit(self, from_run: str) -> None:
+        """Follow up ``from_run``: its stored documents become this run's (status "skipped": already in the
+        store, "from run X"), and up to ``forage.seed_chunks`` chunks of its evidence, taken in turn from
+        each of its requirements, become the seeds. Its query is not copied (forgetting it stays complete)."""
+        from infra.errors import ConfigError
+
+        earlier = RunDir(self.settings.run.runs_dir, from_run)
+        state = earlier.read_state() if from_run != self.run_id else {}
+        if not state:
+            raise ConfigError(f"no earlier run {from_run!r} in {earlier.path.parent} to follow up")
+        docs = {key: {**entry, "status": "skipped", "reason": f"from run {from_run}"}
+                for key, entry in (state.get("documents") or {}).items()
+                if entry.get("status") in ("stored", "skipped") and entry.get("doc_id")}
+        if not docs:
+            raise ConfigError(f"run {from_run!r} has no stored documents to follow up")
+        lists = [[cid for ev in cov.get("evidence", ()) for cid in ev.get("chunk_ids", ())]
+                 for cov in state.get("last_coverages") or ()]
+        seeds: list[str] = []
+        for turn in range(max((len(x) for x in lists), default=0)):  # in turn: each requirement's best first
+            seeds.extend(x[turn] for x in lists if turn < len(x) and x[turn] not in seeds)
+        seeds = seeds[: self.settings.forage.seed_chunks]
+        self.state["documents"].update(docs)
+        self.state["from_run"] = {"run_id": from_run, "documents": len(docs), "seed_chunk_ids": seeds}
+        self.emit(Stage.RUN, "follow_up", f"following up run {from_run}: {len(docs)} documents, "
+                                          f"{len(seeds)} evidence chunks as a starting point",
+                  from_run=from_run, documents=len(docs), seed_chunks=len(seeds))
+
+    def _follow_up_start(self, iteration: int) -> SearchResults | None:
+        """A follow-up's first iteration forages the earlier run's documents before searching for more."""
+        if iteration != 1 or not self.state.get("from_run"):
+            return None
+        return SearchResults(run_id=self.run_id, iteration=iteration)
+
+    def _follow_up_scope(self) -> tuple[tuple[str, ...] | None, tuple[str, ...]]:
+        """(doc_ids the Foragers search, seed chunk ids): a follow-up run's documents and the earlier run's
+        evidence; (None, ()) for an ordinary run (the whole store)."""
+        follow = self.state.get("from_run")
+        if not follow:
+            return None, ()
+        docs = tuple(dict.fromkeys(d["doc_id"] for d in self.state["documents"].values()
+                                   if d.get("doc_id") and d.get("status") in ("stored", "skipped")))
+        return docs, tuple(follow.get("seed_chunk_ids", ()))
 
     def _with_replanned(self, plan: RequirementsPlan) -> RequirementsPlan:
         """``plan`` plus the requirements an earlier process of this run added by re-planning."""

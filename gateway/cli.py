@@ -2,6 +2,7 @@
 
     forage demo                              offline, shipped library, embedded model and store
     forage research "QUERY" --library DIR    your PDFs, your Ollama
+    forage research --from RUN "NARROWER"    follow up a run: its documents and evidence first
     forage chunk CHUNK_ID --json             print a stored chunk, to check a citation
     forage runs                              list runs and their state
     forage eval retrieval --beir DIR         measured retrieval quality on a BEIR dataset
@@ -190,8 +191,9 @@ def edit_search_strings(plan: RequirementsPlan) -> RequirementsPlan:
 
 
 # -- the run -----------------------------------------------------------------------------------------
-def preflight(settings: Settings, query: str) -> None:
-    """Everything that can be checked before any work starts, each failure one clear sentence."""
+def preflight(settings: Settings, query: str, follow_up: bool = False) -> None:
+    """Everything that can be checked before any work starts, each failure one clear sentence.
+    A follow-up run (``follow_up``) may have nothing new to search: it has the earlier run's documents."""
     import asyncio
 
     from actors.steps.search import library_files
@@ -200,7 +202,7 @@ def preflight(settings: Settings, query: str) -> None:
     from actors.searcher import online
 
     ResearchQuery(run_id="preflight", text=query)  # empty query → ValidationError
-    if settings.search.library is None and not online(settings):
+    if settings.search.library is None and not online(settings) and not follow_up:
         raise ForageError("nothing to search: pass --library DIR (a folder of PDFs), or drop --offline to search "
                           "OpenAlex and arXiv")
     if settings.search.library is not None:
@@ -215,13 +217,15 @@ def preflight(settings: Settings, query: str) -> None:
 
 
 def execute(settings: Settings, query: str, *, yes: bool, requirements_file: Path | None,
-            llm: Any | None = None, searches_file: Path | None = None) -> int:
+            llm: Any | None = None, searches_file: Path | None = None, from_run: str | None = None) -> int:
     from actors.steps.plan import requirements_from_text
     from actors.steps.search_terms import parse_search_lines
     from gateway.session import ResearchSession
 
     session = ResearchSession(settings, llm=llm, quiet=True)
     console.print(f"run [bold]{session.run_id}[/bold] → {session.rundir.path}")
+    if from_run:
+        console.print(f"following up run [bold]{from_run}[/bold]: its documents and evidence come first")
     try:
         if requirements_file is not None:
             text = Path(requirements_file).read_text(encoding="utf-8")
@@ -238,9 +242,9 @@ def execute(settings: Settings, query: str, *, yes: bool, requirements_file: Pat
         view = ProgressView(plan, live=console.is_terminal)
         if view.live:
             with Live(view, console=console, refresh_per_second=4, transient=False):
-                summary = session.run(plan, on_event=view.update)
+                summary = session.run(plan, on_event=view.update, from_run=from_run)
         else:
-            summary = session.run(plan, on_event=view.update)
+            summary = session.run(plan, on_event=view.update, from_run=from_run)
     finally:
         session.close()
     if summary.status != "finished":
@@ -293,22 +297,57 @@ def research(
     mailto: Annotated[str | None, typer.Option(help="Your email for OpenAlex's polite pool.")] = None,
     zotero: Annotated[bool, typer.Option("--zotero", help="File accepted papers in a Zotero collection "
                                          "named after the run (zotero settings).")] = False,
+    from_run: Annotated[str | None, typer.Option(
+        "--from", help="Follow up this earlier run (a narrower question): its store, library and documents are "
+                       "reused, its evidence is judged first, and foraging stays within its documents and the "
+                       "ones this run adds.")] = None,
 ) -> None:
     """Research QUERY: search OpenAlex and arXiv with the strings you approve (and/or a local library of
     PDFs), read the papers, and write a cited report."""
     settings = _settings(preset, library, llm, model, runs_dir, store, offline, mailto, zotero)
-    raise typer.Exit(checked_run(settings, query, yes=yes, requirements_file=requirements, searches_file=searches))
+    raise typer.Exit(checked_run(settings, query, yes=yes, requirements_file=requirements, searches_file=searches,
+                                 from_run=from_run, keep_library=library is not None, keep_store=store is not None))
+
+
+def follow_up_settings(settings: Settings, from_run: str, *, keep_library: bool = False,
+                       keep_store: bool = False) -> Settings:
+    """Settings of a follow-up run: the earlier run's store, embedder and library (unless given on the
+    command line). ForageError naming the problem when the earlier run cannot be followed up."""
+    from gateway.forget import run_dir
+
+    earlier = run_dir(Path(settings.run.runs_dir).expanduser(), from_run)
+    try:
+        state = earlier.read_state()
+    except (OSError, ValueError) as exc:
+        raise ForageError(f"cannot read run {from_run!r}: {exc}") from exc
+    if not state:
+        raise ForageError(f"no run {from_run!r} in {earlier.path.parent}: see `forage runs`")
+    if not any(d.get("status") in ("stored", "skipped") and d.get("doc_id")
+               for d in (state.get("documents") or {}).values()):
+        raise ForageError(f"run {from_run!r} has no stored documents to follow up: start a new run instead")
+    changes: dict[str, dict[str, Any]] = {}
+    if state.get("store_path") and not keep_store:
+        changes["store"] = {"path": Path(state["store_path"])}
+    if (state.get("settings") or {}).get("embedder") in ("minilm", "ollama"):
+        changes["embed"] = {"backend": state["settings"]["embedder"]}  # the store's vectors come from it
+    if state.get("library") and not keep_library:
+        changes["search"] = {"library": Path(state["library"])}
+    return settings.updated(**changes) if changes else settings
 
 
 def checked_run(settings: Settings, query: str, *, yes: bool, requirements_file: Path | None,
-                searches_file: Path | None = None) -> int:
+                searches_file: Path | None = None, from_run: str | None = None, keep_library: bool = False,
+                keep_store: bool = False) -> int:
     """Preflight, then the run. Bad input exits with code 2 and one clear sentence."""
     try:
         from gateway.forget import apply_retention
 
         apply_retention(settings, say=console.print)  # run.retention_days: forget expired runs first
-        preflight(settings, query)
-        return execute(settings, query, yes=yes, requirements_file=requirements_file, searches_file=searches_file)
+        if from_run:
+            settings = follow_up_settings(settings, from_run, keep_library=keep_library, keep_store=keep_store)
+        preflight(settings, query, follow_up=bool(from_run))
+        return execute(settings, query, yes=yes, requirements_file=requirements_file, searches_file=searches_file,
+                       from_run=from_run)
     except (ForageError, ValueError) as exc:
         err.print(f"[red]error:[/red] {_one_line(exc)}")
         raise typer.Exit(2) from None

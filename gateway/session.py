@@ -54,11 +54,12 @@ class ResearchSession:
         return ray.get(self.orchestrator.propose_search.remote(plan))
 
     def run(self, plan: RequirementsPlan, on_event: Callable[[StatusEvent], None] | None = None,
-            poll_s: float = 0.5) -> RunSummary:
+            poll_s: float = 0.5, from_run: str | None = None) -> RunSummary:
+        """Run the approved plan; ``from_run``: follow up that earlier run (its documents and evidence)."""
         import ray
 
         approved = plan if plan.approved else plan.model_copy(update={"approved": True})
-        done = self.orchestrator.run.remote(approved)
+        done = self.orchestrator.run.remote(approved, from_run=from_run)
         final = False
         while True:
             ready, _ = ray.wait([done], timeout=0)

@@ -167,6 +167,10 @@ class ForageSettings(Section):
     paper_chunks: int = Field(default=2, ge=0, description="Chunks drawn from each of those papers.")
     min_papers: int = Field(default=2, ge=0, description="Below this many distinct answering papers, reformulate "
                                                          "the query once per iteration and retrieve again (0: never).")
+    seed_chunks: int = Field(
+        default=12, ge=0, le=100,
+        description="A follow-up run (`forage research --from RUN`): at most this many chunks of the earlier run's "
+                    "evidence (taken in turn from each of its requirements) are judged first by every requirement.")
 
 
 PROBLEM_LABELS = ("prediction or forecasting", "classification or detection", "causal effect or mechanism",

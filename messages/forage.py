@@ -16,6 +16,12 @@ Status = Literal["ok", "failed"]
 class ForageRequest(Message):
     iteration: int = Field(ge=1)
     requirement: Requirement
+    doc_ids: tuple[str, ...] | None = Field(
+        default=None, description="Forage only these documents (a follow-up run: the earlier run's documents and "
+                                  "its own); None: the whole store.")
+    seed_chunk_ids: tuple[str, ...] = Field(
+        default=(), description="Chunks judged first, before retrieval, when not judged yet (a follow-up run: the "
+                                "earlier run's evidence).")
 
 
 class ChunkJudgement(Frozen):

@@ -33,6 +33,10 @@ actor). Each iteration it runs these nodes:
   else 0.0; one :class:`Evidence` per useful document, methods and results ranked above
   background; the number of distinct answering papers.
 
+A follow-up run (``forage research --from RUN``) scopes every search to ``request.doc_ids`` (the
+earlier run's documents and its own) and judges ``request.seed_chunk_ids`` (the earlier run's
+evidence) first, before the start node's retrieval, each once.
+
 The result is cumulative over iterations (coverage, evidence, ``llm_calls``, ``failed_steps``),
 except ``judgements``, which lists the chunks judged *in this iteration*: the Orchestrator reads an
 empty list as "nothing new to forage". An LLM call that fails (LLMOutputError, LLMTimeout) is
@@ -152,6 +156,7 @@ class ForageStep:
         self._gate: dict[str, bool] = {}  # doc_id -> the relevance gate's answer
         self._dived: set[str] = set()  # deep dive finished (gate said no, or sections judged)
         self._vector: list[float] | None = None
+        self._scope: tuple[str, ...] | None = None  # doc_ids every search is limited to (None: the whole store)
 
     # -- the iteration ------------------------------------------------------------------------------
     async def forage(self, request: ForageRequest) -> RequirementCoverage:
@@ -161,8 +166,11 @@ class ForageStep:
         self.emit(Stage.FORAGE, "started", f"foraging {req.id}", iteration=it.number, requirement_id=req.id,
                   judged_before=len(self._judgements))
 
-        # start + classify
-        chunks = await self._retrieve(req, req.text, await self._requirement_vector(req), it)
+        # start + classify (a follow-up run's seeds first)
+        self._scope = request.doc_ids
+        seeds = await asyncio.to_thread(self._seeds, request.seed_chunk_ids)
+        found = await self._retrieve(req, req.text, await self._requirement_vector(req), it)
+        chunks = list({c.chunk_id: c for c in (*seeds, *found)}.values())
         await self._judge_all(req, chunks, "start", it)
         counts = {tag: sum(1 for j in it.judged if j.tag == tag) for tag in ("answers", "interesting", "unrelated")}
         self.emit(Stage.FORAGE, "judged", f"{req.id}: judged {len(it.judged)} of {len(chunks)} new chunks",
@@ -246,6 +254,18 @@ class ForageStep:
             self._vector = (await asyncio.to_thread(self.embedder.embed, [req.text]))[0]
         return self._vector
 
+    def _seeds(self, chunk_ids: Sequence[str]) -> list[ChunkRecord]:
+        """The seed chunks not judged yet, in the order given (chunks no longer stored, or outside the
+        scope, are left out)."""
+        out = []
+        for chunk_id in dict.fromkeys(chunk_ids):
+            if chunk_id in self._judgements:
+                continue
+            chunk = self.store.get_chunk(chunk_id)
+            if chunk is not None and (self._scope is None or chunk.doc_id in self._scope):
+                out.append(chunk)
+        return out
+
     def _paper_stage(self) -> bool:
         return self.cfg.paper_k > 0 and self.cfg.paper_chunks > 0
 
@@ -253,7 +273,7 @@ class ForageStep:
                         it: _Iteration) -> list[ChunkRecord]:
         """Chunks for ``query``: papers by title and abstract → chunks of the top papers, plus BM25 and
         vector hits over all chunks; new chunks only, no references, deduplicated (first seen kept)."""
-        flt = ChunkFilter(exclude_chunk_ids=tuple(self._judgements))
+        flt = ChunkFilter(exclude_chunk_ids=tuple(self._judgements), doc_ids=self._scope)
         alpha = self.settings.store.hybrid_alpha
 
         def search() -> tuple[list[Hit], list[str]]:
@@ -261,9 +281,10 @@ class ForageStep:
             papers: list[str] = []
             if self._paper_stage() and vector is not None:
                 pool = self.cfg.paper_k * 4
-                found = self.store.hybrid(query, vector, pool, alpha, ChunkFilter(exclude_kinds=PAPER_KINDS))
+                found = self.store.hybrid(query, vector, pool, alpha,
+                                          ChunkFilter(exclude_kinds=PAPER_KINDS, doc_ids=self._scope))
                 if len({h.chunk.doc_id for h in found}) < self.cfg.paper_k:  # few abstracts: papers by best chunk
-                    found += self.store.hybrid(query, vector, pool, alpha, ChunkFilter())
+                    found += self.store.hybrid(query, vector, pool, alpha, ChunkFilter(doc_ids=self._scope))
                 papers = list(dict.fromkeys(h.chunk.doc_id for h in found))[: self.cfg.paper_k]
                 for doc_id in papers:
                     hits += self.store.hybrid(query, vector, self.cfg.paper_chunks, alpha,
