@@ -16,40 +16,15 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from infra.private_files import private_append, private_dir
 from messages.write import Report
+
+__all__ = ["RunDir", "atomic_write", "atomic_write_bytes", "new_run_id", "private_append", "private_dir"]
 
 
 def new_run_id() -> str:
     """Sortable by time and unguessable (64 random bits)."""
     return f"{datetime.now(UTC):%Y%m%d-%H%M%S}-{secrets.token_hex(8)}"
-
-
-def private_dir(path: Path) -> Path:
-    """Create ``path`` and its missing parents for the user only (0700, whatever the umask); folders
-    that already exist keep their mode."""
-    path = Path(path)
-    missing = []
-    p = path
-    while not p.exists():
-        missing.append(p)
-        p = p.parent
-    for folder in reversed(missing):
-        try:
-            folder.mkdir(mode=0o700)
-        except FileExistsError:
-            pass
-        os.chmod(folder, 0o700)  # mkdir's mode is masked by the umask
-    return path
-
-
-def private_append(path: Path, line: str) -> None:
-    """Append one line to a user-only (0600) file in a user-only folder, in one write."""
-    private_dir(path.parent)
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-    try:
-        os.write(fd, line.encode("utf-8"))
-    finally:
-        os.close(fd)
 
 
 def atomic_write(path: Path, text: str) -> None:
@@ -67,7 +42,7 @@ def atomic_write(path: Path, text: str) -> None:
 
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
+    private_dir(path.parent)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as fh:

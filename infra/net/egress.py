@@ -25,6 +25,7 @@ from urllib.parse import urlsplit
 import httpx
 
 from infra.errors import ForageError
+from infra.private_files import private_dir
 from infra.settings import NetSettings
 
 
@@ -68,7 +69,7 @@ class EgressLedger:
         self._records: list[EgressRecord] = []
         self._lock = threading.Lock()
         if self.path is not None:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+            private_dir(self.path.parent)  # runs/<run_id>/ holds the run's data: the user's alone (0700)
 
     def append(self, record: EgressRecord) -> None:
         line = json.dumps(asdict(record), ensure_ascii=False) + "\n"

@@ -106,3 +106,22 @@ def test_httpx2_streamed_bodies_and_redirects_are_recorded(base_url):
         z.post(f"{base_url}/final", files={"file": ("a.pdf", b"%PDF-1.4 x")})
     assert [(r.path, r.method) for r in egress.ledger][:2] == [("/redirect", "GET"), ("/final", "GET")]
     assert egress.ledger.records()[2].method == "POST" and egress.ledger.records()[2].bytes_out > 0
+
+
+def test_the_ledger_folder_is_created_user_only(tmp_path):
+    """runs/<run_id>/egress.jsonl: the run folder (and a missing runs folder) 0700, the ledger 0600,
+    whatever the umask (the Searcher creates the ledger before anything else of an online run)."""
+    import os
+
+    old = os.umask(0o022)
+    try:
+        ledger = EgressLedger(tmp_path / "runs" / "run-1" / "egress.jsonl")
+        assert (tmp_path / "runs" / "run-1").is_dir()  # created with the ledger, before any request
+        egress = Egress(NetSettings(offline=True), ledger)
+        with pytest.raises(OfflineError), egress.client("openalex") as c:
+            c.get("https://api.openalex.org/works")
+    finally:
+        os.umask(old)
+    assert oct((tmp_path / "runs").stat().st_mode & 0o777) == "0o700"
+    assert oct((tmp_path / "runs" / "run-1").stat().st_mode & 0o777) == "0o700"
+    assert oct((tmp_path / "runs" / "run-1" / "egress.jsonl").stat().st_mode & 0o777) == "0o600"
