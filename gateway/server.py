@@ -230,8 +230,12 @@ class RunManager:
         settings = self.settings if req.preset is None else self.settings.updated(preset=req.preset)
         changes: dict[str, dict[str, Any]] = {}
         if req.library:
-            lib = Path(req.library).expanduser().resolve()
-            if not lib.is_dir():
+            try:
+                lib = Path(req.library).expanduser().resolve()
+                is_dir = lib.is_dir()
+            except (OSError, ValueError, RuntimeError):  # a NUL byte, an unknown ~user, a symlink loop
+                is_dir = False
+            if not is_dir:
                 raise HTTPException(422, f"library {req.library!r} is not a folder on the gateway's machine")
             changes["search"] = {"library": lib}
         run = {k: v for k, v in (("max_iterations", req.max_iterations), ("min_coverage", req.min_coverage),
