@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -23,11 +24,14 @@ def _forbid_real_llm(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyP
         install_real_llm_guard(monkeypatch)
 
 
-@pytest.fixture(autouse=True)
-def _offline_by_default(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.fixture(autouse=True, scope="session")
+def _offline_by_default() -> Iterator[None]:
     """Settings built in a test are offline unless the test says ``net={"offline": False}`` (and then it
-    points the sources at a loopback server): no test can reach the real OpenAlex, arXiv or Zotero."""
-    monkeypatch.setenv("FORAGE_NET__OFFLINE", "true")
+    points the sources at a loopback server): no test can reach the real OpenAlex, arXiv or Zotero.
+    Session-scoped, so module- and session-scoped fixtures that build Settings are offline too."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("FORAGE_NET__OFFLINE", "true")
+        yield
 
 
 @pytest.fixture(scope="session")
