@@ -8,6 +8,7 @@ and writing are not (they hold per-run state and call the LLM).
 
 from __future__ import annotations
 
+import sys
 from typing import Any, Literal
 
 from infra.settings import Settings
@@ -23,8 +24,13 @@ _IDEMPOTENT: dict[tuple[str, str], bool] = {
 }
 
 
-def options_for(role: Role, settings: Settings, *, name: str | None = None) -> dict[str, Any]:
-    """Options for ``ray.remote(cls).options(...)`` of one role."""
+def options_for(role: Role, settings: Settings, *, name: str | None = None,
+                cluster_gpus: float | None = None) -> dict[str, Any]:
+    """Options for ``ray.remote(cls).options(...)`` of one role.
+
+    ``cluster_gpus``: GPUs the Ray cluster has (default: asked from the running Ray; 0 without one);
+    an Ingestor that parses with Marker asks for :func:`ingestor_gpus` of them.
+    """
     ray = settings.ray
     opts: dict[str, Any] = {"num_cpus": 0}
     if role in ("ingestor", "forager", "writer", "searcher"):
@@ -35,12 +41,38 @@ def options_for(role: Role, settings: Settings, *, name: str | None = None) -> d
     if role == "ingestor":
         # one parse per process at a time: a sync actor with concurrency 1
         opts["max_concurrency"] = 1
+        gpus = ingestor_gpus(settings, cluster_gpus)
+        if gpus > 0:
+            opts["num_gpus"] = gpus
     if role in ("status_hub", "orchestrator"):
         opts["max_restarts"] = 0
         opts["max_concurrency"] = 1000
     if name is not None:
         opts["name"] = name
     return opts
+
+
+def cluster_gpu_count() -> float:
+    """GPUs of the Ray cluster this process is connected to; 0 when Ray is not running here."""
+    ray = sys.modules.get("ray")
+    if ray is None or not ray.is_initialized():
+        return 0.0
+    return float(ray.cluster_resources().get("GPU", 0.0))
+
+
+def ingestor_gpus(settings: Settings, cluster_gpus: float | None = None) -> float:
+    """GPUs one Ingestor asks Ray for: ``ingest.marker_gpus`` (at most what the cluster has) when the
+    Ingestors parse with Marker (:func:`infra.pdf.resolve_parser`) and the cluster has GPUs, else 0.
+    PyMuPDF Ingestors never hold a GPU."""
+    from infra.pdf import resolve_parser
+
+    backend, _ = resolve_parser(settings)
+    if backend != "marker":
+        return 0.0
+    available = cluster_gpu_count() if cluster_gpus is None else cluster_gpus
+    if available <= 0:
+        return 0.0
+    return min(settings.ingest.marker_gpus, available)
 
 
 def llm_slot_resources(settings: Settings) -> dict[str, float] | None:

@@ -100,7 +100,14 @@ class StoreSettings(Section):
 
 class IngestSettings(Section):
     pool_size: int = Field(default=2, ge=1, description="Number of Ingestor actors.")
-    parser: Literal["pymupdf"] = Field(default="pymupdf", description="PDF → Markdown backend.")
+    parser: Literal["auto", "pymupdf", "marker"] = Field(
+        default="auto",
+        description="PDF → Markdown backend. 'auto': Marker when marker-pdf is importable and its models are in "
+                    "MODEL_CACHE_DIR, PyMuPDF otherwise; 'pymupdf': PyMuPDF4LLM (CPU); 'marker': Marker "
+                    "(pip install 'forage[marker]', models fetched once; see docs/ingestion.md).")
+    marker_gpus: float = Field(
+        default=1.0, gt=0, le=8,
+        description="GPUs (fractions allowed) a Marker Ingestor asks Ray for where the cluster has GPUs.")
     max_pages: int = Field(default=60, ge=1, description="Pages parsed per document; the rest are noted and skipped.")
     timeout_s: float = Field(default=300.0, gt=0, description="Per document parse timeout.")
     max_bytes: int = Field(default=100_000_000, ge=1, description="Refuse files larger than this.")

@@ -115,37 +115,10 @@ class PyMuPDFParser:
 
     # ------------------------------------------------------------------ reading and opening
     def _read(self, path: Path) -> bytes:
-        try:
-            size = path.stat().st_size
-        except FileNotFoundError:
-            raise PDFError(f"{path.name}: file not found ({path})", retryable=False) from None
-        except OSError as exc:
-            raise PDFError(f"{path.name}: cannot read the file: {exc}", retryable=False) from exc
-        if size == 0:
-            raise PDFError(f"{path.name}: empty file (0 bytes)", retryable=False)
-        if size > self.max_bytes:
-            raise PDFError(f"{path.name}: {size:,} bytes is over the limit of {self.max_bytes:,} "
-                           f"(ingest.max_bytes)", retryable=False)
-        try:
-            data = path.read_bytes()
-        except OSError as exc:
-            raise PDFError(f"{path.name}: cannot read the file: {exc}", retryable=False) from exc
-        if PDF_MAGIC not in data[:MAGIC_WINDOW]:
-            raise PDFError(f"{path.name}: not a PDF: starts with {_describe_start(data)}", retryable=False)
-        return data
+        return read_pdf(path, self.max_bytes)
 
-    @contextmanager
-    def _open(self, data: bytes, path: Path) -> Iterator[Any]:
-        import pymupdf
-
-        try:
-            doc = pymupdf.open(stream=data, filetype="pdf")
-        except Exception as exc:  # noqa: BLE001 - every open failure means the same: unreadable file
-            raise PDFError(f"{path.name}: not a readable PDF ({type(exc).__name__}: {exc})", retryable=False) from exc
-        try:
-            yield doc
-        finally:
-            doc.close()
+    def _open(self, data: bytes, path: Path):  # noqa: ANN202 - a context manager of a pymupdf.Document
+        return open_pdf(data, path)
 
     # ------------------------------------------------------------------ parse
     def parse(self, path: Path) -> ParsedDocument:
@@ -153,23 +126,7 @@ class PyMuPDFParser:
         path = Path(path)
         data = self._read(path)
         with self._open(data, path) as doc:
-            flags: list[str] = []
-            if doc.needs_pass:
-                raise PDFError(f"{path.name}: password-protected (encrypted) PDF; it cannot be read without "
-                               f"the password — save an unprotected copy to ingest it", retryable=False)
-            if (doc.metadata or {}).get("encryption"):
-                flags.append("encrypted")
-            if doc.is_repaired:
-                if b"%%EOF" not in data[-EOF_WINDOW:]:
-                    raise PDFError(f"{path.name}: truncated or damaged PDF (no %%EOF marker at the end and the "
-                                   f"cross-reference table is broken) — an incomplete download?", retryable=False)
-                flags.append("repaired")
-            n_pages = doc.page_count
-            if n_pages == 0:
-                raise PDFError(f"{path.name}: the PDF has no pages", retryable=False)
-            keep = min(n_pages, self.max_pages)
-            if keep < n_pages:
-                flags.append(f"truncated_pages:{keep}")
+            n_pages, keep, flags = preflight(doc, data, path, self.max_pages)
             if not self.layout:
                 flags.append("no_layout")
             pages, unreadable = self._page_chunks(doc, keep, path)
@@ -240,6 +197,66 @@ class PyMuPDFParser:
 
 
 # ---------------------------------------------------------------------- helpers (module level, testable)
+def read_pdf(path: Path, max_bytes: int) -> bytes:
+    """The bytes of the PDF at ``path``; PDFError for a missing, empty, oversized or non-PDF file."""
+    try:
+        size = path.stat().st_size
+    except FileNotFoundError:
+        raise PDFError(f"{path.name}: file not found ({path})", retryable=False) from None
+    except OSError as exc:
+        raise PDFError(f"{path.name}: cannot read the file: {exc}", retryable=False) from exc
+    if size == 0:
+        raise PDFError(f"{path.name}: empty file (0 bytes)", retryable=False)
+    if size > max_bytes:
+        raise PDFError(f"{path.name}: {size:,} bytes is over the limit of {max_bytes:,} "
+                       f"(ingest.max_bytes)", retryable=False)
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise PDFError(f"{path.name}: cannot read the file: {exc}", retryable=False) from exc
+    if PDF_MAGIC not in data[:MAGIC_WINDOW]:
+        raise PDFError(f"{path.name}: not a PDF: starts with {_describe_start(data)}", retryable=False)
+    return data
+
+
+@contextmanager
+def open_pdf(data: bytes, path: Path) -> Iterator[Any]:
+    """The PDF bytes opened with PyMuPDF (closed on exit); PDFError when MuPDF cannot open them."""
+    import pymupdf
+
+    try:
+        doc = pymupdf.open(stream=data, filetype="pdf")
+    except Exception as exc:  # noqa: BLE001 - every open failure means the same: unreadable file
+        raise PDFError(f"{path.name}: not a readable PDF ({type(exc).__name__}: {exc})", retryable=False) from exc
+    try:
+        yield doc
+    finally:
+        doc.close()
+
+
+def preflight(doc: Any, data: bytes, path: Path, max_pages: int) -> tuple[int, int, list[str]]:
+    """(pages, pages to parse, flags) of an open PDF; PDFError for password-protected, truncated or
+    empty files. Flags: ``encrypted``, ``repaired``, ``truncated_pages:<n>``. Every parser runs it."""
+    flags: list[str] = []
+    if doc.needs_pass:
+        raise PDFError(f"{path.name}: password-protected (encrypted) PDF; it cannot be read without "
+                       f"the password — save an unprotected copy to ingest it", retryable=False)
+    if (doc.metadata or {}).get("encryption"):
+        flags.append("encrypted")
+    if doc.is_repaired:
+        if b"%%EOF" not in data[-EOF_WINDOW:]:
+            raise PDFError(f"{path.name}: truncated or damaged PDF (no %%EOF marker at the end and the "
+                           f"cross-reference table is broken) — an incomplete download?", retryable=False)
+        flags.append("repaired")
+    n_pages = doc.page_count
+    if n_pages == 0:
+        raise PDFError(f"{path.name}: the PDF has no pages", retryable=False)
+    keep = min(n_pages, max_pages)
+    if keep < n_pages:
+        flags.append(f"truncated_pages:{keep}")
+    return n_pages, keep, flags
+
+
 def _describe_start(data: bytes) -> str:
     head = data[:16].lstrip()
     text = head.decode("latin-1")
