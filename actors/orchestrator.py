@@ -49,6 +49,11 @@ class RunCancelled(Exception):
     """``forage cancel`` asked this run to stop (checked at every stage boundary)."""
 
 
+class RunSuperseded(Exception):
+    """Another process took this run over (``forage resume`` after its driver died) while this Orchestrator
+    was still running: it stops at its next checkpoint or stage boundary without writing anything."""
+
+
 def mean_coverage(coverages: Sequence[RequirementCoverage]) -> float:
     if not coverages:
         return 0.0
@@ -66,6 +71,7 @@ class Orchestrator:
         self._crew = crew
         self._llm = llm
         self.state: dict[str, Any] = {}
+        self._token: str | None = None  # this process's claim on the run (RunDir.claim), set by run()
 
     # -- requirements -----------------------------------------------------------------------------
     async def plan(self, request: PlanRequest) -> RequirementsPlan:
@@ -124,6 +130,7 @@ class Orchestrator:
         s = self.settings.run
         crew = self._crew_or_default()
         started = time.monotonic()
+        self._token = self.rundir.claim()  # from now on an Orchestrator still running for this run stops
         previous = {} if self.state else self.rundir.read_state()  # progress of an earlier process: resume it
         self.state.update({
             "run_id": self.run_id, "status": "running", "query": plan.query.text,
@@ -230,6 +237,9 @@ class Orchestrator:
             await self._final_event("finished", stop_reason, iteration, report=str(self.rundir.report_md),
                                     mean_coverage=summary.mean_coverage)
             return summary
+        except RunSuperseded as exc:  # not ours any more: write nothing, send no final event
+            return RunSummary(run_id=self.run_id, status="superseded", iterations=iteration, stop_reason=str(exc),
+                              mean_coverage=mean_coverage(coverages), run_dir=str(self.rundir.path))
         except RunCancelled:
             reason = "cancelled (forage cancel); `forage resume` continues it"
             self.state.update({"status": "cancelled", "stop_reason": reason})
@@ -248,6 +258,7 @@ class Orchestrator:
             await crew.close()
 
     def _check_cancel(self) -> None:
+        self._check_owner()
         if self.rundir.cancel_requested():
             raise RunCancelled
 
@@ -389,7 +400,12 @@ class Orchestrator:
         if ref is not None:
             await ref
 
+    def _check_owner(self) -> None:
+        if self._token is not None and self.rundir.owner() != self._token:
+            raise RunSuperseded("another process took this run over (forage resume); this one stopped")
+
     def _checkpoint(self) -> None:
+        self._check_owner()
         self.rundir.save_state(self.state)
 
 

@@ -35,7 +35,8 @@ class StatusEvent(Message):
 class RunSummary(Message):
     """What ``run`` returns when the loop and the Writer are done."""
 
-    status: str = Field(description="'finished' or 'failed'.")
+    status: str = Field(description="'finished', 'failed', 'cancelled', or 'superseded' (another process resumed "
+                                    "the run while this one still ran).")
     iterations: int
     stop_reason: str
     mean_coverage: float

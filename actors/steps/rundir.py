@@ -94,6 +94,24 @@ class RunDir:
         """Written by ``forage cancel``; the Orchestrator stops at its next stage boundary."""
         return self.path / "cancel"
 
+    @property
+    def owner_file(self) -> Path:
+        """The token of the process that drives the run now (``claim``): a resume takes the run over, and
+        an Orchestrator of a dead driver that is still running finds it is no longer the owner."""
+        return self.path / "owner"
+
+    def claim(self) -> str:
+        """Make the caller the run's owner; returns its token."""
+        token = secrets.token_hex(8)
+        atomic_write(self.owner_file, f"{token}\n")
+        return token
+
+    def owner(self) -> str | None:
+        try:
+            return self.owner_file.read_text(encoding="utf-8").strip() or None
+        except FileNotFoundError:
+            return None
+
     def request_cancel(self) -> None:
         atomic_write(self.cancel_flag, f"{datetime.now(UTC).isoformat()}\n")
 
