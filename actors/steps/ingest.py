@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,6 +43,12 @@ from messages.status import Stage
 log = logging.getLogger(__name__)
 
 TEXT_PARSER = "text"
+
+#: the phases of a document's ``ingest/progress`` events, in order: ``queued`` (the Orchestrator handed
+#: it to the Ingestor pool), ``parsing`` (file read and parsed; its payload has the Ingestor's ``pid``),
+#: ``chunking``, ``embedding``, then one of ``stored``, ``skipped`` (already in the store) or
+#: ``failed`` (with ``reason``). A document that fails stops at the phase it reached, then ``failed``.
+PHASES = ("queued", "parsing", "chunking", "embedding", "stored", "skipped", "failed")
 
 
 def file_sha256(path: Path) -> str:
@@ -130,6 +137,8 @@ class IngestStep:
             raise PDFError(f"{candidate.key}: this ingest step has no PDF parser (it was built for text)",
                            retryable=False)
         path = Path(candidate.path).expanduser()
+        # reading the file (its hash) is part of parsing; pid: the process a crash would take down
+        self._progress(candidate.key, "parsing", path=str(path), pid=os.getpid())
         try:
             size = path.stat().st_size
             if size > self.settings.ingest.max_bytes:
@@ -152,11 +161,13 @@ class IngestStep:
         parsed = self.parser.parse(path)
         timings["parse_s"] = perf_counter() - t
 
+        self._progress(candidate.key, "chunking")
         prepared = self._prepare(
             doc_id, candidate.key, parsed.markdown, outline_title=parsed.title or candidate.title,
             title=candidate.title or parsed.title, fallback_title=path.stem, page_spans=parsed.page_spans,
             authors=candidate.authors or parsed.authors, year=candidate.year or parsed.year,
             parser=parsed.parser, flags=parsed.flags, origin=path.name)
+        self._progress(candidate.key, "embedding", chunks=len(prepared.chunks))
         [vectors] = self._embed([prepared])
         self._store(prepared, vectors)
         timings.update(prepared.timings)
@@ -200,6 +211,8 @@ class IngestStep:
                 first_with[outcome[0].doc.doc_id] = i
 
         order = list(prepared)
+        for i in order:
+            self._progress(documents[i].key, "embedding", chunks=len(prepared[i][0].chunks))
         try:
             vectors = self._embed([prepared[i][0] for i in order])
         except Exception as exc:  # noqa: BLE001 - the whole batch shares the embedder call
@@ -260,6 +273,7 @@ class IngestStep:
         if known is not None:
             return known
         previous = self.store.document_by_key(document.key)
+        self._progress(document.key, "chunking")
         title = " ".join(document.title.split())
         item = self._prepare(doc_id, document.key, markdown, outline_title=title or None, title=title or None,
                              fallback_title=document.origin or document.key, page_spans=(),
@@ -355,7 +369,13 @@ class IngestStep:
         return IngestResult(run_id=run_id, key=key, path=path, status="failed", reason=reason, retryable=retryable,
                             seconds=perf_counter() - started)
 
+    def _progress(self, key: str, phase: str, **payload: object) -> None:
+        """One step of a document's way through ingestion (:data:`PHASES`), as an ``ingest/progress`` event."""
+        self.emit(Stage.INGEST, "progress", f"{key}: {phase}", key=key, phase=phase, **payload)
+
     def _report(self, result: IngestResult, timings: dict[str, float]) -> None:
+        # the document's last progress phase, then the summary event ('document' or 'failed')
+        self._progress(result.key, result.status, **({"reason": result.reason} if result.status == "failed" else {}))
         if result.status == "failed":
             self.emit(Stage.INGEST, "failed", f"{result.key}: {result.reason}", key=result.key,
                       path=result.path, reason=result.reason, retryable=result.retryable)

@@ -4,6 +4,7 @@ OllamaEmbedder against the loopback Ollama server (fast, deterministic) or, in t
 from __future__ import annotations
 
 import hashlib
+import os
 from pathlib import Path
 
 import pymupdf
@@ -51,6 +52,15 @@ def make_pdf(path: Path, html: str) -> Path:
     doc.saveIncr()
     doc.close()
     return path
+
+
+def summaries(emit: RecordingEmit) -> list:
+    """The summary events ('document' / 'failed'), without the per-phase progress events."""
+    return [e for e in emit.events if e.kind != "progress"]
+
+
+def phases(emit: RecordingEmit) -> list[str]:
+    return [e.payload["phase"] for e in emit.events if e.kind == "progress"]
 
 
 class CountingParser:
@@ -128,9 +138,13 @@ def test_stores_document_chunks_and_vectors(setup, server: LoopbackOllama, tmp_p
     for text, chunk in zip(inputs, chunks):
         assert text == f"{TITLE} — {chunk.section_path}\n{chunk.text}"
 
-    [event] = emit.events
+    [event] = summaries(emit)
     assert (event.stage, event.kind) == (Stage.INGEST, "document")
     assert event.payload["status"] == "stored" and event.payload["n_chunks"] == len(chunks)
+    assert phases(emit) == ["parsing", "chunking", "embedding", "stored"]  # 'queued' is the Orchestrator's
+    progress = [e for e in emit.events if e.kind == "progress"]
+    assert {e.payload["key"] for e in progress} == {f"file:{path}"}
+    assert progress[0].payload["pid"] == os.getpid() and progress[2].payload["chunks"] == len(chunks)
     assert event.payload["title"] == TITLE and "parse_s" in event.payload
 
 
@@ -147,7 +161,8 @@ def test_same_file_again_is_skipped_without_parsing(setup, server: LoopbackOllam
     copy.write_bytes(path.read_bytes())
     other_key = step.ingest(request(copy))
     assert other_key.status == "skipped" and f"file:{path}" in other_key.reason
-    assert [e.payload["status"] for e in emit.events] == ["stored", "skipped", "skipped"]
+    assert [e.payload["status"] for e in summaries(emit)] == ["stored", "skipped", "skipped"]
+    assert phases(emit)[-2:] == ["parsing", "skipped"]  # known: no chunking, no embedding
     assert len(store.list_documents()) == 1
 
 
@@ -187,8 +202,10 @@ def test_bad_documents_fail_with_a_reason_and_store_nothing(setup, tmp_path: Pat
     result = step.ingest(request(make(folder)))
     assert result.status == "failed" and reason in result.reason and result.retryable is False
     assert result.doc_id is None and store.list_documents() == []
-    [event] = emit.events
+    [event] = summaries(emit)
     assert event.kind == "failed" and reason in event.payload["reason"] and event.payload["retryable"] is False
+    assert phases(emit) == ["parsing", "failed"]
+    assert reason in emit.events[-2].payload["reason"]  # the 'failed' phase carries the reason too
 
 
 def test_candidate_without_a_file_fails(setup) -> None:
