@@ -17,12 +17,30 @@ from messages.ingest import IngestRequest, IngestResult
 
 class Ingestor:
     def __init__(self, settings: Settings, run_id: str, hub: object | None = None,
-                 embedder: Any | None = None) -> None:
+                 embedder: Any | None = None, llm: Any | None = None) -> None:
         self.settings = settings
         self.run_id = run_id
         self._emit = HubEmit(run_id, hub)
         self._embedder = embedder
+        self._llm = llm
         self._step = None
+
+    def _context_llm(self) -> Any | None:
+        """The LLM that writes chunk contexts, only when ``ingest.contextual`` is on (as a Forager's:
+        the one given, else built from the settings; each call holds a Ray llm_slot when
+        ``ray.llm_slots`` is set). None when the setting is off: no LLM is built."""
+        if not self.settings.ingest.contextual:
+            return None
+        from actors.options import llm_call_options
+        from infra.llm import build_llm
+
+        llm = self._llm or build_llm(self.settings)
+        slot = llm_call_options(self.settings)
+        if slot is not None:
+            from infra.llm.slotted import SlottedLLM
+
+            llm = SlottedLLM(llm, slot, hosts=dict(self.settings.ray.ollama_hosts))
+        return llm
 
     def _ensure(self):
         if self._step is None:
@@ -33,7 +51,7 @@ class Ingestor:
 
             self._step = IngestStep(self.settings, build_store(self.settings),
                                     self._embedder or build_embedder(self.settings),
-                                    build_parser(self.settings), emit=self._emit)
+                                    build_parser(self.settings), emit=self._emit, llm=self._context_llm())
         return self._step
 
     def ingest(self, request: IngestRequest) -> IngestResult:

@@ -468,7 +468,8 @@ class RayCrew:
         if not requests:
             return []
         while len(self._ingestors) < self.settings.ingest.pool_size:
-            self._ingestors.append(self._actor(Ingestor, "ingestor", self.settings, self.run_id, self.hub))
+            self._ingestors.append(self._actor(Ingestor, "ingestor", self.settings, self.run_id, self.hub,
+                                               llm=self.llm if self.settings.ingest.contextual else None))
         queue: asyncio.Queue[tuple[int, IngestRequest]] = asyncio.Queue()
         for i, r in enumerate(requests):
             queue.put_nowait((i, r))

@@ -111,6 +111,12 @@ class IngestSettings(Section):
     max_pages: int = Field(default=60, ge=1, description="Pages parsed per document; the rest are noted and skipped.")
     timeout_s: float = Field(default=300.0, gt=0, description="Per document parse timeout.")
     max_bytes: int = Field(default=100_000_000, ge=1, description="Refuse files larger than this.")
+    contextual: bool = Field(
+        default=False,
+        description="Contextual retrieval: an LLM writes a one-to-two-sentence context for each chunk (from the "
+                    "title, abstract and section path); it is put before the chunk for embedding and BM25, stored "
+                    "apart from the chunk text, cached by chunk hash next to the store.")
+    contextual_batch: int = Field(default=8, ge=1, le=32, description="Chunks per contextual-retrieval LLM call.")
 
 
 class SearchSettings(Section):

@@ -25,6 +25,7 @@ from infra.settings import Settings
 from infra.store.base import ChunkRecord
 
 CONTEXT_TOKENS = 32
+CHUNK_CONTEXT_TOKENS = 64  # contextual retrieval: the LLM's context of a chunk, when ingest.contextual is on
 SPECIAL_TOKENS = 2  # [CLS] and [SEP]
 MIN_KEEP = 0.6
 MIN_WINDOW = 16
@@ -33,12 +34,14 @@ TokenSpans = Callable[[str], list[tuple[int, int]]]
 
 
 def window_for(settings: Settings, embedder: Embedder) -> tuple[int, int]:
-    """(tokens per chunk, overlap) for this embedder: the settings' window, capped to fit the model."""
+    """(tokens per chunk, overlap) for this embedder: the settings' window, capped to fit the model
+    (with contextual retrieval on, also the chunk's context of at most ``CHUNK_CONTEXT_TOKENS``)."""
     tokens, overlap = settings.chunk_window()
-    budget = min(tokens, embedder.max_tokens - SPECIAL_TOKENS - CONTEXT_TOKENS)
+    reserved = SPECIAL_TOKENS + CONTEXT_TOKENS + (CHUNK_CONTEXT_TOKENS if settings.ingest.contextual else 0)
+    budget = min(tokens, embedder.max_tokens - reserved)
     if budget < MIN_WINDOW:
         raise ConfigError(f"embedder {embedder.name} reads {embedder.max_tokens} tokens: too few for chunks "
-                          f"(need at least {MIN_WINDOW + SPECIAL_TOKENS + CONTEXT_TOKENS})")
+                          f"(need at least {MIN_WINDOW + reserved})")
     return budget, max(0, min(overlap, budget // 2))
 
 
@@ -50,6 +53,18 @@ def context_line(title: str, section_path: str, token_spans: TokenSpans,
     if len(spans) > max_tokens:
         text = text[:spans[max_tokens - 1][1]]
     return text + "\n" if text else ""
+
+
+def chunk_context_line(context: str, token_spans: TokenSpans, max_tokens: int = CHUNK_CONTEXT_TOKENS) -> str:
+    """A chunk's LLM context (contextual retrieval) cut to ``max_tokens`` tokens, ending in a newline
+    (put between the context line and the chunk text); '' without one."""
+    text = " ".join(context.split())
+    if not text:
+        return ""
+    spans = token_spans(text)
+    if len(spans) > max_tokens:
+        text = text[:spans[max_tokens - 1][1]]
+    return text + "\n"
 
 
 def pages_for(char_start: int, char_end: int, page_spans: Sequence[tuple[int, int, int]]) -> tuple[int, ...]:

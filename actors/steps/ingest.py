@@ -29,11 +29,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from time import perf_counter
 
-from actors.steps.chunking import chunk_sections, context_line, window_for
+from actors.steps.chunking import chunk_context_line, chunk_sections, context_line, window_for
+from actors.steps.contextual import Contextualizer
 from actors.steps.events import Emit, null_emit
 from actors.steps.sections import outline
 from infra.embed.base import Embedder
 from infra.errors import ForageError, PDFError
+from infra.llm.base import LLM
 from infra.pdf.base import PDFParser
 from infra.settings import Settings
 from infra.store.base import ChunkRecord, DocumentRecord, Store, upsert_documents
@@ -95,14 +97,23 @@ class IngestStep:
     """Parse (PDFs) or take text, chunk, embed and store documents; report what happened to each."""
 
     def __init__(self, settings: Settings, store: Store, embedder: Embedder, parser: PDFParser | None = None,
-                 emit: Emit = null_emit) -> None:
-        """``parser`` is needed for :meth:`ingest` (PDFs) only; text documents need none."""
+                 emit: Emit = null_emit, llm: LLM | None = None) -> None:
+        """``parser`` is needed for :meth:`ingest` (PDFs) only; text documents need none. ``llm`` writes
+        the chunk contexts when ``ingest.contextual`` is on (built from the settings when not given);
+        with the setting off no LLM is built or used."""
         self.settings = settings
         self.store = store
         self.embedder = embedder
         self.parser = parser
         self.emit = emit
         self.max_tokens, self.overlap = window_for(settings, embedder)
+        self.contextualizer: Contextualizer | None = None
+        if settings.ingest.contextual:
+            if llm is None:
+                from infra.llm import build_llm
+
+                llm = build_llm(settings)
+            self.contextualizer = Contextualizer.from_settings(settings, llm)
 
     # ------------------------------------------------------------------ PDFs
 
@@ -304,17 +315,39 @@ class IngestStep:
                                 self.max_tokens, self.overlap)
         if not chunks:
             raise PDFError(f"{origin}: no text to index after parsing", retryable=False)
+        timings = {"chunk_s": perf_counter() - t}
+        flags = tuple(flags)
+        if self.contextualizer is not None:
+            chunks, flags = self._contextualize(title, tree.abstract, chunks, flags, origin, timings)
         contexts: dict[str, str] = {}
         inputs = []
         for chunk in chunks:
             if chunk.section_path not in contexts:
                 contexts[chunk.section_path] = context_line(title, chunk.section_path, self.embedder.token_spans)
-            inputs.append(contexts[chunk.section_path] + chunk.text)
+            inputs.append(contexts[chunk.section_path] + chunk_context_line(chunk.context, self.embedder.token_spans)
+                          + chunk.text)
         doc = DocumentRecord(
             doc_id=doc_id, key=key, title=title, authors=tuple(authors), year=year, abstract=tree.abstract,
-            sections=tree.paths, markdown=markdown, parser=parser, flags=tuple(flags), n_chunks=len(chunks),
-            origin=origin)
-        return _Prepared(doc, chunks, inputs, {"chunk_s": perf_counter() - t})
+            sections=tree.paths, markdown=markdown, parser=parser, flags=flags, n_chunks=len(chunks),
+            origin=origin, references=tree.references)
+        return _Prepared(doc, chunks, inputs, timings)
+
+    def _contextualize(self, title: str, abstract: str, chunks: list[ChunkRecord], flags: tuple[str, ...],
+                       origin: str, timings: dict[str, float]) -> tuple[list[ChunkRecord], tuple[str, ...]]:
+        """Chunks with their LLM contexts (contextual retrieval); chunks left without one are counted
+        in the flag ``context_missing:<n>`` and logged with the reason. Never raises for the LLM."""
+        assert self.contextualizer is not None
+        t = perf_counter()
+        found = self.contextualizer.contextualize(title, abstract, chunks)
+        timings["context_s"] = perf_counter() - t
+        timings["context_llm_calls"] = float(found.llm_calls)
+        timings["context_cached"] = float(found.cached)
+        if found.missing:
+            flags = (*flags, f"context_missing:{len(found.missing)}")
+            log.warning("%s: %d of %d chunks without context (%s)", origin, len(found.missing), len(chunks),
+                        next(iter(found.missing.values())))
+        return [c.model_copy(update={"context": found.contexts[c.chunk_id]}) if c.chunk_id in found.contexts else c
+                for c in chunks], flags
 
     def _embed(self, items: Sequence[_Prepared]) -> list[list[list[float]]]:
         """One embedder call for the chunks of all ``items``; the vectors of each item, in order."""

@@ -28,6 +28,9 @@ class ChunkRecord(_Record):
     char_end: int = Field(ge=0)
     token_count: int = Field(ge=0)
     pages: tuple[int, ...] = ()
+    context: str = Field(default="", description="Contextual retrieval: what an LLM wrote to situate the chunk in "
+                                                 "its paper. Put before the text for embedding and BM25; never "
+                                                 "part of ``text`` (citations quote ``text``).")
 
 
 class DocumentRecord(_Record):
@@ -43,6 +46,9 @@ class DocumentRecord(_Record):
     flags: tuple[str, ...] = ()
     n_chunks: int = 0
     origin: str = Field(default="", description="File name, DOI or URL shown in the report.")
+    references: tuple[str, ...] = Field(
+        default=(), description="The paper's reference list, one entry per cited work, as printed (kept apart: "
+                                "never evidence, for later citation use).")
 
 
 class Hit(_Record):

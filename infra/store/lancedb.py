@@ -85,11 +85,14 @@ Upsert = tuple[DocumentRecord, Sequence[ChunkRecord], Sequence[Sequence[float]]]
 
 def search_text(title: str, chunk: ChunkRecord) -> str:
     """What BM25 indexes for a chunk: '<title> — <section path>' (the path left out when it is the
-    title or empty), a newline, then the chunk text. Mirrors the embedder's context line."""
+    title or empty), a newline, the chunk's LLM context and a newline when it has one (contextual
+    retrieval), then the chunk text. Mirrors what the embedder reads."""
     title = " ".join(title.split())
     path = " ".join(chunk.section_path.split())
     head = " — ".join(p for p in (title, "" if path == title else path) if p)
-    return f"{head}\n{chunk.text}" if head else chunk.text
+    context = " ".join(chunk.context.split())
+    body = f"{context}\n{chunk.text}" if context else chunk.text
+    return f"{head}\n{body}" if head else body
 
 
 def chunk_schema(dim: int) -> pa.Schema:
@@ -107,6 +110,7 @@ def chunk_schema(dim: int) -> pa.Schema:
         pa.field("pages", pa.list_(pa.int32())),
         pa.field("vector", pa.list_(pa.float32(), dim)),
         pa.field(SEARCH_TEXT, pa.string(), nullable=False),
+        pa.field("context", pa.string()),
     ])
 
 
@@ -123,7 +127,13 @@ DOCUMENT_SCHEMA = pa.schema([
     pa.field("flags", pa.list_(pa.string())),
     pa.field("n_chunks", pa.int32()),
     pa.field("origin", pa.string()),
+    pa.field("references", pa.list_(pa.string())),
 ])
+# columns added after the first release: an older table gains them (all null) when opened
+ADDED_COLUMNS: dict[str, tuple[pa.Field, ...]] = {
+    "chunks": (pa.field("context", pa.string()),),
+    "documents": (pa.field("references", pa.list_(pa.string())),),
+}
 
 
 def sql_str(value: str) -> str:
@@ -282,6 +292,7 @@ class LanceStore:
                     table = self._db.create_table(name, schema=schema)
             except Exception as exc:  # noqa: BLE001
                 raise StoreError(f"cannot open table {name!r} of the store at {self.path}: {exc}") from exc
+            self._add_missing_columns(name, table)
             if name == CHUNKS:
                 self._check_dim(table)
                 self._check_library_meta()
@@ -289,6 +300,18 @@ class LanceStore:
             self._ensure_scalar_indexes(name, table)
         self._tables[name] = table
         return table
+
+    def _add_missing_columns(self, name: str, table: Table) -> None:
+        """Columns of :data:`ADDED_COLUMNS` a table written by an older Forage lacks, added as nulls
+        (read back as the field's default). Caller holds the tables lock."""
+        missing = [f for f in ADDED_COLUMNS.get(name, ()) if f.name not in table.schema.names]
+        if not missing:
+            return
+        try:
+            table.add_columns(missing)
+        except Exception as exc:  # noqa: BLE001
+            raise StoreError(f"cannot add the columns {[f.name for f in missing]} to table {name!r} of the "
+                             f"store at {self.path}: {exc}") from exc
 
     def _check_dim(self, table: Table) -> None:
         vector_type = table.schema.field("vector").type
@@ -431,18 +454,22 @@ class LanceStore:
         rows = []
         for doc in docs:
             row = doc.model_dump()
-            for name in ("authors", "sections", "flags"):
+            for name in ("authors", "sections", "flags", "references"):
                 row[name] = list(row[name])
             rows.append(row)
         return pa.Table.from_pylist(rows, schema=DOCUMENT_SCHEMA)
 
     @staticmethod
     def _to_chunk(row: dict[str, Any]) -> ChunkRecord:
-        return ChunkRecord(**{name: row[name] for name in _CHUNK_COLUMNS})
+        data = {name: row[name] for name in _CHUNK_COLUMNS}
+        data["context"] = data["context"] or ""
+        return ChunkRecord(**data)
 
     @staticmethod
     def _to_doc(row: dict[str, Any]) -> DocumentRecord:
-        return DocumentRecord(**{name: row[name] for name in _DOC_COLUMNS})
+        data = {name: row[name] for name in _DOC_COLUMNS}
+        data["references"] = tuple(data["references"] or ())
+        return DocumentRecord(**data)
 
     # ------------------------------------------------------------------ documents and the registry
 

@@ -59,6 +59,12 @@ Fusion = Literal["relative_score", "rrf"]
 MAX_RESULTS = 10_000  # Weaviate's default QUERY_MAXIMUM_RESULTS
 _STEM = snowballstemmer.stemmer("english")
 _CHUNK_FIELDS = list(ChunkRecord.model_fields)
+# properties added after the first release: an older collection gains them when first used
+ADDED_PROPERTIES: dict[str, list[Property]] = {
+    "chunks": [Property(name="context", data_type=DataType.TEXT, index_searchable=False, index_filterable=False)],
+    "documents": [Property(name="references", data_type=DataType.TEXT_ARRAY, index_searchable=False,
+                           index_filterable=False)],
+}
 _DOC_FIELDS = list(DocumentRecord.model_fields)
 
 
@@ -100,12 +106,13 @@ def to_chunk(props: dict[str, Any]) -> ChunkRecord:
     data["pages"] = tuple(props.get("pages") or ())
     data["text"] = props.get("text") or ""
     data["section_path"] = props.get("section_path") or ""
+    data["context"] = props.get("context") or ""
     return ChunkRecord.model_validate(data)
 
 
 def to_doc(props: dict[str, Any]) -> DocumentRecord:
     data: dict[str, Any] = {name: props.get(name) for name in _DOC_FIELDS}
-    for name in ("authors", "sections", "flags"):
+    for name in ("authors", "sections", "flags", "references"):
         data[name] = tuple(props.get(name) or ())
     for name in ("abstract", "markdown", "parser", "origin", "title"):
         data[name] = props.get(name) or ""
@@ -244,6 +251,7 @@ class WeaviateStore:
                 self._create(client, name)
             if name == self.chunks_name:
                 self._check_meta(client.collections.use(name))
+            self._add_missing_properties(name, client.collections.use(name))
             self._ready[name] = True
         return client.collections.use(name)
 
@@ -257,7 +265,8 @@ class WeaviateStore:
             props += [Property(name="pages", data_type=DataType.INT_ARRAY, index_filterable=False),
                       Property(name="text", data_type=DataType.TEXT, index_searchable=False, index_filterable=False),
                       Property(name="search_text", data_type=DataType.TEXT, tokenization=Tokenization.WHITESPACE,
-                               index_filterable=False)]
+                               index_filterable=False),
+                      *ADDED_PROPERTIES["chunks"]]
             vectors = Configure.Vectors.self_provided(
                 vector_index_config=Configure.VectorIndex.hnsw(distance_metric=VectorDistances.COSINE))
             description = LibraryMeta(embed_model=self.embed_model, dim=self.dim).dumps()
@@ -269,6 +278,7 @@ class WeaviateStore:
             props += [Property(name=n, data_type=DataType.TEXT_ARRAY, index_searchable=False, index_filterable=False)
                       for n in ("authors", "sections", "flags")]
             props += [Property(name=n, data_type=DataType.INT) for n in ("year", "n_chunks")]
+            props += ADDED_PROPERTIES["documents"]
             vectors = Configure.Vectors.self_provided()
             description = "Forage document registry"
         try:
@@ -278,6 +288,18 @@ class WeaviateStore:
         except Exception as exc:  # noqa: BLE001 - another process may have created it meanwhile
             if not client.collections.exists(name):
                 raise StoreError(f"cannot create the collection {name} in {self.where}: {exc}") from exc
+
+    def _add_missing_properties(self, name: str, collection: Collection[Any, Any]) -> None:
+        """Properties of :data:`ADDED_PROPERTIES` a collection created by an older Forage lacks."""
+        added = ADDED_PROPERTIES["chunks" if name == self.chunks_name else "documents"]
+        try:
+            have = {prop.name for prop in collection.config.get().properties}
+            for prop in added:
+                if prop.name not in have:
+                    collection.config.add_property(prop)
+        except Exception as exc:  # noqa: BLE001
+            raise StoreError(f"cannot add the properties {[p.name for p in added]} to {name} in "
+                             f"{self.where}: {exc}") from exc
 
     def _check_meta(self, collection: Collection[Any, Any]) -> None:
         recorded = LibraryMeta.loads(collection.config.get().description)

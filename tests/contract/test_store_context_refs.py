@@ -1,0 +1,82 @@
+"""The two fields added to the store contract: a chunk's LLM ``context`` (contextual retrieval: found
+by BM25, never part of the text) and a document's ``references`` (its reference list). Both stores
+(Weaviate where WEAVIATE_URL is set); an older LanceDB store without the columns gains them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from infra.store.base import ChunkFilter, Store, upsert_documents
+from tests.contract.test_store_contract import (  # noqa: F401
+    _drop_weaviate_library, hash_vec, ids, make_doc, put, store, store_spec)
+
+REFS = ("[1] A. Author and B. Writer. 2019. A cited paper. In Proc. of ACL, pages 1–10.",
+        "Smith J, Doe R (2020) Another cited work. Nature 5:12–20")
+
+
+def test_context_and_references_round_trip(store: Store) -> None:
+    doc, chunks = make_doc("c" * 64, ["the plain chunk text", "a second chunk"])
+    doc = doc.model_copy(update={"references": REFS})
+    chunks[0] = chunks[0].model_copy(update={"context": "This passage describes the zebrafish cohort."})
+    put(store, doc, chunks)
+    got = store.get_document(doc.doc_id)
+    assert got is not None and got.references == REFS
+    assert store.list_documents()[0].references == REFS
+    assert store.get_chunk(chunks[0].chunk_id) == chunks[0]
+    assert store.get_chunk(chunks[1].chunk_id).context == ""  # type: ignore[union-attr]
+    assert store.chunks(ChunkFilter()) == chunks
+
+
+def test_bm25_finds_a_chunk_by_its_context_but_the_text_stays_the_original(store: Store) -> None:
+    doc, chunks = make_doc("d" * 64, ["households were surveyed twice", "unrelated words here"])
+    chunks[0] = chunks[0].model_copy(update={"context": "Describes the zebrafish regeneration cohort."})
+    put(store, doc, chunks)
+    assert ids(store.bm25("zebrafish", 5)) == [chunks[0].chunk_id]
+    hit = store.bm25("regeneration", 5)[0]
+    assert hit.chunk.text == "households were surveyed twice"
+    assert "zebrafish" not in hit.chunk.text and hit.chunk.context.startswith("Describes")
+
+
+def test_batch_write_keeps_context_and_references(store: Store) -> None:
+    items = []
+    for doc_id, text in (("e" * 64, "first document body"), ("f" * 64, "second document body")):
+        doc, chunks = make_doc(doc_id, [text])
+        doc = doc.model_copy(update={"references": REFS[:1]})
+        chunks = [c.model_copy(update={"context": f"Context of {doc_id[:1]}."}) for c in chunks]
+        items.append((doc, chunks, [hash_vec(c.text) for c in chunks]))
+    upsert_documents(store, items)
+    for doc, chunks, _ in items:
+        assert store.get_document(doc.doc_id).references == REFS[:1]  # type: ignore[union-attr]
+        assert store.get_chunk(chunks[0].chunk_id).context == chunks[0].context  # type: ignore[union-attr]
+
+
+def test_lance_store_written_before_context_and_references_gains_them(tmp_path: Path) -> None:
+    """Tables created without the ``context`` / ``references`` columns (an older Forage) read back
+    their rows with the defaults and take new writes with both fields."""
+    import lancedb
+
+    from infra.store.lancedb import DOCUMENT_SCHEMA, LanceStore, chunk_schema
+
+    path = tmp_path / "old"
+    old_chunks = chunk_schema(384).remove(chunk_schema(384).get_field_index("context"))
+    old_docs = DOCUMENT_SCHEMA.remove(DOCUMENT_SCHEMA.get_field_index("references"))
+    db = lancedb.connect(str(path))
+    old_doc, old_rows = make_doc("a" * 64, ["written by an older forage"])
+    chunk_row = {**old_rows[0].model_dump(exclude={"context"}), "pages": list(old_rows[0].pages),
+                 "vector": hash_vec(old_rows[0].text), "search_text": "A title\nwritten by an older forage"}
+    db.create_table("chunks", data=[chunk_row], schema=old_chunks)
+    doc_row = {**old_doc.model_dump(exclude={"references"}), "n_chunks": 1}
+    for name in ("authors", "sections", "flags"):
+        doc_row[name] = list(doc_row[name])
+    db.create_table("documents", data=[doc_row], schema=old_docs)
+
+    store = LanceStore(path)
+    assert store.get_document(old_doc.doc_id).references == ()  # type: ignore[union-attr]
+    assert store.get_chunk(old_rows[0].chunk_id).context == ""  # type: ignore[union-attr]
+    new_doc, new_chunks = make_doc("b" * 64, ["written now"])
+    new_doc = new_doc.model_copy(update={"references": REFS})
+    new_chunks = [new_chunks[0].model_copy(update={"context": "A fresh context about lampreys."})]
+    put(store, new_doc, new_chunks)
+    assert store.get_document(new_doc.doc_id).references == REFS  # type: ignore[union-attr]
+    assert ids(store.bm25("lampreys", 5)) == [new_chunks[0].chunk_id]
+    assert {f.name for f in lancedb.connect(str(path)).open_table("documents").schema} >= {"references"}
