@@ -48,6 +48,8 @@ ARTIFACTS = {"run.json": "application/json", "evidence.jsonl": "application/x-nd
              "report.md": "text/markdown; charset=utf-8", "report.json": "application/json",
              "comparison.json": "application/json"}
 FINAL_KINDS = ("finished", "failed")
+_FIGURE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}\.(svg|png)$")
+FIGURE_TYPES = {"svg": "image/svg+xml", "png": "image/png"}
 
 
 # -- token ---------------------------------------------------------------------------------------------
@@ -594,6 +596,18 @@ def create_app(settings: Settings, *, llm: Any | None = None, token: str | None 
         if not path.exists():
             raise HTTPException(404, f"run {run_id} has no {name}")
         return FileResponse(path, media_type=ARTIFACTS[name])
+
+    @app.get("/api/runs/{run_id}/figures/{name}", dependencies=auth, tags=["reports"],
+             summary="A chart of the run's report (figures/<name>.svg|png, as the report links it)",
+             response_class=FileResponse)
+    async def figure(run_id: str, name: str) -> FileResponse:
+        match = _FIGURE.match(name)
+        if match is None:
+            raise HTTPException(404, f"{name!r} is not a figure name (<name>.svg or <name>.png)")
+        path = manager.rundir(run_id).path / "figures" / name
+        if not path.is_file():
+            raise HTTPException(404, f"run {run_id} has no figure {name}")
+        return FileResponse(path, media_type=FIGURE_TYPES[match.group(1)])
 
     @app.get("/api/runs/{run_id}/chunks/{chunk_id}", response_model=Chunk, dependencies=auth, tags=["reports"],
              summary="A stored chunk cited by the run (as `forage chunk`): text, document, section, pages")

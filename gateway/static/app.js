@@ -278,10 +278,35 @@ async function showReport() {
   state.evidence = evidence;
   // the fragment is rendered by markdown-it with raw HTML escaped: safe to insert
   $("report").innerHTML = html;
+  loadFigures(runId);
   for (const [id, name] of [["dl-report", "report.md"], ["dl-evidence", "evidence.jsonl"], ["dl-runjson", "run.json"]]) {
     $(id).href = `/api/runs/${runId}/artifacts/${name}`;
   }
   $("report-box").hidden = false;
+}
+
+// the report links its charts as figures/<name>; fetched through the API (with the token when there is one)
+async function loadFigures(runId) {
+  const nodes = [...$("report").querySelectorAll('img[src^="figures/"], a[href^="figures/"]')];
+  const urls = {};
+  for (const node of nodes) {
+    const attr = node.tagName === "IMG" ? "src" : "href";
+    const name = node.getAttribute(attr).slice("figures/".length);
+    if (!(name in urls)) {
+      urls[name] = (async () => {
+        const headers = token() ? { Authorization: "Bearer " + token() } : {};
+        const resp = await fetch(`/api/runs/${runId}/figures/${encodeURIComponent(name)}`, { headers });
+        if (!resp.ok) throw new Error(`${resp.status}`);
+        return URL.createObjectURL(await resp.blob());
+      })();
+    }
+    try {
+      node.setAttribute(attr, await urls[name]);
+      if (attr === "href") node.setAttribute("download", name);
+    } catch (err) {
+      node.title = `figure ${name} not available (${err.message || err})`;
+    }
+  }
 }
 
 $("report").addEventListener("click", async (e) => {

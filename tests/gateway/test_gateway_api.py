@@ -86,6 +86,25 @@ def test_run_state_report_and_artifacts(watched_run, gateway) -> None:
         assert exc.value.status == 404
 
 
+def test_report_figures_are_served(watched_run, gateway) -> None:
+    import re
+
+    import httpx
+
+    rundir = gateway.app.state.manager.runs_dir / watched_run.run_id
+    report = (rundir / "report.md").read_text(encoding="utf-8")
+    names = sorted(set(re.findall(r"\(figures/([^)\s]+)\)", report)))
+    assert any(n.endswith(".svg") for n in names) and any(n.endswith(".png") for n in names), names
+    base = f"{gateway.url}/api/runs/{watched_run.run_id}/figures"
+    for name in names:
+        resp = httpx.get(f"{base}/{name}")
+        assert resp.status_code == 200, name
+        assert resp.headers["content-type"].startswith("image/svg+xml" if name.endswith(".svg") else "image/png")
+        assert resp.content == (rundir / "figures" / name).read_bytes()
+    for bad in ("..%2Frun.json", "run.json", "missing.svg", ".hidden.png"):
+        assert httpx.get(f"{base}/{bad}").status_code == 404, bad
+
+
 def test_cited_chunks_resolve(watched_run, gateway) -> None:
     from gateway.client import GatewayClient
 

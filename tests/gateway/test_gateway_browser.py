@@ -1,0 +1,94 @@
+"""The dashboard in a real headless Chromium (Debian's, driven by Playwright) against the live gateway:
+start a run in the page, approve an edited proposal, watch coverage update, open the report, click a
+citation and see the cited chunk. Every request the page makes goes to the gateway (works offline).
+A screenshot is kept under $FORAGE_TEST_ARTIFACTS (default tests/artifacts/)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from tests.gateway.conftest import DEMO_LIBRARY, REPO
+
+pytestmark = [pytest.mark.ray, pytest.mark.slow]
+
+CHROMIUM = Path("/usr/bin/chromium")
+ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+        "--disable-component-update", "--disable-sync", "--no-first-run"]
+
+
+def artifacts_dir() -> Path:
+    path = Path(os.environ.get("FORAGE_TEST_ARTIFACTS") or REPO / "tests" / "artifacts")
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+@pytest.fixture(scope="module")
+def browser():
+    if not CHROMIUM.exists():
+        pytest.skip(f"needs Debian's Chromium at {CHROMIUM}: apt-get install chromium")
+    sync_api = pytest.importorskip("playwright.sync_api", reason="needs the playwright python package")
+    with sync_api.sync_playwright() as p:
+        b = p.chromium.launch(executable_path=str(CHROMIUM), args=ARGS, headless=True)
+        yield b
+        b.close()
+
+
+def test_dashboard_start_approve_watch_read_cite(browser, gateway) -> None:
+    page = browser.new_page(viewport={"width": 1400, "height": 1100})
+    requests: list[str] = []
+    page.on("request", lambda r: requests.append(r.url))
+    errors: list[str] = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.goto(gateway.url + "/")
+
+    page.fill("#query", "Anticoagulation after trauma, and how JIT compilers specialize types")
+    page.fill("#library", str(DEMO_LIBRARY))
+    page.select_option("#preset", "quick")
+    page.fill("#max-iterations", "1")
+    page.fill("#max-requirements", "2")
+    page.click("#start")
+
+    # the proposal: two requirements, no outgoing search strings (offline)
+    page.wait_for_selector("#approval:not([hidden])", timeout=300_000)
+    assert page.locator("#req-edit li").count() == 2
+    assert page.is_visible("#no-search")
+    # edit: drop R2, reword R1
+    page.locator("#req-edit li").nth(1).locator("button").click()
+    page.locator("#req-edit li .req-text").fill("Complication rates of anticoagulant prophylaxis after injury")
+    page.click("#approve")
+    page.wait_for_selector("#approval[hidden]", state="attached", timeout=30_000)
+
+    # coverage bars update from the live events
+    page.wait_for_selector('#coverage .covrow[data-req="R1"][data-coverage]', state="attached", timeout=600_000)
+    assert float(page.get_attribute('#coverage .covrow[data-req="R1"]', "data-coverage")) > 0
+    assert page.locator('#timeline .lane[data-lane="forager R1"] .step').count() >= 1
+    assert page.locator('#timeline .lane[data-lane="orchestrator"] .step').count() >= 1
+
+    # the report, then a citation
+    page.wait_for_selector("#report-box:not([hidden])", timeout=600_000)
+    assert page.inner_text("#run-status") == "finished"
+    assert int(page.inner_text("#n-ingested")) == 4 and int(page.inner_text("#n-failed")) == 0
+    # the charts load through the gateway (figures/<name> in the report)
+    assert page.locator("#report img").count() >= 2
+    page.wait_for_function("[...document.querySelectorAll('#report img')].every(i => i.complete && i.naturalWidth > 0)",
+                           timeout=30_000)
+    page.locator("#report a.cite").first.click()
+    page.wait_for_selector("#chunk-view:not([hidden])", timeout=30_000)
+    quote = page.inner_text("#chunk-quote")
+    text = page.inner_text("#chunk-text")
+    assert quote and " ".join(quote.split())[:40] in " ".join(text.split())
+    shot = artifacts_dir() / "dashboard-citation.png"
+    page.screenshot(path=str(shot), full_page=True)
+    assert shot.stat().st_size > 10_000
+
+    # the runs list shows it
+    page.click("#chunk-close")
+    page.click("#refresh-runs")
+    page.wait_for_selector("#runs li .badge.finished", timeout=30_000)
+    assert errors == []
+    # every request went to the gateway (blob: URLs are the page's own copies of the charts it fetched)
+    outside = [u for u in requests if not (u.startswith(gateway.url) or u.startswith("blob:" + gateway.url))]
+    assert requests and not outside, outside
