@@ -1,0 +1,214 @@
+"""Kill the driver process mid-run (SIGKILL), `forage resume RUN` finishes it, and the result equals an
+uninterrupted run's: the same requirements, documents and coverage.
+
+Everything is the real product in real processes: `python -m gateway.cli research` (its own local Ray, the
+actors, PyMuPDF, MiniLM, LanceDB) and `python -m gateway.cli resume`. The model is the end-to-end brain
+behind a loopback Ollama server (the real Ollama client path; the process under test is told its URL
+through FORAGE_LLM__HOST), so every process gets the same answers. The library holds three real papers
+offered one per iteration (dvt, reverb, tracemonkey in name order), so coverage rises each iteration and
+the goal is met in the third.
+
+To kill the driver while it is foraging iteration 2, the server holds every judging request that shows a
+passage of the ReVerb paper (only ingested in iteration 2) until the driver is dead; the test waits for
+such a request and for events.jsonl to show iteration 2's foraging started (a bounded poll of the file),
+then sends SIGKILL to the driver alone. Ray's daemons share the fate of the driver that started them, but
+its worker processes (the Orchestrator, the Foragers) outlive it for a while: the requests stay held until
+every process of the driver's session is gone (a bounded poll), so the orphaned run cannot move on. (Were
+it to move on while `forage resume` runs, the resumed Orchestrator owns the run and the orphan stops at its
+next checkpoint without writing: tests/unit/test_run_owner.py.)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1500)]  # three real runs, each with its own Ray
+
+REPO = Path(__file__).resolve().parents[2]
+QUERY = "Anticoagulation after trauma, JIT compilers, and open relation extraction"
+PAPERS = ("dvt_prophylaxis_trauma_bmc2010.pdf", "reverb_openie_emnlp2011.pdf", "tracemonkey_pldi2009.pdf")
+HOLD_WORD = "reverb"  # in the ReVerb paper's passages only (dvt and tracemonkey do not name it)
+LIMIT_S = 480  # bound on every wait: a run that hangs fails the test instead of hanging it
+
+
+class Gate:
+    """Holds judging requests that show a ReVerb passage while ``closed``; ``held`` is set at the first."""
+
+    def __init__(self) -> None:
+        self.closed = False
+        self.held = threading.Event()
+        self.release = threading.Event()
+
+    def responder(self, brain_module):
+        def answer(messages, fmt):
+            name = (fmt or {}).get("title", "")
+            user = next(m["content"] for m in reversed(messages) if m["role"] == "user")
+            if self.closed and name in ("BatchVerdict", "DeepDiveBatchVerdict") and HOLD_WORD in user.lower():
+                self.held.set()
+                self.release.wait(LIMIT_S)
+            return asyncio.run(brain_module.brain(messages, type(name, (), {})))
+
+        return answer
+
+
+def child_env(llm_url: str) -> dict[str, str]:
+    env = dict(os.environ)  # offline (conftest), Hugging Face offline
+    env.update({"FORAGE_LLM__HOST": llm_url, "FORAGE_NET__OFFLINE": "true", "FORAGE_SEARCH__BATCH_SIZE": "1",
+                "FORAGE_RUN__MAX_ITERATIONS": "3", "FORAGE_RUN__MIN_COVERAGE": "0.85",
+                "FORAGE_INGEST__POOL_SIZE": "1", "FORAGE_RAY__NUM_CPUS": "2",
+                "FORAGE_WRITE__COMPARISON": "false", "FORAGE_WRITE__CHARTS": "false",
+                "PYTHONPATH": str(REPO)})
+    return env
+
+
+def forage(args: list[str], env: dict[str, str], log: Path) -> subprocess.Popen:
+    """`forage ARGS` as its own process group (so its leftovers, if any, can be ended with it)."""
+    out = log.open("w")
+    return subprocess.Popen([sys.executable, "-m", "gateway.cli", *args], cwd=REPO, env=env, stdout=out,
+                            stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def wait_for(predicate, what: str, proc: subprocess.Popen | None = None, log: Path | None = None):
+    """Poll ``predicate`` until it is truthy, at most LIMIT_S seconds; fail early if ``proc`` exits."""
+    tick = threading.Event()
+    deadline = time.monotonic() + LIMIT_S
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        if proc is not None and proc.poll() is not None:
+            raise AssertionError(f"the driver exited ({proc.returncode}) before {what}:\n"
+                                 + (log.read_text()[-3000:] if log else ""))
+        tick.wait(0.2)
+    raise AssertionError(f"timed out after {LIMIT_S} s waiting for {what}")
+
+
+def events(run_dir: Path) -> list[dict]:
+    path = run_dir / "events.jsonl"
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def session_members(sid: int) -> list[str]:
+    """Processes still alive in session ``sid`` (the driver and everything it started)."""
+    import psutil
+
+    alive = []
+    for p in psutil.process_iter(["pid", "name", "status"]):
+        try:
+            if os.getsid(p.pid) == sid and p.info["status"] != psutil.STATUS_ZOMBIE:
+                alive.append(f"{p.pid} {p.info['name']}")
+        except (ProcessLookupError, PermissionError, psutil.Error):
+            continue
+    return alive
+
+
+def end_group(proc: subprocess.Popen) -> None:
+    """End what is left of a process group this test started (nothing, when Ray shared the driver's fate)."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def library(tmp: Path, shared_data: Path) -> Path:
+    lib = tmp / "library"
+    lib.mkdir()
+    for name in PAPERS:
+        (lib / name).symlink_to(shared_data / "pdfs" / name)
+    return lib
+
+
+def research_args(lib: Path, root: Path) -> list[str]:
+    return ["research", QUERY, "--yes", "--offline", "--llm", "ollama", "--library", str(lib),
+            "--runs-dir", str(root / "runs"), "--store", str(root / "store")]
+
+
+def summary(run_dir: Path) -> dict:
+    state = json.loads((run_dir / "run.json").read_text())
+    return {
+        "status": state["status"], "stop_reason": state["stop_reason"],
+        "requirements": state["requirements"],
+        "documents": sorted((Path(d["path"]).name, d["status"], d["doc_id"]) for d in state["documents"].values()),
+        "coverage_by_iteration": [it["coverage"] for it in state["iterations"]],
+        "coverage": state["coverage"], "final_coverage": state["final_coverage"],
+    }
+
+
+@pytest.fixture(scope="module")
+def runs(shared_data, tmp_path_factory):
+    from tests.e2e import brain as brain_module
+    from tests.loopback_ollama import LoopbackOllama
+
+    tmp = tmp_path_factory.mktemp("kill-driver")
+    lib = library(tmp, shared_data)
+    gate = Gate()
+    procs: list[subprocess.Popen] = []
+    with LoopbackOllama(responder=gate.responder(brain_module), hang_limit_s=LIMIT_S) as llm:
+        env = child_env(llm.url)
+        try:
+            # the uninterrupted reference run
+            whole = tmp / "whole"
+            proc = forage(research_args(lib, whole), env, tmp / "whole.log")
+            procs.append(proc)
+            assert proc.wait(LIMIT_S) == 0, (tmp / "whole.log").read_text()[-3000:]
+            (whole_dir,) = (whole / "runs").iterdir()
+
+            # the same run, killed while it forages iteration 2
+            killed = tmp / "killed"
+            gate.closed = True
+            proc = forage(research_args(lib, killed), env, tmp / "killed.log")
+            procs.append(proc)
+            wait_for(lambda: gate.held.is_set(), "a judging request of iteration 2", proc, tmp / "killed.log")
+            run_dir = wait_for(lambda: next((killed / "runs").glob("*/events.jsonl"), None), "events.jsonl",
+                               proc).parent
+            wait_for(lambda: any(e["stage"] == "forage" and e["kind"] == "started" and e["iteration"] == 2
+                                 for e in events(run_dir)), "iteration 2's foraging in events.jsonl", proc)
+            proc.send_signal(signal.SIGKILL)  # the driver alone
+            assert proc.wait(60) == -signal.SIGKILL
+            wait_for(lambda: not session_members(proc.pid), "the killed driver's Ray processes to end")
+            crashed = json.loads((run_dir / "run.json").read_text())
+            gate.closed = False
+            gate.release.set()  # the held requests answer workers that are gone
+
+            proc = forage(["resume", run_dir.name, "--runs-dir", str(killed / "runs")], env, tmp / "resume.log")
+            procs.append(proc)
+            code = proc.wait(LIMIT_S)
+            resume_log = (tmp / "resume.log").read_text()
+            assert code == 0, resume_log[-3000:]
+            yield summary(whole_dir), summary(run_dir), crashed, json.loads((run_dir / "run.json").read_text())
+        finally:
+            gate.release.set()
+            for proc in procs:
+                if proc.poll() is None:
+                    proc.kill()
+                    proc.wait(60)
+                end_group(proc)
+
+
+def test_the_killed_driver_left_a_running_run_with_iteration_1_done(runs) -> None:
+    _, _, crashed, _ = runs
+    assert crashed["status"] == "running"
+    assert [it["iteration"] for it in crashed["iterations"]] == [1]
+    assert crashed["ingested"]["iteration"] == 2  # iteration 2 was ingested, its foraging was cut short
+    assert len(crashed["documents"]) == 2
+
+
+def test_resume_finishes_it_like_an_uninterrupted_run(runs) -> None:
+    whole, resumed, _, state = runs
+    assert whole["status"] == "finished" and "reached the goal" in whole["stop_reason"]
+    assert resumed == whole  # same requirements, documents (stored once each), coverage per iteration
+    assert len(whole["coverage_by_iteration"]) == 3
+    assert [r["after_iteration"] for r in state["resumed"]] == [1]  # iteration 1 was not foraged again
+    assert state["resumed"][0]["status_was"] == "running"
