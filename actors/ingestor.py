@@ -62,3 +62,9 @@ class Ingestor:
 
     def pid(self) -> int:
         return os.getpid()
+
+    def ready(self) -> int:
+        """Build the step (store, embedder, parser) now, so a document's timeout counts its own work
+        and not the actor's start; the pid."""
+        self._ensure()
+        return os.getpid()

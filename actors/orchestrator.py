@@ -462,41 +462,75 @@ class RayCrew:
         return await self._searcher.search.options(**method_options("searcher", "search", self.settings)).remote(request)
 
     async def ingest(self, requests: Sequence[IngestRequest]) -> list[IngestResult]:
-        from actors.ingestor import Ingestor
         from actors.options import method_options
 
         if not requests:
             return []
         while len(self._ingestors) < self.settings.ingest.pool_size:
-            self._ingestors.append(self._actor(Ingestor, "ingestor", self.settings, self.run_id, self.hub,
-                                               llm=self.llm if self.settings.ingest.contextual else None))
+            self._ingestors.append(self._new_ingestor())
         queue: asyncio.Queue[tuple[int, IngestRequest]] = asyncio.Queue()
         for i, r in enumerate(requests):
             queue.put_nowait((i, r))
         results: list[IngestResult | None] = [None] * len(requests)
         opts = method_options("ingestor", "ingest", self.settings)
         timeout = self.settings.ingest.timeout_s
+        ready: set[int] = set()  # slots whose Ingestor has built its step
 
-        async def worker(actor: Any) -> None:
+        async def worker(slot: int) -> None:
             import ray
 
             while not queue.empty():
                 i, req = queue.get_nowait()
                 t0 = time.monotonic()
-                try:
-                    results[i] = await asyncio.wait_for(actor.ingest.options(**opts).remote(req), timeout)
-                except TimeoutError:
-                    ray.kill(actor, no_restart=False)  # Ray restarts it; the document is recorded as failed
-                    results[i] = self._failed(req, f"parsing took longer than {timeout:.0f}s; ingestor restarted",
-                                              time.monotonic() - t0, retryable=True)
-                except ray.exceptions.RayActorError as exc:
-                    results[i] = self._failed(req, f"ingestor crashed: {type(exc).__name__}",
-                                              time.monotonic() - t0, retryable=True)
-                except Exception as exc:  # noqa: BLE001 — one document, not the run
-                    results[i] = self._failed(req, f"{type(exc).__name__}: {exc}", time.monotonic() - t0)
+                crashes = 0
+                while results[i] is None:
+                    actor = self._ingestors[slot]
+                    try:
+                        if slot not in ready:  # a new Ingestor builds its parts before the clock starts
+                            await actor.ready.remote()
+                            ready.add(slot)
+                            t0 = time.monotonic()
+                        results[i] = await asyncio.wait_for(actor.ingest.options(**opts).remote(req), timeout)
+                    except TimeoutError:  # a parse that hangs would hang again: no second try
+                        self._replace_ingestor(slot)
+                        ready.discard(slot)
+                        results[i] = self._failed(req, f"parsing took longer than {timeout:.0f}s; ingestor replaced",
+                                                  time.monotonic() - t0, retryable=True)
+                    except ray.exceptions.RayActorError as exc:
+                        # the process died under this document (segfault, OOM, kill): a fresh Ingestor in its
+                        # place, and the document once more (ingest is idempotent) up to ray.max_task_retries
+                        crashes += 1
+                        self._replace_ingestor(slot)
+                        ready.discard(slot)
+                        if crashes <= self.settings.ray.max_task_retries:
+                            self.emit(Stage.INGEST, "progress", f"{req.candidate.key}: queued again after a crash",
+                                      key=req.candidate.key, phase="queued", reason=f"ingestor crashed ({crashes})")
+                            continue
+                        results[i] = self._failed(
+                            req, f"ingestor crashed on {crashes} attempt(s) ({type(exc).__name__}); "
+                                 "the document may crash the parser", time.monotonic() - t0, retryable=True)
+                    except Exception as exc:  # noqa: BLE001 — one document, not the run
+                        results[i] = self._failed(req, f"{type(exc).__name__}: {exc}", time.monotonic() - t0)
 
-        await asyncio.gather(*(worker(a) for a in self._ingestors))
+        await asyncio.gather(*(worker(slot) for slot in range(len(self._ingestors))))
         return [r for r in results if r is not None]
+
+    def _new_ingestor(self) -> Any:
+        from actors.ingestor import Ingestor
+
+        return self._actor(Ingestor, "ingestor", self.settings, self.run_id, self.hub,
+                           llm=self.llm if self.settings.ingest.contextual else None)
+
+    def _replace_ingestor(self, slot: int) -> None:
+        """A fresh Ingestor in ``slot``: the old one hung or crashed on a document (Ray may have restarted
+        it, or given up after ``ray.max_restarts``); the next documents must not depend on which."""
+        import ray
+
+        try:
+            ray.kill(self._ingestors[slot], no_restart=True)
+        except Exception:  # noqa: BLE001 - already gone
+            pass
+        self._ingestors[slot] = self._new_ingestor()
 
     def _failed(self, req: IngestRequest, reason: str, seconds: float, retryable: bool = False) -> IngestResult:
         self.emit(Stage.INGEST, "failed", f"{req.candidate.path or req.candidate.key}: {reason}",

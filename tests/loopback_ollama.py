@@ -323,6 +323,8 @@ class _Handler(BaseHTTPRequestHandler):
             return
         inputs = body.get("input", [])
         texts = [inputs] if isinstance(inputs, str) else list(inputs)
+        if owner.embed_hook is not None:
+            owner.embed_hook(texts)  # the test's: may block (its client may be killed meanwhile)
         dim = int(body.get("dimensions") or owner.embed_dim)
         self._send_json(200, {
             "model": model, "embeddings": [fake_embedding(t, dim) for t in texts],
@@ -341,6 +343,7 @@ class LoopbackOllama:
     version: str = "0.12.6"
     responder: Any = None  # optional callable(messages, format) → answer, used when no behaviour is queued
     responder_delay_s: float = 0.0  # the responder's answers are sent after this many seconds
+    embed_hook: Any = None  # optional callable(texts) run before /api/embed answers; it may block
     requests: list[RecordedRequest] = field(default_factory=list, init=False)
     _queues: dict[str, deque[Behaviour]] = field(default_factory=lambda: {"chat": deque(), "embed": deque()},
                                                 init=False, repr=False)
