@@ -565,4 +565,8 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    # ``python -m gateway.cli`` runs this file as __main__, a second copy of the module: the extensions
+    # put their library commands on ``gateway.cli.library_app``, so run that module's app
+    from gateway import cli as _cli
+
+    _cli.main()

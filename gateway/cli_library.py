@@ -1,8 +1,18 @@
-"""`forage library …` — bring papers from Zotero into the store, and list what the store holds.
+"""`forage library …` — bring papers into the store (files, Zotero), list, remove and count what it holds.
 
+    forage library add PATH... [--store PATH]                               PDF files and folders (recursive)
     forage library add zotero [--collection NAME] [--local] [--store PATH]   a Zotero library or collection
     forage library add csv FILE [--store PATH]                              a Zotero CSV export
-    forage library list [--store PATH]                                      documents in the store
+    forage library list [--json] [--store PATH]                             documents in the store
+    forage library remove DOC... [--store PATH]                             documents by id or unique id prefix
+    forage library stats [--json] [--store PATH]                            counts, parsers, flags, size on disk
+
+``add PATH...`` is ``add files PATH...`` (a first argument that is not ``zotero``/``csv``/``files`` is
+taken as a path; write ``add files zotero`` for a folder named so). Files are keyed by their absolute
+path, as ``forage research --library`` keys them, and a file whose bytes are already stored is skipped.
+``remove`` deletes the document and its chunks from the store only: runs keep their report and
+``evidence.jsonl``; the default Zotero state files next to the store forget the removed file, so a
+later ``add zotero`` brings it back.
 
 Zotero credentials come from Settings (``FORAGE_ZOTERO__LIBRARY_ID``, ``FORAGE_ZOTERO__API_KEY``,
 ``FORAGE_ZOTERO__LIBRARY_TYPE``; ``--local`` reads a running Zotero 7 through its local API). Pulls
@@ -15,17 +25,32 @@ in ``<runs_dir>/library-<time>/egress.jsonl``.
 
 from __future__ import annotations
 
+import json
 import time
+from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 from rich.table import Table
+from typer.core import TyperGroup
 
 from infra.errors import ForageError
 from infra.settings import Settings
 from messages.search import Candidate, Skipped
+
+FILES = "files"  # the subcommand ``add PATH...`` stands for
+
+
+class AddGroup(TyperGroup):
+    """``add``'s subcommands, where a first argument that names none of them (a path, or an option
+    such as ``--store``) goes to ``add files``: ``forage library add a.pdf papers/``."""
+
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:  # typer's own (vendored) click Context
+        if args and args[0] not in self.commands and args[0] not in ctx.help_option_names:
+            args = [FILES, *args]
+        return super().parse_args(ctx, args)
 
 
 def register(app: typer.Typer) -> None:
@@ -33,12 +58,16 @@ def register(app: typer.Typer) -> None:
 
     add_app = next((g.typer_instance for g in base.library_app.registered_groups if g.name == "add"), None)
     if add_app is None:
-        add_app = typer.Typer(no_args_is_help=True, help="Add papers to the store from a source.")
+        add_app = typer.Typer(cls=AddGroup, no_args_is_help=True, subcommand_metavar="PATH... | COMMAND [ARGS]...",
+                              help="Add papers to the store: PDF files and folders (forage library add PATH...), "
+                                   "a Zotero library or a Zotero CSV export.")
         base.library_app.add_typer(add_app, name="add")
+    add_app.command(FILES)(add_files)
     add_app.command("zotero")(add_zotero)
     add_app.command("csv")(add_csv)
-    if not any(c.name == "list" for c in base.library_app.registered_commands):
-        base.library_app.command("list")(list_documents)
+    for name, command in (("list", list_documents), ("remove", remove_documents), ("stats", stats)):
+        if not any(c.name == name for c in base.library_app.registered_commands):
+            base.library_app.command(name)(command)
 
 
 # ------------------------------------------------------------------------------------------- helpers
@@ -86,20 +115,23 @@ def _status(result: Any, pulled: str = "new") -> tuple[str, str]:
     return pulled, f"{result.n_chunks} chunks"
 
 
-STYLE = {"new": "green", "changed": "yellow", "unchanged": "dim", "failed": "red"}
+STYLE = {"new": "green", "changed": "yellow", "unchanged": "dim", "skipped": "dim", "failed": "red"}
+SOURCE_STATUSES = ("new", "changed", "unchanged", "failed")
+FILE_STATUSES = ("new", "changed", "skipped", "failed")
 
 
-def show_outcomes(title: str, rows: list[tuple[str, str, str, str]]) -> dict[str, int]:
+def show_outcomes(title: str, rows: list[tuple[str, str, str, str]],
+                  statuses: Sequence[str] = SOURCE_STATUSES) -> dict[str, int]:
     """Print (status, title, year, detail) rows as a table; returns the counts per status."""
     from gateway.cli import console
 
     table = Table(title=title)
     for col in ("status", "title", "year", "detail"):
         table.add_column(col, max_width=70 if col in ("title", "detail") else None)
-    order = {"new": 0, "changed": 1, "failed": 2, "unchanged": 3}
+    order = {"new": 0, "changed": 1, "failed": 2, "unchanged": 3, "skipped": 3}
     for status, name, year, detail in sorted(rows, key=lambda r: order[r[0]]):
         table.add_row(f"[{STYLE[status]}]{status}[/]", name, year, detail)
-    counts = {s: sum(r[0] == s for r in rows) for s in ("new", "changed", "unchanged", "failed")}
+    counts = {s: sum(r[0] == s for r in rows) for s in statuses}
     table.caption = " · ".join(f"{n} {s}" for s, n in counts.items())
     console.print(table)
     return counts
@@ -197,23 +229,289 @@ def add_csv(
     raise typer.Exit(1 if counts["failed"] else 0)
 
 
-def list_documents(
+def _collect_pdfs(paths: Sequence[Path]) -> list[Path]:
+    """The files to add, in order, each once: a file as given, a folder's ``*.pdf`` (recursive, sorted).
+    Bad input (a path that does not exist, nothing to add) raises typer.Exit(2)."""
+    from gateway.cli import err
+
+    missing = [str(p) for p in paths if not p.expanduser().exists()]
+    if missing:
+        raise _fail(f"no such file or folder: {', '.join(missing)}")
+    found: dict[Path, None] = {}
+    for given in paths:
+        path = given.expanduser().resolve()
+        if path.is_dir():
+            pdfs = sorted(p for p in path.rglob("*") if p.is_file() and p.suffix.lower() == ".pdf")
+            if not pdfs:
+                err.print(f"[yellow]note:[/yellow] no .pdf files under {given}", highlight=False)
+            found.update(dict.fromkeys(p.resolve() for p in pdfs))
+        else:
+            found[path] = None  # a file named on the command line is tried whatever its suffix
+    if not found:
+        raise _fail(f"no PDFs found in {', '.join(str(p) for p in paths)}")
+    return list(found)
+
+
+def _check_embedder(settings: Settings) -> None:
+    """Refuse (exit 2) to add to a library built with another embedding model, before ingesting anything."""
+    from infra.store import build_store
+    from infra.store.meta import check_meta
+
+    store = build_store(settings)
+    meta = store.library_meta() if hasattr(store, "library_meta") else None
+    if meta is not None:
+        check_meta(meta, getattr(store, "embed_model", None), getattr(store, "dim", meta.dim), str(settings.store.path))
+
+
+def add_files(
+    paths: Annotated[list[Path], typer.Argument(help="PDF files and folders (searched recursively for *.pdf).",
+                                                show_default=False)],
     store: Annotated[Path | None, typer.Option(help="Store folder (default: settings).")] = None,
 ) -> None:
-    """List the documents in the store: title, year, chunks, where they came from."""
+    """Ingest PDF files and folders into the store; files already stored are skipped, broken ones reported."""
+    from actors.steps.search import file_key
     from gateway.cli import console
     from infra.store import build_store
 
     settings = _settings(store)
-    if not Path(settings.store.path).exists():
-        raise _fail(f"no store at {settings.store.path}: add papers first (forage library add …)")
+    files = _collect_pdfs(paths)
+    candidates = [Candidate(key=file_key(p), source="library", path=str(p), found_by="library add") for p in files]
     try:
-        documents = build_store(settings).list_documents()
+        _check_embedder(settings)
+        with console.status(f"ingesting {len(candidates)} file{'s' if len(candidates) != 1 else ''}…"):
+            results = ingest_candidates(settings, f"library-{time.strftime('%Y%m%d-%H%M%S')}", candidates)
+        stored = build_store(settings)
+        years = {r.doc_id: d.year for r in results if r.doc_id and (d := stored.get_document(r.doc_id))}
+    except ForageError as exc:
+        raise _fail(str(exc), 1 if exc.retryable else 2) from None
+    rows = []
+    for path, result in zip(files, results, strict=True):
+        status, detail = _status(result)
+        if status == "unchanged":
+            status = "skipped"
+        year = years.get(result.doc_id or "")
+        detail = detail if detail.startswith(path.name) else f"{path.name}: {detail}"
+        rows.append((status, result.title or path.name, str(year or ""), detail))
+    counts = show_outcomes(f"{len(files)} file{'s' if len(files) != 1 else ''} → {settings.store.path}", rows,
+                           FILE_STATUSES)
+    raise typer.Exit(1 if counts["failed"] else 0)
+
+
+def _open_store(settings: Settings) -> Any:
+    """The configured store, opened for the embedding model it records (reading, counting and deleting
+    need no embedder), or exit 2 when a LanceDB folder does not exist."""
+    from infra.store import build_store
+
+    if settings.store.backend == "lancedb" and not Path(settings.store.path).exists():
+        raise _fail(f"no store at {settings.store.path}: add papers first (forage library add …)")
+    store: Any = build_store(settings)
+    meta = store.library_meta() if hasattr(store, "library_meta") else None
+    if meta is not None and (meta.dim != getattr(store, "dim", meta.dim)
+                             or meta.embed_model != getattr(store, "embed_model", meta.embed_model)):
+        store = build_store(settings, dim=meta.dim)
+        store.embed_model = meta.embed_model
+    return store
+
+
+def _document_json(doc: Any) -> dict[str, Any]:
+    return {"doc_id": doc.doc_id, "key": doc.key, "title": doc.title, "authors": list(doc.authors),
+            "year": doc.year, "n_chunks": doc.n_chunks, "parser": doc.parser, "flags": list(doc.flags),
+            "origin": doc.origin}
+
+
+ID_WIDTH = 12  # the doc_id prefix `library list` shows (sha256 hex)
+
+
+def list_documents(
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON (one object per document).")] = False,
+    store: Annotated[Path | None, typer.Option(help="Store folder (default: settings).")] = None,
+) -> None:
+    """List the documents in the store: id, title, year, chunks, where they came from."""
+    from gateway.cli import console
+
+    settings = _settings(store)
+    try:
+        documents = _open_store(settings).list_documents()
     except ForageError as exc:
         raise _fail(str(exc), 1) from None
+    documents = sorted(documents, key=lambda d: ((d.title or "").casefold(), d.doc_id))
+    if as_json:
+        typer.echo(json.dumps([_document_json(d) for d in documents], ensure_ascii=False, indent=2))
+        return
     table = Table(title=f"{len(documents)} documents in {settings.store.path}")
-    for col in ("title", "year", "chunks", "origin"):
-        table.add_column(col, max_width=70 if col == "title" else None)
-    for doc in sorted(documents, key=lambda d: (d.title or "").casefold()):
-        table.add_row(doc.title, str(doc.year or ""), str(doc.n_chunks), doc.origin or doc.key)
+    for col in ("id", "title", "year", "chunks", "origin"):
+        table.add_column(col, max_width=70 if col == "title" else None, no_wrap=col == "id")
+    for doc in documents:
+        table.add_row(doc.doc_id[:ID_WIDTH], doc.title, str(doc.year or ""), str(doc.n_chunks), doc.origin or doc.key)
+    console.print(table)
+
+
+def _resolve_ids(documents: Sequence[Any], wanted: Sequence[str]) -> list[Any]:
+    """The documents named by full ids or unique prefixes (case-insensitive), each once, in the order
+    given; exit 2 naming every unknown or ambiguous one (nothing is removed then)."""
+    problems: list[str] = []
+    chosen: dict[str, Any] = {}
+    for given in wanted:
+        prefix = given.strip().lower()
+        matches = [d for d in documents if d.doc_id == prefix] or [d for d in documents
+                                                                    if prefix and d.doc_id.startswith(prefix)]
+        if not matches:
+            problems.append(f"no document {given!r}")
+        elif len(matches) > 1:
+            problems.append(f"{given!r} is ambiguous ({len(matches)} documents: "
+                            f"{', '.join(d.doc_id[:ID_WIDTH] for d in matches[:5])}{'…' if len(matches) > 5 else ''}); "
+                            "give more of the id")
+        else:
+            chosen.setdefault(matches[0].doc_id, matches[0])
+    if problems:
+        raise _fail("; ".join(problems) + " — see forage library list; nothing was removed")
+    return list(chosen.values())
+
+
+def _forget_in_zotero_state(settings: Settings, doc_ids: set[str]) -> list[Path]:
+    """Drop the removed files from the default Zotero state files next to the store (``<store>.zotero-*.json``),
+    so the next ``add zotero`` ingests them again instead of calling them unchanged. Returns the files changed."""
+    from infra.sources.zotero import load_state, save_state
+
+    store_path = Path(settings.store.path)
+    changed = []
+    for path in sorted(store_path.parent.glob(f"{store_path.name}.zotero-*.json")):
+        try:
+            library = json.loads(path.read_text(encoding="utf-8")).get("library")
+            state = load_state(path, library)
+        except (OSError, ValueError, AttributeError, ForageError):
+            continue  # not ours to fix here; add zotero reports it
+        kept = {k: v for k, v in state.items() if v.sha256 not in doc_ids}
+        if len(kept) != len(state):
+            save_state(path, library, kept)
+            changed.append(path)
+    return changed
+
+
+def remove_documents(
+    docs: Annotated[list[str], typer.Argument(metavar="DOC...", help="Document ids as `forage library list` shows "
+                                              "them, or unique prefixes.", show_default=False)],
+    store: Annotated[Path | None, typer.Option(help="Store folder (default: settings).")] = None,
+) -> None:
+    """Remove documents and their chunks from the store (runs keep their reports and evidence files)."""
+    from gateway.cli import console
+
+    settings = _settings(store)
+    try:
+        library = _open_store(settings)
+        chosen = _resolve_ids(library.list_documents(), docs)
+        for doc in chosen:
+            library.delete_document(doc.doc_id)
+            if library.get_document(doc.doc_id) is not None:
+                raise ForageError(f"document {doc.doc_id[:ID_WIDTH]} is still registered after deleting it")
+            console.print(f"[green]removed[/green] {doc.doc_id[:ID_WIDTH]}  {doc.title} "
+                          f"({doc.n_chunks} chunks; {doc.origin or doc.key})", highlight=False)
+        remaining = library.count_chunks()
+    except ForageError as exc:
+        raise _fail(str(exc), 1) from None
+    noted = _forget_in_zotero_state(settings, {d.doc_id for d in chosen})
+    console.print(f"[dim]{len(chosen)} removed from {settings.store.path} ({remaining} chunks left); runs keep their "
+                  f"reports and evidence.jsonl{'; Zotero state updated: ' + ', '.join(map(str, noted)) if noted else ''}"
+                  "[/dim]", highlight=False)
+
+
+def _page_counts(store: Any, documents: Sequence[Any], batch_chunks: int = 2000) -> dict[str, int]:
+    """Pages per document: the highest page any of its chunks lies on (documents whose chunks carry no
+    pages — text, abstract-only — are left out). Reads chunks in batches of about ``batch_chunks``."""
+    from infra.store import ChunkFilter
+
+    pages: dict[str, int] = {}
+    batch: list[Any] = []
+
+    def flush() -> None:
+        if batch:
+            flt = ChunkFilter(doc_ids=tuple(d.doc_id for d in batch), exclude_kinds=())
+            for chunk in store.chunks(flt, limit=sum(d.n_chunks for d in batch)):
+                if chunk.pages:
+                    pages[chunk.doc_id] = max(pages.get(chunk.doc_id, 0), *chunk.pages)
+            batch.clear()
+
+    for doc in documents:
+        if batch and sum(d.n_chunks for d in batch) + doc.n_chunks > batch_chunks:
+            flush()
+        batch.append(doc)
+    flush()
+    return pages
+
+
+def _size_on_disk(path: Path) -> int:
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) if path.is_dir() else 0
+
+
+def _human_bytes(n: int) -> str:
+    size = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if size < 1024 or unit == "GiB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{n} B"
+
+
+def library_stats(settings: Settings) -> dict[str, Any]:
+    """What ``forage library stats`` shows, as plain data."""
+    from infra.store import embedding_name
+
+    store = _open_store(settings)
+    documents = store.list_documents()
+    pages = _page_counts(store, documents)
+    meta = store.library_meta() if hasattr(store, "library_meta") else None
+    flagged: dict[str, list[str]] = {}
+    for doc in documents:
+        for flag in dict.fromkeys(f.split(":", 1)[0] for f in doc.flags):
+            flagged.setdefault(flag, []).append(doc.doc_id)
+    lance = settings.store.backend == "lancedb"
+    return {
+        "store": {"backend": settings.store.backend,
+                  "path": str(Path(settings.store.path).resolve()) if lance else None,
+                  "library": None if lance else settings.store.weaviate_library,
+                  "size_bytes": _size_on_disk(Path(settings.store.path)) if lance else None},
+        "embedding": {"model": meta.embed_model if meta else embedding_name(settings),
+                      "dim": meta.dim if meta else getattr(store, "dim", None), "recorded": meta is not None},
+        "documents": len(documents),
+        "chunks": store.count_chunks(),
+        "pages": sum(pages.values()),
+        "documents_with_pages": len(pages),
+        "by_parser": dict(Counter(d.parser for d in documents).most_common()),
+        "flags": {flag: {"documents": len(ids), "doc_ids": ids} for flag, ids in sorted(flagged.items())},
+        "flagged_documents": sum(bool(d.flags) for d in documents),
+    }
+
+
+def stats(
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    store: Annotated[Path | None, typer.Option(help="Store folder (default: settings).")] = None,
+) -> None:
+    """Documents, chunks, pages, parsers, flagged documents, embedding model and size of the store."""
+    from gateway.cli import console
+
+    settings = _settings(store)
+    try:
+        data = library_stats(settings)
+    except ForageError as exc:
+        raise _fail(str(exc), 1) from None
+    if as_json:
+        typer.echo(json.dumps(data, ensure_ascii=False, indent=2))
+        return
+    where = data["store"]
+    table = Table(title=f"library {where['path'] or where['library']}", show_header=False)
+    table.add_column("what", style="bold")
+    table.add_column("value")
+    table.add_row("store", f"{where['backend']} · {where['path'] or where['library']}")
+    if where["size_bytes"] is not None:
+        table.add_row("size on disk", _human_bytes(where["size_bytes"]))
+    embedding = data["embedding"]
+    table.add_row("embedding", f"{embedding['model']} ({embedding['dim']} dims)"
+                  + ("" if embedding["recorded"] else " — configured; the store records none yet"))
+    table.add_row("documents", str(data["documents"]))
+    table.add_row("chunks", str(data["chunks"]))
+    table.add_row("pages", f"{data['pages']} ({data['documents_with_pages']} of {data['documents']} documents "
+                           "have page numbers)")
+    table.add_row("by parser", ", ".join(f"{name} {n}" for name, n in data["by_parser"].items()) or "—")
+    table.add_row("flagged", f"{data['flagged_documents']} documents" + "".join(
+        f"\n  {flag}: {info['documents']}" for flag, info in data["flags"].items()))
     console.print(table)
