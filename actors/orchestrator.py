@@ -515,6 +515,12 @@ class RayCrew:
         await asyncio.gather(*(worker(slot) for slot in range(len(self._ingestors))))
         return [r for r in results if r is not None]
 
+    async def start_ingestors(self) -> None:
+        """Create the Ingestor pool (``ingest.pool_size``) and build their steps now (not on first use)."""
+        while len(self._ingestors) < self.settings.ingest.pool_size:
+            self._ingestors.append(self._new_ingestor())
+        await asyncio.gather(*(actor.ready.remote() for actor in self._ingestors))
+
     def _new_ingestor(self) -> Any:
         from actors.ingestor import Ingestor
 

@@ -36,10 +36,11 @@ from actors.steps.sections import outline
 from infra.embed.base import Embedder
 from infra.errors import ForageError, PDFError
 from infra.llm.base import LLM
-from infra.pdf.base import PDFParser
+from infra.pdf.base import ParsedDocument, PDFParser
 from infra.settings import Settings
 from infra.store.base import ChunkRecord, DocumentRecord, Store, upsert_documents
 from messages.ingest import IngestRequest, IngestResult
+from messages.search import Candidate
 from messages.status import Stage
 
 log = logging.getLogger(__name__)
@@ -173,16 +174,21 @@ class IngestStep:
         timings["parse_s"] = perf_counter() - t
 
         self._progress(candidate.key, "chunking")
-        prepared = self._prepare(
-            doc_id, candidate.key, parsed.markdown, outline_title=parsed.title or candidate.title,
-            title=candidate.title or parsed.title, fallback_title=path.stem, page_spans=parsed.page_spans,
-            authors=candidate.authors or parsed.authors, year=candidate.year or parsed.year,
-            parser=parsed.parser, flags=parsed.flags, origin=path.name)
+        prepared = self.prepare_parsed(doc_id, candidate, path, parsed)
         self._progress(candidate.key, "embedding", chunks=len(prepared.chunks))
         [vectors] = self._embed([prepared])
         self._store(prepared, vectors)
         timings.update(prepared.timings)
         return self._stored(request.run_id, prepared, str(path), previous, started, "file changed")
+
+    def prepare_parsed(self, doc_id: str, candidate: Candidate, path: Path, parsed: ParsedDocument) -> _Prepared:
+        """A parsed PDF as a document record, its chunks and the embedder's inputs (nothing embedded or
+        stored yet). Also used by bench/ingest.py to time embedding alone."""
+        return self._prepare(
+            doc_id, candidate.key, parsed.markdown, outline_title=parsed.title or candidate.title,
+            title=candidate.title or parsed.title, fallback_title=path.stem, page_spans=parsed.page_spans,
+            authors=candidate.authors or parsed.authors, year=candidate.year or parsed.year,
+            parser=parsed.parser, flags=parsed.flags, origin=path.name)
 
     # ------------------------------------------------------------------ text
 

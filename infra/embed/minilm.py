@@ -106,6 +106,11 @@ class MiniLMEmbedder:
             self._tokenizer = load_tokenizer(self.path)
         return self._tokenizer
 
+    def warm(self) -> None:
+        """Load the model and tokenizer now (seconds) rather than inside the first document's embedding."""
+        self._ensure_model()
+        self._ensure_tokenizer()
+
     def embed(self, texts: Sequence[str]) -> list[list[float]]:
         """Unit-normalized vectors, one per text, in order (input beyond 256 tokens is truncated by the model)."""
         if not texts:
