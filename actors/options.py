@@ -75,6 +75,17 @@ def ingestor_gpus(settings: Settings, cluster_gpus: float | None = None) -> floa
     return min(settings.ingest.marker_gpus, available)
 
 
+def ingestor_pool_size(settings: Settings, cluster_gpus: float | None = None) -> int:
+    """Ingestor actors to run: ``ingest.pool_size`` when they parse on CPUs; when each asks for a GPU
+    share (Marker on a cluster with GPUs, :func:`ingestor_gpus`), one per share of the GPUs Ray sees
+    (a lab of four GPUs parses four PDFs at once; more Ingestors would wait forever for a GPU)."""
+    available = cluster_gpu_count() if cluster_gpus is None else cluster_gpus
+    share = ingestor_gpus(settings, available)
+    if share <= 0:
+        return settings.ingest.pool_size
+    return max(1, int(available // share + 1e-9))
+
+
 def llm_slot_resources(settings: Settings) -> dict[str, float] | None:
     """Custom resources a local Ray declares at start: ``{"llm_slot": ray.llm_slots}``, or None."""
     slots = settings.ray.llm_slots

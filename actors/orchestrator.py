@@ -442,6 +442,7 @@ class RayCrew:
         self.settings, self.run_id, self.hub, self.llm = settings, run_id, hub, llm
         self._searcher = None
         self._ingestors: list[Any] = []
+        self._ingestor_pool: int | None = None
         self._foragers: dict[str, Any] = {}
         self._writer = None
         self.emit: Emit = emit or HubEmit(run_id, hub)
@@ -466,7 +467,7 @@ class RayCrew:
 
         if not requests:
             return []
-        while len(self._ingestors) < self.settings.ingest.pool_size:
+        while len(self._ingestors) < self._pool_size():
             self._ingestors.append(self._new_ingestor())
         queue: asyncio.Queue[tuple[int, IngestRequest]] = asyncio.Queue()
         for i, r in enumerate(requests):
@@ -516,10 +517,17 @@ class RayCrew:
         return [r for r in results if r is not None]
 
     async def start_ingestors(self) -> None:
-        """Create the Ingestor pool (``ingest.pool_size``) and build their steps now (not on first use)."""
-        while len(self._ingestors) < self.settings.ingest.pool_size:
+        """Create the Ingestor pool (:func:`actors.options.ingestor_pool_size`) and build their steps now."""
+        while len(self._ingestors) < self._pool_size():
             self._ingestors.append(self._new_ingestor())
         await asyncio.gather(*(actor.ready.remote() for actor in self._ingestors))
+
+    def _pool_size(self) -> int:
+        from actors.options import ingestor_pool_size
+
+        if self._ingestor_pool is None:
+            self._ingestor_pool = ingestor_pool_size(self.settings)
+        return self._ingestor_pool
 
     def _new_ingestor(self) -> Any:
         from actors.ingestor import Ingestor
@@ -552,6 +560,16 @@ class RayCrew:
                                                          self.hub, llm=self.llm)
         return self._foragers[requirement_id]
 
+    def _drop_forager(self, requirement_id: str) -> None:
+        import ray
+
+        actor = self._foragers.pop(requirement_id, None)
+        if actor is not None:
+            try:
+                ray.kill(actor, no_restart=True)
+            except Exception:  # noqa: BLE001 - already gone
+                pass
+
     async def start_foragers(self, requirement_ids: Sequence[str]) -> None:
         """Create the Foragers of these requirements and build their steps now (not on first use)."""
         await asyncio.gather(*(self._forager(rid).ready.remote() for rid in requirement_ids))
@@ -566,6 +584,9 @@ class RayCrew:
             try:
                 return await self._foragers[r.requirement.id].forage.remote(r)
             except ray.exceptions.RayError as exc:
+                # its process died (or it is still restarting and refuses calls): a fresh Forager next time,
+                # which does not depend on Ray's restart timing or on restarts left
+                self._drop_forager(r.requirement.id)
                 reason = f"forager died: {type(exc).__name__}"
                 self.emit(Stage.FORAGE, "failed", reason, iteration=r.iteration, requirement_id=r.requirement.id)
                 return RequirementCoverage(run_id=r.run_id, requirement=r.requirement, iteration=r.iteration,

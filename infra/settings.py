@@ -99,7 +99,9 @@ class StoreSettings(Section):
 
 
 class IngestSettings(Section):
-    pool_size: int = Field(default=2, ge=1, description="Number of Ingestor actors.")
+    pool_size: int = Field(default=2, ge=1, description="Number of Ingestor actors parsing on CPUs. Marker "
+                                                          "Ingestors on GPUs: one per marker_gpus share of the "
+                                                          "cluster's GPUs instead.")
     parser: Literal["auto", "pymupdf", "marker"] = Field(
         default="auto",
         description="PDF → Markdown backend. 'auto': Marker when marker-pdf is importable and its models are in "

@@ -23,6 +23,8 @@ KEYWORDS = {
     "relation phrases": (("reverb",), ("open information extraction", "textrunner")),
 }
 FAIL_ON = ""  # requirement fragment whose forager must fail (set by a test through a copy of this module)
+KILL_ONCE: tuple[str, str] = ("", "")  # (fragment, marker file): that Forager's process is SIGKILLed at its
+# first judgement while the marker file does not exist yet (it is created first, so the restart lives)
 RENDEZVOUS = ""  # name of a Ray actor all foragers must meet at before their first judgement
 REPLAN: list[str] = []  # requirements proposed when the Orchestrator re-plans (none unless a test sets them)
 
@@ -53,6 +55,21 @@ async def _rendezvous(fragment: str) -> None:
         assert arrived, "foragers did not run at the same time"
 
 
+def _kill_once(fragment: str) -> None:
+    """kill -9 of this process (a Forager's), once per marker file, for the fragment of KILL_ONCE."""
+    target, marker = KILL_ONCE
+    if target and fragment == target:
+        import os
+        import signal
+        from pathlib import Path
+
+        try:
+            Path(marker).touch(exist_ok=False)
+        except FileExistsError:
+            return
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
 def _verdict(passage: str, answers: tuple[str, ...], topic: tuple[str, ...], deep: bool) -> dict[str, str]:
     """A passage naming an answer keyword answers (a method); one naming a topic keyword is interesting."""
     if any(k in passage for k in answers):
@@ -71,6 +88,7 @@ async def brain(messages: list[dict[str, str]], schema: type) -> Any:
         answers, topic, fragment = _keywords(user)
         if FAIL_ON and fragment == FAIL_ON:
             raise RuntimeError(f"scripted forager failure for {fragment!r}")
+        _kill_once(fragment)
         await _rendezvous(fragment)
         verdicts = []
         for number, passage in re.findall(r"<<<PASSAGE (\d+)\n(.*?)\nPASSAGE \1>>>", user, re.S):

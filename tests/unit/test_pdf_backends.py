@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from actors.options import cluster_gpu_count, ingestor_gpus, options_for
+from actors.options import cluster_gpu_count, ingestor_gpus, ingestor_pool_size, options_for
 from infra.errors import ConfigError
 from infra.pdf import build_parser, resolve_parser
 from infra.pdf.marker import (FONT_FILE, LAYOUT_DIR, ORDER_DIR, marker_importable, model_cache_dir, models_present,
@@ -168,3 +168,14 @@ def test_page_boxes_mark_headings() -> None:
     boxes = page_boxes("# A Title\n\nAnna Smith, Bo Lee\n\n## Abstract\n\nWe study.")
     assert boxes == [("section-header", "# A Title"), ("text", "Anna Smith, Bo Lee"),
                      ("section-header", "## Abstract"), ("text", "We study.")]
+
+
+def test_the_ingestor_pool_follows_the_gpus_ray_sees(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MODEL_CACHE_DIR", str(tmp_path / "nowhere"))
+    assert ingestor_pool_size(settings("marker"), cluster_gpus=4) == 4  # one Marker Ingestor per GPU
+    assert ingestor_pool_size(settings("marker", marker_gpus=0.5), cluster_gpus=3) == 6
+    assert ingestor_pool_size(settings("marker"), cluster_gpus=1) == 1  # a second would wait forever for a GPU
+    assert ingestor_pool_size(settings("marker"), cluster_gpus=0.5) == 1  # the share is cut to what there is
+    pool = settings("pymupdf").ingest.pool_size
+    assert ingestor_pool_size(settings("marker"), cluster_gpus=0) == pool  # no GPUs: Marker on CPUs, the setting
+    assert ingestor_pool_size(settings("pymupdf"), cluster_gpus=8) == pool  # CPU parsing: the setting
