@@ -258,11 +258,17 @@ def execute(settings: Settings, query: str, *, yes: bool, requirements_file: Pat
     return 0
 
 
+ADDRESS_HELP = ("Run on this Ray cluster: 'auto' (the cluster this machine is a node of), 'HOST:6379' or "
+                "'ray://HEAD:10001' (Ray Client). Default: FORAGE_RAY__ADDRESS, else a local Ray on loopback.")
+
+
 def _settings(preset: PresetName | None, library: Path | None, llm_backend: str | None, model: str | None,
               runs_dir: Path | None, store: Path | None, offline: bool = False, mailto: str | None = None,
-              zotero: bool = False) -> Settings:
+              zotero: bool = False, address: str | None = None) -> Settings:
     settings = Settings.load(preset)
     changes: dict[str, dict[str, Any]] = {}
+    if address:
+        changes["ray"] = {"address": address}
     if library is not None:
         changes["search"] = {"library": library.expanduser().resolve()}
     if mailto:
@@ -301,10 +307,12 @@ def research(
         "--from", help="Follow up this earlier run (a narrower question): its store, library and documents are "
                        "reused, its evidence is judged first, and foraging stays within its documents and the "
                        "ones this run adds.")] = None,
+    address: Annotated[str | None, typer.Option(
+        help=ADDRESS_HELP)] = None,
 ) -> None:
     """Research QUERY: search OpenAlex and arXiv with the strings you approve (and/or a local library of
     PDFs), read the papers, and write a cited report."""
-    settings = _settings(preset, library, llm, model, runs_dir, store, offline, mailto, zotero)
+    settings = _settings(preset, library, llm, model, runs_dir, store, offline, mailto, zotero, address)
     raise typer.Exit(checked_run(settings, query, yes=yes, requirements_file=requirements, searches_file=searches,
                                  from_run=from_run, keep_library=library is not None, keep_store=store is not None))
 

@@ -54,7 +54,9 @@ def cancel(run_id: Annotated[str, typer.Argument(help="The run to stop (see `for
 
 
 def resume(run_id: Annotated[str, typer.Argument(help="The run to continue (see `forage runs`).")],
-           runs_dir: RunsDir = None) -> None:
+           runs_dir: RunsDir = None,
+           address: Annotated[str | None, typer.Option(help="Ray cluster to run on (as for `forage research`).")]
+           = None) -> None:
     """Continue a run whose driver died, was cancelled or failed, without redoing finished work."""
     from gateway import cli as base
     from gateway.session import ResearchSession
@@ -81,6 +83,8 @@ def resume(run_id: Annotated[str, typer.Argument(help="The run to continue (see 
         changes["llm"] = {"backend": recorded["llm"]}
     if recorded.get("embedder"):
         changes["embed"] = {"backend": recorded["embedder"]}
+    if address:
+        changes["ray"] = {"address": address}
     settings = settings.updated(preset=recorded.get("preset", settings.preset), **changes)
     query = ResearchQuery(run_id=run_id, text=state["query"])
     plan = RequirementsPlan(run_id=run_id, query=query, approved=True, search_queries=searches,

@@ -1,0 +1,50 @@
+"""`forage research --address ADDR` runs on the Ray cluster at ADDR instead of starting its own.
+
+The cluster is this test session's shared Ray; `python -m gateway.cli research ... --address <its GCS
+address>` runs in a child process (the model: the end-to-end brain behind a loopback Ollama server). Proof
+that the run used that cluster: the run finishes with a report, and no new Ray session folder appeared
+(a driver that starts its own Ray creates one; one that attaches does not).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.test_kill_driver import LIMIT_S, child_env, end_group, forage, library, research_args
+
+pytestmark = [pytest.mark.ray, pytest.mark.slow, pytest.mark.timeout(900)]
+
+
+def session_dirs(ray_cluster) -> set[Path]:
+    node = ray_cluster._private.worker._global_node
+    root = Path(node.get_session_dir_path()).parent
+    return set(root.glob("session_2*"))
+
+
+def test_research_attaches_to_the_cluster_at_address(ray_cluster, shared_data, tmp_path: Path) -> None:
+    from tests.e2e import brain as brain_module
+    from tests.e2e.test_kill_driver import Gate
+    from tests.loopback_ollama import LoopbackOllama
+
+    address = ray_cluster.get_runtime_context().gcs_address
+    before = session_dirs(ray_cluster)
+    lib = library(tmp_path, shared_data)
+    with LoopbackOllama(responder=Gate().responder(brain_module), hang_limit_s=LIMIT_S) as llm:
+        env = child_env(llm.url)
+        env["FORAGE_RUN__MAX_ITERATIONS"] = "1"
+        proc = forage([*research_args(lib, tmp_path), "--address", address], env, tmp_path / "research.log")
+        try:
+            code = proc.wait(LIMIT_S)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+            end_group(proc)
+    log = (tmp_path / "research.log").read_text()
+    assert code == 0, log[-3000:]
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    state = json.loads((run_dir / "run.json").read_text())
+    assert state["status"] == "finished" and (run_dir / "report.md").exists()
+    assert session_dirs(ray_cluster) == before, "the driver started a Ray of its own"
