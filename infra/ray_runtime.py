@@ -126,11 +126,12 @@ is set (Ray 2.60 writes the token to ``~/.ray/auth_token``).
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import logging
 import os
 import socket
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, Final
 
 import psutil
@@ -269,9 +270,33 @@ def start_ray(
             init_kwargs["_node_ip_address"] = node_ip
 
     try:
-        ray.init(**init_kwargs)
+        with _entrypoint_withheld():
+            ray.init(**init_kwargs)
     finally:
         _restore_env(saved_proxy_env)
+
+
+#: what the cluster's job table shows as this driver's entrypoint
+WITHHELD_ENTRYPOINT = "forage (command line withheld)"
+
+
+@contextlib.contextmanager
+def _entrypoint_withheld() -> Iterator[None]:
+    """Ray records the driver's full command line (``forage research "<the query>"``) as the job's
+    entrypoint in the cluster's job table, which every driver attached to the cluster can list
+    (``ray.util.state`` / ``ray._private.state.jobs()``): on a lab cluster, other users would read the
+    query. While ``ray.init`` runs, the entrypoint is :data:`WITHHELD_ENTRYPOINT` instead."""
+    import ray._private.utils as ray_utils
+
+    original = getattr(ray_utils, "get_entrypoint_name", None)
+    if original is None:  # a Ray without it records no entrypoint this way
+        yield
+        return
+    ray_utils.get_entrypoint_name = lambda: WITHHELD_ENTRYPOINT
+    try:
+        yield
+    finally:
+        ray_utils.get_entrypoint_name = original
 
 
 def loopback_only_listeners() -> list[tuple[str, int, int]]:
