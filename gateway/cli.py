@@ -288,7 +288,8 @@ def _settings(preset: PresetName | None, library: Path | None, llm_backend: str 
 
 @app.command()
 def research(
-    query: Annotated[str, typer.Argument(help="Your research question. It stays on this machine.")],
+    query: Annotated[str, typer.Argument(help="Your research question. It stays on this machine. '-' reads it "
+                                              "from standard input (then it never shows in the process list).")],
     library: Annotated[Path | None, typer.Option(help="Folder of PDFs to research.")] = None,
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Accept the derived requirements.")] = False,
     requirements: Annotated[Path | None, typer.Option(help="Use these requirements (one per line).")] = None,
@@ -312,6 +313,8 @@ def research(
 ) -> None:
     """Research QUERY: search OpenAlex and arXiv with the strings you approve (and/or a local library of
     PDFs), read the papers, and write a cited report."""
+    if query == "-":  # from standard input: the question never shows in the process list (ps)
+        query = sys.stdin.read()
     settings = _settings(preset, library, llm, model, runs_dir, store, offline, mailto, zotero, address)
     raise typer.Exit(checked_run(settings, query, yes=yes, requirements_file=requirements, searches_file=searches,
                                  from_run=from_run, keep_library=library is not None, keep_store=store is not None))

@@ -42,6 +42,15 @@ def test_empty_query_is_refused(library, tmp_path) -> None:
     assert_no_run_started(out, runs)
 
 
+def test_query_from_standard_input(library, tmp_path) -> None:
+    runs = tmp_path / "runs"
+    result = runner.invoke(app, ["research", "-", "--library", str(library), "--yes", "--runs-dir", str(runs)],
+                           input="  \n\t\n")  # read from stdin (not the literal '-'), and empty there
+    out = " ".join(result.output.split())
+    assert result.exit_code == 2 and "query is empty" in out
+    assert_no_run_started(out, runs)
+
+
 def test_missing_library(tmp_path) -> None:
     result, out = invoke("research", "q?", "--library", str(tmp_path / "nope"), "--yes")
     assert result.exit_code == 2 and "does not exist" in out
