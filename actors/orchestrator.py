@@ -170,6 +170,9 @@ class Orchestrator:
                                                   "found_by", "score", "score_reason", "abstract_only", "path",
                                                   "download_failures", "landing_url"})
                 self.state["search_skipped"].extend(sk.model_dump() for sk in results.skipped)
+                for c in results.candidates:  # each document's first ingest/progress phase
+                    self.emit(Stage.INGEST, "progress", f"{c.key}: queued", iteration=iteration, key=c.key,
+                              phase="queued")
                 ingested = await crew.ingest([IngestRequest(run_id=self.run_id, candidate=c)
                                               for c in results.candidates])
                 for res in ingested:

@@ -127,6 +127,15 @@ def test_failed_documents_are_recorded_with_reasons(tmp_path) -> None:
     assert summary.documents_failed == 1 and summary.documents_stored == 2
 
 
+def test_every_offered_document_is_queued_before_the_pool_gets_it(tmp_path) -> None:
+    crew = RecordingCrew([3, 2], [{"R1": 0.5, "R2": 0.5}, {"R1": 1.0, "R2": 1.0}])
+    _, _, emit = run(crew, tmp_path)
+    queued = [(e.iteration, e.payload["key"]) for e in emit.events
+              if e.kind == "progress" and e.payload.get("phase") == "queued"]
+    assert queued == [(1, f"file:/lib/0-{j}.pdf") for j in range(3)] + [(2, f"file:/lib/1-{j}.pdf") for j in range(2)]
+    assert [r.candidate.key for r in crew.ingested] == [key for _, key in queued]
+
+
 def test_unapproved_plan_is_refused(tmp_path) -> None:
     orch = Orchestrator(Settings.load().updated(run={"runs_dir": tmp_path}), RUN, crew=RecordingCrew([], [{}]))
     with pytest.raises(ValueError, match="approved"):
