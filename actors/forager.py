@@ -29,14 +29,10 @@ class Forager:
             from infra.llm import build_llm
             from infra.store import build_store
 
-            from actors.options import llm_call_options
+            from actors.llm_gate import with_slots
 
-            llm = self._llm or build_llm(self.settings)
-            slot = llm_call_options(self.settings)
-            if slot is not None:  # every LLM call holds one Ray llm_slot (ray.llm_slots)
-                from infra.llm.slotted import SlottedLLM
-
-                llm = SlottedLLM(llm, slot, hosts=dict(self.settings.ray.ollama_hosts))
+            # every LLM call holds one Ray llm_slot when ray.llm_slots is set
+            llm = with_slots(self._llm or build_llm(self.settings), self.settings)
             self._step = ForageStep(self.settings, build_store(self.settings),
                                     self._embedder or build_embedder(self.settings), llm, emit=self._emit)
         return self._step
@@ -46,7 +42,10 @@ class Forager:
         self._emit(Stage.FORAGE, "actor", f"forager pid {os.getpid()} on {request.requirement.id}",
                    iteration=request.iteration, requirement_id=request.requirement.id, pid=os.getpid())
         try:
-            return await self._ensure().forage(request)
+            step = self._ensure()
+            if hasattr(step.llm, "new_round"):  # slot priority counts this iteration's calls only
+                step.llm.new_round()
+            return await step.forage(request)
         except Exception as exc:  # noqa: BLE001 — the boundary where a requirement fails alone
             reason = f"{type(exc).__name__}: {exc}"
             self._emit(Stage.FORAGE, "failed", reason, iteration=request.iteration,

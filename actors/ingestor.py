@@ -31,16 +31,10 @@ class Ingestor:
         ``ray.llm_slots`` is set). None when the setting is off: no LLM is built."""
         if not self.settings.ingest.contextual:
             return None
-        from actors.options import llm_call_options
+        from actors.llm_gate import with_slots
         from infra.llm import build_llm
 
-        llm = self._llm or build_llm(self.settings)
-        slot = llm_call_options(self.settings)
-        if slot is not None:
-            from infra.llm.slotted import SlottedLLM
-
-            llm = SlottedLLM(llm, slot, hosts=dict(self.settings.ray.ollama_hosts))
-        return llm
+        return with_slots(self._llm or build_llm(self.settings), self.settings)
 
     def _ensure(self):
         if self._step is None:

@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 from infra.settings import Settings
 
-Role = Literal["orchestrator", "status_hub", "searcher", "ingestor", "forager", "writer"]
+Role = Literal["orchestrator", "status_hub", "searcher", "ingestor", "forager", "writer", "llm_gate"]
 
 LLM_SLOT = "llm_slot"  # the Ray custom resource of one LLM endpoint's capacity
 
@@ -47,6 +47,10 @@ def options_for(role: Role, settings: Settings, *, name: str | None = None,
     if role in ("status_hub", "orchestrator"):
         opts["max_restarts"] = 0
         opts["max_concurrency"] = 1000
+    if role == "llm_gate":
+        # one per cluster, shared by every run's Foragers and Ingestors: found by name, restarted if it dies
+        # (its callers fall back to unordered calls meanwhile), kept when the driver that created it exits
+        opts.update(max_restarts=-1, max_concurrency=10_000, lifetime="detached", get_if_exists=True)
     if name is not None:
         opts["name"] = name
     return opts

@@ -17,7 +17,10 @@ For each slot count a fresh local Ray is started declaring that many ``llm_slot`
 (``ray.llm_slots``), fresh Forager actors are created and warmed up (store, clients), then ONE
 forage iteration of all 8 requirements runs through :class:`actors.orchestrator.RayCrew`: all
 Foragers run at once and each LLM call holds one ``llm_slot`` (:class:`infra.llm.slotted.SlottedLLM`,
-a Ray task per call), so at most ``slots`` calls are at the stand-in at a time. Printed: wall time, LLM calls per requirement,
+a Ray task per call), so at most ``slots`` calls are at the stand-in at a time. ``--order`` picks who
+gets a slot that frees up (``ray.llm_order``): ``fifo`` is Ray's own order (first asked, first
+served), ``progress`` the cluster's LLM gate (actors/llm_gate.py: the requirement with the most
+calls completed in this iteration first). Printed: wall time, LLM calls per requirement,
 the critical-path bound (LLM calls of the longest requirement × delay), the slot bound
 (max(critical path, all calls × delay / slots): no schedule on that many slots can be faster), and
 the speed-up over 1 slot. Goals (issue 5): wall ≤ 1.15 × the bound; ≥ 3.5× over 1 slot at 4 slots.
@@ -94,7 +97,7 @@ def build_store(settings: Settings, beir: Path, n_docs: int, n_requirements: int
     return [Requirement(id=f"R{i}", text=data.queries[q][:300]) for i, q in enumerate(qids, start=1)]
 
 
-async def one_run(settings: Settings, requirements: list[Requirement], slots: int) -> tuple[float, list[int]]:
+async def one_run(settings: Settings, requirements: list[Requirement], slots: int) -> tuple[float, list[int], str]:
     import ray
 
     from actors.options import LLM_SLOT
@@ -112,16 +115,26 @@ async def one_run(settings: Settings, requirements: list[Requirement], slots: in
             return 0
 
         await asyncio.gather(*(warm.remote(0.5) for _ in range(slots)))
+        gate = None
+        if settings.ray.llm_order == "progress":
+            from actors.llm_gate import llm_gate
+
+            gate = llm_gate(settings)
+            await gate.stats.remote()  # started before the clock
         requests = [ForageRequest(run_id=f"bench-{slots}", iteration=1, requirement=r) for r in requirements]
         started = time.perf_counter()
         coverages = await crew.forage(requests)
         wall = time.perf_counter() - started
+        waited = ""
+        if gate is not None:
+            stats = await gate.stats.remote()
+            waited = f"{stats['queued']}/{stats['admitted']} waited, peak {stats['max_in_use']}"
     finally:
         await crew.close()
     failed = [c.error for c in coverages if c.status != "ok"]
     if failed:
         raise RuntimeError(f"foraging failed: {failed[:2]}")
-    return wall, [c.llm_calls for c in coverages]
+    return wall, [c.llm_calls for c in coverages], waited
 
 
 def main() -> int:
@@ -129,6 +142,8 @@ def main() -> int:
     parser.add_argument("--beir", type=Path, default=REPO.parent / "shared" / "data" / "beir-scifact")
     parser.add_argument("--delay", type=float, default=0.3, help="seconds the stand-in takes per LLM call")
     parser.add_argument("--slots", type=int, nargs="+", default=[1, 2, 4])
+    parser.add_argument("--order", nargs="+", choices=["fifo", "progress"], default=["fifo", "progress"],
+                        help="who gets a freed slot (ray.llm_order); each order runs every slot count")
     parser.add_argument("--requirements", type=int, default=8)
     parser.add_argument("--docs", type=int, default=80)
     parser.add_argument("--num-cpus", type=int, default=2, help="CPUs of the local Ray")
@@ -152,22 +167,23 @@ def main() -> int:
         requirements = build_store(base, args.beir, args.docs, args.requirements)
         print(f"{len(requirements)} requirements, {args.docs} abstracts, stand-in delay {args.delay:.2f} s per call, "
               f"Ray with {args.num_cpus} CPUs\n")
-        print(f"{'slots':>5} {'wall s':>8} {'calls/req':>22} {'critical path s':>16} {'slot bound s':>13} "
-              f"{'wall/bound':>10} {'speed-up':>9}")
-        first_wall = None
-        for slots in args.slots:
-            settings = base.updated(ray={"llm_slots": slots, "num_cpus": args.num_cpus})
-            start_ray(num_cpus=args.num_cpus, quiet=True, resources=llm_slot_resources(settings))
-            try:
-                server.requests.clear()
-                wall, calls = asyncio.run(one_run(settings, requirements, slots))
-            finally:
-                ray.shutdown()
-            critical = max(calls) * args.delay
-            bound = max(critical, sum(calls) * args.delay / slots)
-            first_wall = first_wall or wall
-            print(f"{slots:>5} {wall:>8.2f} {' '.join(map(str, calls)):>22} {critical:>16.2f} {bound:>13.2f} "
-                  f"{wall / bound:>10.3f} {first_wall / wall:>8.2f}x", flush=True)
+        print(f"{'order':>8} {'slots':>5} {'wall s':>8} {'calls/req':>22} {'critical path s':>16} {'slot bound s':>13} "
+              f"{'wall/bound':>10} {'speed-up':>9}  gate")
+        for order in args.order:
+            first_wall = None
+            for slots in args.slots:
+                settings = base.updated(ray={"llm_slots": slots, "num_cpus": args.num_cpus, "llm_order": order})
+                start_ray(num_cpus=args.num_cpus, quiet=True, resources=llm_slot_resources(settings))
+                try:
+                    server.requests.clear()
+                    wall, calls, waited = asyncio.run(one_run(settings, requirements, slots))
+                finally:
+                    ray.shutdown()
+                critical = max(calls) * args.delay
+                bound = max(critical, sum(calls) * args.delay / slots)
+                first_wall = first_wall or wall
+                print(f"{order:>8} {slots:>5} {wall:>8.2f} {' '.join(map(str, calls)):>22} {critical:>16.2f} "
+                      f"{bound:>13.2f} {wall / bound:>10.3f} {first_wall / wall:>8.2f}x  {waited}", flush=True)
     return 0
 
 

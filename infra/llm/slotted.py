@@ -8,6 +8,14 @@ endpoint's capacity (``ray start --resources '{"llm_slot": 1}'``) keeps every en
 endpoint gets more calls than it has slots, however many Foragers ask. Foragers themselves all run
 at once; waiting for a slot happens per call, so calls of different requirements interleave.
 
+With a gate (:class:`actors.llm_gate.LLMGate`, ``ray.llm_order = "progress"``, the default), calls
+waiting for a slot are served in priority order rather than first come, first served: a call's
+priority is how many calls this LLM (one Forager's) has completed since :meth:`SlottedLLM.new_round`,
+so a requirement further along its chain of dependent calls goes first and the longest chain does
+not finish alone at the end (``bench/forage_parallel.py --order fifo|progress`` measures both). If
+the gate is gone (killed, its node lost) a call runs as a plain slot-holding task instead: it is
+never lost, only unordered.
+
 Errors of the wrapped LLM (LLMOutputError, LLMTimeout, ...) reach the caller as themselves (Ray's
 task error is also an instance of the original exception class).
 """
@@ -39,22 +47,47 @@ def _task() -> Any:
     return ray.remote(_call)
 
 
+async def start_call(llm: LLM, messages: list[ChatMessage], schema: type[T], hosts: dict[str, str] | None,
+                     options: dict[str, Any]) -> T:
+    """Run one call as a Ray task with ``options`` (which ask for one ``llm_slot``) and wait for it."""
+    return await _task().options(**options).remote(llm, messages, schema, hosts or None)
+
+
 class SlottedLLM:
     """``inner``'s calls, each as a Ray task holding one ``llm_slot`` (options from
     :func:`actors.options.llm_call_options`)."""
 
     queues_calls = True  # a call waits for a slot before it reaches a server: callers may issue many at once
 
-    def __init__(self, inner: LLM, options: dict[str, Any], hosts: dict[str, str] | None = None) -> None:
+    def __init__(self, inner: LLM, options: dict[str, Any], hosts: dict[str, str] | None = None,
+                 gate: Any | None = None) -> None:
         self.inner = inner
         self.options = dict(options)
         self.hosts = dict(hosts or {})  # node name or IP -> endpoint (ray.ollama_hosts)
+        self.gate = gate  # an LLMGate actor handle, or None: first come, first served
         self.name = f"{inner.name} (ray llm_slot)"
         self.calls = 0
+        self.completed = 0  # calls answered (or failed) since new_round
+        self.ungated = 0  # calls that ran without the gate because it was gone
+
+    def new_round(self) -> None:
+        """A new forage iteration: this requirement's priority starts again from zero."""
+        self.completed = 0
 
     async def structured(self, messages: Sequence[ChatMessage], schema: type[T]) -> T:
         self.calls += 1
-        return await _task().options(**self.options).remote(self.inner, list(messages), schema, self.hosts or None)
+        try:
+            if self.gate is not None:
+                import ray
+
+                try:
+                    return await self.gate.call.remote(-self.completed, self.inner, list(messages), schema,
+                                                       self.hosts or None, self.options)
+                except ray.exceptions.RayActorError:  # the gate died: unordered, but the call still runs
+                    self.ungated += 1
+            return await start_call(self.inner, list(messages), schema, self.hosts, self.options)
+        finally:
+            self.completed += 1
 
     async def check(self) -> None:
         await self.inner.check()

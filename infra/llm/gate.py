@@ -1,0 +1,86 @@
+"""Who gets the next free LLM slot: a priority queue in front of the Ray ``llm_slot`` resource.
+
+Ray hands a free resource to whichever waiting task asked first; it has no task priorities. With
+many Foragers sharing few slots that is the wrong order at the end of an iteration: the requirement
+with the longest chain of dependent calls (judge → summaries → gate → section choice → judge → ...)
+queues behind every other requirement's calls at each step and finishes alone, long after the
+others. :class:`PriorityGate` admits at most ``capacity`` callers at once and serves waiters by
+priority (lower first), then by arrival; :class:`infra.llm.slotted.SlottedLLM` asks with
+``-(calls this requirement has completed in this forage)``, so a requirement that is further along
+its chain goes first ("progress" order, ``ray.llm_order``). The gate is a plain asyncio object,
+unit-tested without Ray; :class:`actors.llm_gate.LLMGate` makes it one cluster-wide actor.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import heapq
+import itertools
+from collections.abc import AsyncIterator, Callable
+
+
+class PriorityGate:
+    """At most ``capacity()`` holders at once; waiters are served by (priority, arrival).
+
+    ``capacity`` is read again whenever a place may be handed out, so a cluster that gains slots
+    (a node joins) admits more callers at once without a restart.
+    """
+
+    def __init__(self, capacity: int | Callable[[], int]) -> None:
+        self._capacity = capacity if callable(capacity) else (lambda: capacity)
+        self._waiting: list[tuple[float, int, asyncio.Future[None]]] = []
+        self._arrival = itertools.count()
+        self.in_use = 0
+        self.admitted = 0  # callers admitted so far
+        self.queued = 0  # of which had to wait
+        self.max_in_use = 0
+
+    def _room(self) -> bool:
+        return self.in_use < max(1, int(self._capacity()))
+
+    def _admit(self) -> None:
+        self.in_use += 1
+        self.admitted += 1
+        self.max_in_use = max(self.max_in_use, self.in_use)
+
+    async def acquire(self, priority: float = 0.0) -> None:
+        if not self._waiting and self._room():
+            self._admit()
+            return
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        heapq.heappush(self._waiting, (priority, next(self._arrival), future))
+        self.queued += 1
+        try:
+            await future
+        except asyncio.CancelledError:
+            if future.done() and not future.cancelled():  # admitted just as it was cancelled: give it back
+                self.release()
+            raise
+
+    def release(self) -> None:
+        self.in_use -= 1
+        self._hand_out()
+
+    def _hand_out(self) -> None:
+        while self._waiting and self._room():
+            _, _, future = heapq.heappop(self._waiting)
+            if future.done():  # its caller was cancelled while waiting
+                continue
+            self._admit()
+            future.set_result(None)
+
+    @contextlib.asynccontextmanager
+    async def held(self, priority: float = 0.0) -> AsyncIterator[None]:
+        await self.acquire(priority)
+        try:
+            yield
+        finally:
+            self.release()
+
+    def waiting(self) -> int:
+        return sum(1 for *_, f in self._waiting if not f.done())
+
+    def stats(self) -> dict[str, int]:
+        return {"in_use": self.in_use, "waiting": self.waiting(), "admitted": self.admitted, "queued": self.queued,
+                "max_in_use": self.max_in_use, "capacity": max(1, int(self._capacity()))}
