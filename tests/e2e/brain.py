@@ -25,6 +25,8 @@ KEYWORDS = {
 FAIL_ON = ""  # requirement fragment whose forager must fail (set by a test through a copy of this module)
 KILL_ONCE: tuple[str, str] = ("", "")  # (fragment, marker file): that Forager's process is SIGKILLed at its
 # first judgement while the marker file does not exist yet (it is created first, so the restart lives)
+KILL_CONTEXT_ONCE: tuple[str, str] = ("", "")  # (title fragment, marker file): the Ingestor asked for chunk contexts
+# of a paper whose title holds the fragment is SIGKILLed, once per marker file (contextual retrieval on)
 RENDEZVOUS = ""  # name of a Ray actor all foragers must meet at before their first judgement
 REPLAN: list[str] = []  # requirements proposed when the Orchestrator re-plans (none unless a test sets them)
 
@@ -55,9 +57,10 @@ async def _rendezvous(fragment: str) -> None:
         assert arrived, "foragers did not run at the same time"
 
 
-def _kill_once(fragment: str) -> None:
-    """kill -9 of this process (a Forager's), once per marker file, for the fragment of KILL_ONCE."""
-    target, marker = KILL_ONCE
+def _kill_once(fragment: str, knob: tuple[str, str] | None = None) -> None:
+    """kill -9 of this process (a Forager's; an Ingestor's for KILL_CONTEXT_ONCE), once per marker file,
+    for the fragment of the knob (default KILL_ONCE)."""
+    target, marker = KILL_ONCE if knob is None else knob
     if target and fragment == target:
         import os
         import signal
@@ -123,6 +126,13 @@ async def brain(messages: list[dict[str, str]], schema: type) -> Any:
         return {"missing": missing, "requirements": list(REPLAN)}
     if name == "DocumentGist":
         return {"summary": "A document examined by the end-to-end test."}
+    if name == "ChunkContexts":  # contextual retrieval, asked by an Ingestor: one context per numbered passage
+        title = re.search(r"^Title: (.*)$", user, re.M)
+        title_text = title.group(1) if title else ""
+        if KILL_CONTEXT_ONCE[0] and KILL_CONTEXT_ONCE[0].lower() in title_text.lower():
+            _kill_once(KILL_CONTEXT_ONCE[0], KILL_CONTEXT_ONCE)
+        return {"contexts": [{"passage": int(n), "context": f"This passage is part of the paper {title_text[:80]}."}
+                             for n in re.findall(r"^\[(\d+)\] Section: ", user, re.M)]}
     if name == "RelevanceGate":
         return {"continue_search": True, "reason": "on topic"}
     if name == "SectionChoice":
