@@ -58,6 +58,21 @@ def main() -> dict[str, object]:
         result["answers"] = asyncio.run(calls(9))
         result["first"] = {name: len(s.chat_requests) for name, s in servers.items()}
 
+        # the same through the cluster's LLM gate (ray.llm_order = progress): it admits as many calls at
+        # once as the cluster has llm_slot resources, and they still spread over every node
+        from actors.llm_gate import llm_gate
+        from infra.settings import Settings
+
+        gate = llm_gate(Settings.load())
+        gated = SlottedLLM(inner, options, hosts=hosts, gate=gate)
+        before = {name: len(s.chat_requests) for name, s in servers.items()}
+        result["gated_answers"] = [r.text for r in asyncio.run(
+            _gather(*(gated.structured(ask, Echo) for _ in range(9))))]
+        result["gated"] = {name: len(s.chat_requests) - before[name] for name, s in servers.items()}
+        result["gate"] = ray.get(gate.stats.remote())
+        result["gated_ungated"] = gated.ungated
+        ray.kill(gate, no_restart=True)
+
         # which endpoint a task on each node resolves, pinned to that node
         @ray.remote(num_cpus=0)
         def where() -> tuple[str, str]:
@@ -84,6 +99,10 @@ def main() -> dict[str, object]:
         for server in servers.values():
             server.stop()
     return result
+
+
+async def _gather(*calls):
+    return await asyncio.gather(*calls)
 
 
 if __name__ == "__main__":

@@ -25,9 +25,14 @@ def test_llm_calls_spread_over_nodes_and_use_each_nodes_own_ollama() -> None:
     assert result["answers"] == ["ok"] * 9
     first = result["first"]
     assert sum(first.values()) == 9 and all(n >= 1 for n in first.values()), first  # every node served
+    # through the LLM gate: its capacity is the cluster's 3 slots, never more calls at once, every node served
+    assert result["gated_answers"] == ["ok"] * 9 and result["gated_ungated"] == 0
+    gate = result["gate"]
+    assert gate["capacity"] == 3 and gate["admitted"] == 9 and gate["max_in_use"] <= 3 and gate["in_use"] == 0, gate
+    assert all(n >= 1 for n in result["gated"].values()), result["gated"]
     # a task on node gpuN talks to gpuN's endpoint
     assert result["resolved"] == result["hosts"]
     # gpu2 removed: the next calls ran on the nodes that are left, none went to gpu2
     second = result["second"]
     assert result["after_removal"] == ["ok"] * 4
-    assert second["gpu2"] == first["gpu2"] and sum(second.values()) == 13, second
+    assert second["gpu2"] == first["gpu2"] + result["gated"]["gpu2"] and sum(second.values()) == 22, second
