@@ -39,8 +39,12 @@ class Forager:
 
     async def forage(self, request: ForageRequest) -> RequirementCoverage:
         """Forage one requirement. Any error becomes a failed requirement, never a failed run."""
-        self._emit(Stage.FORAGE, "actor", f"forager pid {os.getpid()} on {request.requirement.id}",
-                   iteration=request.iteration, requirement_id=request.requirement.id, pid=os.getpid())
+        from infra.cluster import ray_node
+
+        node = ray_node()  # which machine of a lab cluster forages this requirement
+        self._emit(Stage.FORAGE, "actor", f"forager pid {os.getpid()} on {request.requirement.id}"
+                   + (f" (node {node})" if node else ""),
+                   iteration=request.iteration, requirement_id=request.requirement.id, pid=os.getpid(), node=node)
         try:
             step = self._ensure()
             if hasattr(step.llm, "new_round"):  # slot priority counts this iteration's calls only

@@ -25,11 +25,17 @@ _IDEMPOTENT: dict[tuple[str, str], bool] = {
 
 
 def options_for(role: Role, settings: Settings, *, name: str | None = None,
-                cluster_gpus: float | None = None) -> dict[str, Any]:
+                cluster_gpus: float | None = None, home_node: str | None = None) -> dict[str, Any]:
     """Options for ``ray.remote(cls).options(...)`` of one role.
 
     ``cluster_gpus``: GPUs the Ray cluster has (default: asked from the running Ray; 0 without one);
     an Ingestor that parses with Marker asks for :func:`ingestor_gpus` of them.
+    ``home_node``: the Ray node id of the driver (:func:`driver_node`). The run's coordinators (the
+    Orchestrator and its StatusHub) prefer it (soft affinity), so a worker node that leaves a cluster
+    never takes the run itself with it; any node serves when it has no room.
+
+    Foragers are spread over the nodes (Ray's SPREAD strategy): on a lab cluster each machine hosts
+    some, rather than the first machine all of them; their LLM calls go wherever a slot is free.
     """
     ray = settings.ray
     opts: dict[str, Any] = {"num_cpus": 0}
@@ -44,9 +50,15 @@ def options_for(role: Role, settings: Settings, *, name: str | None = None,
         gpus = ingestor_gpus(settings, cluster_gpus)
         if gpus > 0:
             opts["num_gpus"] = gpus
+    if role == "forager":
+        opts["scheduling_strategy"] = "SPREAD"
     if role in ("status_hub", "orchestrator"):
         opts["max_restarts"] = 0
         opts["max_concurrency"] = 1000
+        if home_node is not None:
+            from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+            opts["scheduling_strategy"] = NodeAffinitySchedulingStrategy(node_id=home_node, soft=True)
     if role == "llm_gate":
         # one per cluster, shared by every run's Foragers and Ingestors: found by name, restarted if it dies
         # (its callers fall back to unordered calls meanwhile), kept when the driver that created it exits
@@ -54,6 +66,22 @@ def options_for(role: Role, settings: Settings, *, name: str | None = None,
     if name is not None:
         opts["name"] = name
     return opts
+
+
+def driver_node() -> str | None:
+    """The Ray node id of this (driver) process; None without Ray or through Ray Client (whose
+    driver is not on a node of the cluster)."""
+    ray = sys.modules.get("ray")
+    if ray is None or not ray.is_initialized():
+        return None
+    try:
+        from ray.util.client import ray as client
+
+        if client.is_connected():
+            return None
+    except ImportError:  # pragma: no cover - Ray without its client
+        pass
+    return ray.get_runtime_context().get_node_id()
 
 
 def cluster_gpu_count() -> float:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from actors.options import llm_slot_resources, options_for
+from actors.options import driver_node, llm_slot_resources, options_for
 from actors.orchestrator import Orchestrator
 from actors.status_hub import StatusHub
 from actors.steps.rundir import RunDir, new_run_id
@@ -35,10 +35,11 @@ class ResearchSession:
                   resources=llm_slot_resources(settings), node_ip=_cluster_node_ip(settings))
         import ray
 
-        self.hub = ray.remote(StatusHub).options(**options_for("status_hub", settings)).remote(
+        home = driver_node()  # the run's coordinators stay on this machine when it has room
+        self.hub = ray.remote(StatusHub).options(**options_for("status_hub", settings, home_node=home)).remote(
             self.run_id, str(self.rundir.events_jsonl))
-        self.orchestrator = ray.remote(Orchestrator).options(**options_for("orchestrator", settings)).remote(
-            settings, self.run_id, self.hub, llm=llm)
+        self.orchestrator = ray.remote(Orchestrator).options(
+            **options_for("orchestrator", settings, home_node=home)).remote(settings, self.run_id, self.hub, llm=llm)
         self.seen = 0
 
     def plan(self, query: str) -> RequirementsPlan:

@@ -116,6 +116,15 @@ def ray_start_args(role: Literal["head", "worker"], *, node_ip: str, gpus: int, 
     return [f"--address={head_ip}:{GCS_PORT}", *args]
 
 
+def ray_node() -> str | None:
+    """In a Ray worker: the node it runs on, by its ``forage-node`` label, else its IP; None outside Ray."""
+    ray = sys.modules.get("ray")
+    if ray is None or not ray.is_initialized():
+        return None
+    label = str(ray.get_runtime_context().get_node_labels().get(NODE_LABEL) or "")
+    return label or ray.util.get_node_ip_address()
+
+
 def node_llm_host(hosts: Mapping[str, str], default: str) -> str:
     """In a Ray worker: the LLM endpoint for the node it runs on — ``hosts`` by the node's
     ``forage-node`` label, then by its IP; ``default`` when neither is listed (or outside Ray)."""

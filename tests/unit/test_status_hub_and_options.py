@@ -57,6 +57,19 @@ def test_options_come_from_settings() -> None:
     assert method_options("writer", "write", s) == {"max_task_retries": 0}
 
 
+def test_foragers_spread_and_coordinators_stay_on_the_drivers_node() -> None:
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    s = Settings.load()
+    assert options_for("forager", s)["scheduling_strategy"] == "SPREAD"
+    assert "scheduling_strategy" not in options_for("ingestor", s)
+    assert "scheduling_strategy" not in options_for("orchestrator", s)  # no driver node known: anywhere
+    for role in ("orchestrator", "status_hub"):
+        strategy = options_for(role, s, home_node="ab" * 28)["scheduling_strategy"]
+        assert isinstance(strategy, NodeAffinitySchedulingStrategy)
+        assert strategy.node_id == "ab" * 28 and strategy.soft  # another node when the driver's has no room
+
+
 @pytest.mark.parametrize("preset,iters", [("quick", 2), ("standard", 6), ("deep", 6)])
 def test_presets(preset: str, iters: int) -> None:
     assert Settings.load(preset).run.max_iterations == iters  # type: ignore[arg-type]
