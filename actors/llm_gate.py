@@ -2,7 +2,7 @@
 
 The logic is :class:`infra.llm.gate.PriorityGate`. The gate admits at most as many calls as the
 cluster declares ``llm_slot`` resources (read again every few seconds, so a node that joins adds its
-slots), then starts the call as the usual slot-holding Ray task (:func:`infra.llm.slotted.run_call`)
+slots), then starts the call as the usual slot-holding Ray task (:func:`infra.llm.slotted.start_call`)
 and waits for it. Because the gate owns both the place and the task, a Forager that dies mid-call
 leaks nothing: the call ends, the place is handed to the next waiter. The gate is named and
 detached in Forage's namespace, so concurrent runs (several drivers, the gateway) share one queue

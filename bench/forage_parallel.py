@@ -54,11 +54,15 @@ def words(text: str) -> set[str]:
     return set(WORD.findall(text.lower()))
 
 
+ARRIVALS: list[tuple[float, str]] = []  # (time.perf_counter() at arrival, requirement text) of each chat call
+
+
 def responder(messages: list[dict[str, str]], fmt: object) -> dict:
     """Answers by the schema's title, judging each passage by its word overlap with the requirement."""
     name = fmt.get("title", "") if isinstance(fmt, dict) else ""
     user = next((m["content"] for m in messages if m.get("role") == "user"), "")
     found = re.search(r"Requirement: (.*)", user)
+    ARRIVALS.append((time.perf_counter(), found.group(1).strip() if found else ""))
     requirement = words(found.group(1)) if found else set()
     if name in ("BatchVerdict", "DeepDiveBatchVerdict"):
         out = []
@@ -97,7 +101,20 @@ def build_store(settings: Settings, beir: Path, n_docs: int, n_requirements: int
     return [Requirement(id=f"R{i}", text=data.queries[q][:300]) for i, q in enumerate(qids, start=1)]
 
 
-async def one_run(settings: Settings, requirements: list[Requirement], slots: int) -> tuple[float, list[int], str]:
+def tail(requirements: list[Requirement], started: float, wall: float, delay: float) -> str:
+    """When each requirement's last call reached the stand-in (s after the start), and the slot time left
+    idle after the first requirement finished: where a schedule loses against the slot bound."""
+    last = {}
+    for at, text in ARRIVALS:
+        for r in requirements:
+            if text and r.text.startswith(text[:60]):
+                last[r.id] = max(last.get(r.id, 0.0), at - started + delay)
+    ends = sorted(last.values())
+    return "ends " + " ".join(f"{e:.1f}" for e in ends) + f" (wall {wall:.1f})" if ends else ""
+
+
+async def one_run(settings: Settings, requirements: list[Requirement], slots: int,
+                  delay: float) -> tuple[float, list[int], str]:
     import ray
 
     from actors.options import LLM_SLOT
@@ -122,13 +139,14 @@ async def one_run(settings: Settings, requirements: list[Requirement], slots: in
             gate = llm_gate(settings)
             await gate.stats.remote()  # started before the clock
         requests = [ForageRequest(run_id=f"bench-{slots}", iteration=1, requirement=r) for r in requirements]
+        ARRIVALS.clear()
         started = time.perf_counter()
         coverages = await crew.forage(requests)
         wall = time.perf_counter() - started
-        waited = ""
+        waited = tail(requirements, started, wall, delay) + "; "
         if gate is not None:
             stats = await gate.stats.remote()
-            waited = f"{stats['queued']}/{stats['admitted']} waited, peak {stats['max_in_use']}"
+            waited += f"gate: {stats['queued']}/{stats['admitted']} calls waited, peak {stats['max_in_use']}"
     finally:
         await crew.close()
     failed = [c.error for c in coverages if c.status != "ok"]
@@ -168,7 +186,7 @@ def main() -> int:
         print(f"{len(requirements)} requirements, {args.docs} abstracts, stand-in delay {args.delay:.2f} s per call, "
               f"Ray with {args.num_cpus} CPUs\n")
         print(f"{'order':>8} {'slots':>5} {'wall s':>8} {'calls/req':>22} {'critical path s':>16} {'slot bound s':>13} "
-              f"{'wall/bound':>10} {'speed-up':>9}  gate")
+              f"{'wall/bound':>10} {'speed-up':>9}  schedule")
         for order in args.order:
             first_wall = None
             for slots in args.slots:
@@ -176,7 +194,7 @@ def main() -> int:
                 start_ray(num_cpus=args.num_cpus, quiet=True, resources=llm_slot_resources(settings))
                 try:
                     server.requests.clear()
-                    wall, calls, waited = asyncio.run(one_run(settings, requirements, slots))
+                    wall, calls, waited = asyncio.run(one_run(settings, requirements, slots, args.delay))
                 finally:
                     ray.shutdown()
                 critical = max(calls) * args.delay
