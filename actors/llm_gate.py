@@ -2,23 +2,27 @@
 
 The logic is :class:`infra.llm.gate.PriorityGate`. The gate admits at most as many calls as the
 cluster declares ``llm_slot`` resources (read again every few seconds, so a node that joins adds its
-slots), then starts the call as the usual slot-holding Ray task (:func:`infra.llm.slotted.start_call`)
-and waits for it. Because the gate owns both the place and the task, a Forager that dies mid-call
-leaks nothing: the call ends, the place is handed to the next waiter. The gate is named and
+slots). Only the admission passes through it: :meth:`LLMGate.acquire` returns a lease when the call's
+turn comes, the caller runs the usual slot-holding Ray task itself and gives the lease back with
+:meth:`LLMGate.release` (not awaited), so a call costs the gate two tiny messages and never carries
+prompts through it. A lease that is never given back (its Forager died mid-call) expires after
+``lease_s`` (the LLM call's whole time budget) and its place goes to the next waiter. The gate is named and
 detached in Forage's namespace, so concurrent runs (several drivers, the gateway) share one queue
 over the same slots; :func:`llm_gate` finds or creates it.
 """
 
 from __future__ import annotations
 
+import asyncio
+import itertools
 import time
-from collections.abc import Sequence
 from typing import Any
 
 from infra.llm.gate import PriorityGate
 
 GATE_NAME = "forage-llm-gate"
 CAPACITY_REFRESH_S = 5.0
+LEASE_CHECK_S = 5.0
 
 
 class LLMGate:
@@ -27,6 +31,10 @@ class LLMGate:
         self._fixed = capacity
         self._cached = (0.0, 1)
         self.gate = PriorityGate(self._capacity)
+        self._ids = itertools.count(1)
+        self._leases: dict[int, float] = {}  # lease -> monotonic deadline
+        self._reaper: asyncio.Task[None] | None = None
+        self.expired = 0
 
     def _capacity(self) -> int:
         if self._fixed is not None:
@@ -42,16 +50,40 @@ class LLMGate:
             self._cached = (now, value)
         return value
 
-    async def call(self, priority: float, llm: Any, messages: Sequence[Any], schema: type, hosts: dict[str, str] | None,
-                   options: dict[str, Any]) -> Any:
-        """One structured call of ``llm`` as a slot-holding Ray task, started when the gate admits it."""
-        from infra.llm.slotted import start_call
+    async def acquire(self, priority: float, lease_s: float) -> int:
+        """Wait for this call's turn (lower ``priority`` first, then arrival); a lease to :meth:`release`."""
+        if self._reaper is None:
+            self._reaper = asyncio.get_running_loop().create_task(self._reap())
+        await self.gate.acquire(priority)
+        lease = next(self._ids)
+        self._leases[lease] = time.monotonic() + lease_s
+        return lease
 
-        async with self.gate.held(priority):
-            return await start_call(llm, list(messages), schema, hosts, options)
+    def release(self, lease: int) -> None:
+        """The call is over: its place goes to the next waiter (a lease given back twice, or after it expired, is ignored)."""
+        if self._leases.pop(lease, None) is not None:
+            self.gate.release()
+
+    def expire(self, now: float | None = None) -> int:
+        """Give back the places of leases past their deadline; how many."""
+        now = time.monotonic() if now is None else now
+        late = [lease for lease, deadline in self._leases.items() if deadline <= now]
+        for lease in late:
+            self.release(lease)
+        self.expired += len(late)
+        return len(late)
+
+    async def _reap(self) -> None:
+        while True:
+            await asyncio.sleep(LEASE_CHECK_S)
+            self.expire()
+
+    async def idle(self, timeout: float = 30.0) -> bool:
+        """Wait until every place is given back (releases are not awaited by callers); False on timeout."""
+        return await self.gate.idle(timeout)
 
     def stats(self) -> dict[str, int]:
-        return self.gate.stats()
+        return {**self.gate.stats(), "leases": len(self._leases), "expired": self.expired}
 
 
 def llm_gate(settings: Any) -> Any:
@@ -74,4 +106,6 @@ def with_slots(llm: Any, settings: Any) -> Any:
     if slot is None:
         return llm
     gate = llm_gate(settings) if settings.ray.llm_order == "progress" else None
-    return SlottedLLM(llm, slot, hosts=dict(settings.ray.ollama_hosts), gate=gate)
+    # a lease outlives the longest call: every attempt timing out, plus margin
+    lease_s = settings.llm.timeout_s * (settings.llm.max_retries + 1) + 60.0
+    return SlottedLLM(llm, slot, hosts=dict(settings.ray.ollama_hosts), gate=gate, lease_s=lease_s)

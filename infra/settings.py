@@ -221,11 +221,12 @@ class RayOptions(Section):
         description="LLM slots: a local Ray declares this many of the custom resource 'llm_slot' (a cluster "
                     "declares one per LLM endpoint with `ray start --resources`); each LLM call of a Forager holds one, "
                     "so at most this many calls run at once. None: Foragers call their LLM directly.")
-    llm_order: Literal["progress", "fifo"] = Field(
-        default="progress",
-        description="With llm_slots: who gets a slot that frees up. 'progress': the requirement that has completed "
-                    "the most LLM calls in this iteration (it is further along its chain of dependent calls), through "
-                    "one priority queue per cluster (actors/llm_gate.py); 'fifo': the call that asked first (Ray's order).")
+    llm_order: Literal["fifo", "progress"] = Field(
+        default="fifo",
+        description="With llm_slots: who gets a slot that frees up. 'fifo': the call that asked first (Ray's own "
+                    "order). 'progress': the requirement that has completed the most LLM calls in this iteration "
+                    "first, through one priority queue per cluster (actors/llm_gate.py); measured slower than fifo "
+                    "on the 2-core bench (docs/foraging.md), so not the default.")
     lab_network: str | None = Field(
         default=None, description="Multi-node cluster: the lab network (CIDR, e.g. '10.0.0.0/24'); each node's Ray "
                                   "binds to its address in it (`python -m infra.cluster`, ray_cluster.yaml). None: "

@@ -35,12 +35,15 @@ class PriorityGate:
         self.admitted = 0  # callers admitted so far
         self.queued = 0  # of which had to wait
         self.max_in_use = 0
+        self._idle = asyncio.Event()  # set while nobody holds a place
+        self._idle.set()
 
     def _room(self) -> bool:
         return self.in_use < max(1, int(self._capacity()))
 
     def _admit(self) -> None:
         self.in_use += 1
+        self._idle.clear()
         self.admitted += 1
         self.max_in_use = max(self.max_in_use, self.in_use)
 
@@ -61,6 +64,16 @@ class PriorityGate:
     def release(self) -> None:
         self.in_use -= 1
         self._hand_out()
+        if self.in_use == 0:
+            self._idle.set()
+
+    async def idle(self, timeout: float) -> bool:
+        """Wait until no place is held (every call given back); False if that takes longer than ``timeout``."""
+        try:
+            await asyncio.wait_for(self._idle.wait(), timeout)
+        except TimeoutError:
+            return False
+        return True
 
     def _hand_out(self) -> None:
         while self._waiting and self._room():

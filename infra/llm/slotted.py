@@ -8,11 +8,12 @@ endpoint's capacity (``ray start --resources '{"llm_slot": 1}'``) keeps every en
 endpoint gets more calls than it has slots, however many Foragers ask. Foragers themselves all run
 at once; waiting for a slot happens per call, so calls of different requirements interleave.
 
-With a gate (:class:`actors.llm_gate.LLMGate`, ``ray.llm_order = "progress"``, the default), calls
+With a gate (:class:`actors.llm_gate.LLMGate`, ``ray.llm_order = "progress"``; not the default), calls
 waiting for a slot are served in priority order rather than first come, first served: a call's
 priority is how many calls this LLM (one Forager's) has completed since :meth:`SlottedLLM.new_round`,
 so a requirement further along its chain of dependent calls goes first and the longest chain does
-not finish alone at the end (``bench/forage_parallel.py --order fifo|progress`` measures both). If
+not finish alone at the end (``bench/forage_parallel.py --order fifo progress`` measures both; on the
+2-core bench machine progress was the slower of the two, see docs/foraging.md). If
 the gate is gone (killed, its node lost) a call runs as a plain slot-holding task instead: it is
 never lost, only unordered.
 
@@ -60,11 +61,12 @@ class SlottedLLM:
     queues_calls = True  # a call waits for a slot before it reaches a server: callers may issue many at once
 
     def __init__(self, inner: LLM, options: dict[str, Any], hosts: dict[str, str] | None = None,
-                 gate: Any | None = None) -> None:
+                 gate: Any | None = None, lease_s: float = 600.0) -> None:
         self.inner = inner
         self.options = dict(options)
         self.hosts = dict(hosts or {})  # node name or IP -> endpoint (ray.ollama_hosts)
         self.gate = gate  # an LLMGate actor handle, or None: first come, first served
+        self.lease_s = lease_s  # the gate takes a place back after this long if it is not given back
         self.name = f"{inner.name} (ray llm_slot)"
         self.calls = 0
         self.completed = 0  # calls answered (or failed) since new_round
@@ -76,18 +78,20 @@ class SlottedLLM:
 
     async def structured(self, messages: Sequence[ChatMessage], schema: type[T]) -> T:
         self.calls += 1
+        lease = None
         try:
             if self.gate is not None:
                 import ray
 
                 try:
-                    return await self.gate.call.remote(-self.completed, self.inner, list(messages), schema,
-                                                       self.hosts or None, self.options)
+                    lease = await self.gate.acquire.remote(-self.completed, self.lease_s)
                 except ray.exceptions.RayActorError:  # the gate died: unordered, but the call still runs
                     self.ungated += 1
             return await start_call(self.inner, list(messages), schema, self.hosts, self.options)
         finally:
             self.completed += 1
+            if lease is not None:
+                self.gate.release.remote(lease)  # not awaited: the answer need not wait for the bookkeeping
 
     async def check(self) -> None:
         await self.inner.check()

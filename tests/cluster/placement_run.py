@@ -69,6 +69,7 @@ def main() -> dict[str, object]:
         result["gated_answers"] = [r.text for r in asyncio.run(
             _gather(*(gated.structured(ask, Echo) for _ in range(9))))]
         result["gated"] = {name: len(s.chat_requests) - before[name] for name, s in servers.items()}
+        result["gate_idle"] = ray.get(gate.idle.remote(30.0))  # every lease given back
         result["gate"] = ray.get(gate.stats.remote())
         result["gated_ungated"] = gated.ungated
         ray.kill(gate, no_restart=True)

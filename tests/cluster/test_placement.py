@@ -28,7 +28,8 @@ def test_llm_calls_spread_over_nodes_and_use_each_nodes_own_ollama() -> None:
     # through the LLM gate: its capacity is the cluster's 3 slots, never more calls at once, every node served
     assert result["gated_answers"] == ["ok"] * 9 and result["gated_ungated"] == 0
     gate = result["gate"]
-    assert gate["capacity"] == 3 and gate["admitted"] == 9 and gate["max_in_use"] <= 3 and gate["in_use"] == 0, gate
+    assert result["gate_idle"] and gate["in_use"] == 0 and gate["leases"] == 0, gate
+    assert gate["capacity"] == 3 and gate["admitted"] == 9 and gate["max_in_use"] <= 3, gate
     assert all(n >= 1 for n in result["gated"].values()), result["gated"]
     # a task on node gpuN talks to gpuN's endpoint
     assert result["resolved"] == result["hosts"]

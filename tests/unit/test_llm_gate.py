@@ -1,7 +1,8 @@
 """The LLM gate: waiting calls get a free slot by priority (requirements further along first), not by arrival.
 
-The ordering logic (:class:`infra.llm.gate.PriorityGate`) is tested as plain asyncio; the Ray tests
-check the path a real call takes (SlottedLLM → LLMGate actor → slot-holding task), that the gate
+The ordering logic (:class:`infra.llm.gate.PriorityGate`) and the leases are tested as plain asyncio; the
+Ray tests check the path a real call takes (SlottedLLM: lease from the LLMGate actor, slot-holding task,
+lease back), that the gate
 admits no more calls than its capacity, and that a call survives the gate's death. The speed this
 buys is measured by ``bench/forage_parallel.py --order fifo progress``.
 """
@@ -68,6 +69,7 @@ def test_never_more_holders_than_capacity() -> None:
         return gate
 
     gate = asyncio.run(main())
+    assert asyncio.run(gate.idle(0.01))  # nobody holds a place
     assert gate.stats() == {"in_use": 0, "waiting": 0, "admitted": 40, "queued": 37, "max_in_use": 3,
                             "capacity": 3}
 
@@ -122,14 +124,39 @@ def test_capacity_is_read_again_so_new_slots_admit_waiters() -> None:
     asyncio.run(main())
 
 
+def test_a_lease_never_given_back_expires() -> None:
+    """A Forager that dies mid-call never releases its lease: after lease_s the place goes to the next call."""
+    import time
+
+    async def main() -> None:
+        gate = LLMGate(capacity=1)
+        lost = await gate.acquire(0, 30.0)
+        waiting = asyncio.create_task(gate.acquire(0, 30.0))
+        await asyncio.sleep(0)
+        assert not waiting.done() and gate.expire() == 0  # not yet
+        assert gate.expire(now=time.monotonic() + 31) == 1  # its deadline passed
+        lease = await waiting
+        gate.release(lost)  # a late release of the expired lease is ignored
+        assert gate.stats()["in_use"] == 1
+        gate.release(lease)
+        gate.release(lease)  # given back twice: once counts
+        assert gate.stats()["in_use"] == 0 and gate.stats()["expired"] == 1 and gate.stats()["leases"] == 0
+        gate._reaper.cancel()
+
+    asyncio.run(main())
+
+
 def test_gate_options_and_the_fifo_setting() -> None:
     opts = options_for("llm_gate", Settings.load(), name="g")
     assert opts["lifetime"] == "detached" and opts["get_if_exists"] and opts["max_restarts"] == -1
     assert opts["num_cpus"] == 0 and opts["name"] == "g"
     plain = ScriptedLLM([])
     assert with_slots(plain, Settings.load()) is plain  # no slots: the LLM is called directly
+    assert Settings.load().ray.llm_order == "fifo"  # the gate is opt-in: measured slower on the bench
     fifo = with_slots(plain, Settings.load().updated(ray={"llm_slots": 2, "llm_order": "fifo"}))
     assert isinstance(fifo, SlottedLLM) and fifo.gate is None
+    quick = Settings.load().updated(llm={"timeout_s": 30, "max_retries": 1})
+    assert with_slots(plain, quick.updated(ray={"llm_slots": 2, "llm_order": "fifo"})).lease_s == 30 * 2 + 60
     with pytest.raises(ValueError):
         Settings.load().updated(ray={"llm_order": "random"})
 
@@ -147,8 +174,10 @@ def test_calls_through_the_gate_actor(ray_cluster) -> None:
 
     answers = asyncio.run(many())
     assert [a.summary for a in answers] == ["About leaves."] * 4
+    assert ray.get(gate.idle.remote(30.0))  # the releases (not awaited by the callers) have arrived
     stats = ray.get(gate.stats.remote())
     assert stats["admitted"] == 4 and stats["max_in_use"] == 1 and stats["queued"] >= 1 and stats["in_use"] == 0
+    assert stats["leases"] == 0 and stats["expired"] == 0
     assert llm.calls == 4 and llm.completed == 4 and llm.ungated == 0
     llm.new_round()
     assert llm.completed == 0
@@ -156,7 +185,7 @@ def test_calls_through_the_gate_actor(ray_cluster) -> None:
     bad = SlottedLLM(ScriptedLLM(["not json"], max_retries=0), options, gate=gate)
     with pytest.raises(LLMOutputError):  # the wrapped LLM's error, as itself, through the gate
         asyncio.run(bad.structured([{"role": "user", "content": "x"}], DocumentGist))
-    assert ray.get(gate.stats.remote())["in_use"] == 0  # a failed call gives its place back
+    assert ray.get(gate.idle.remote(30.0))  # a failed call gives its place back
 
     ray.kill(gate, no_restart=True)  # the gate is gone: the call still runs, unordered
     answer = asyncio.run(llm.structured([{"role": "user", "content": "leaves"}], DocumentGist))
