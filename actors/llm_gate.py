@@ -1,4 +1,4 @@
-"""LLMGate actor: one per Ray cluster; every slot-holding LLM call passes through it in priority order.
+"""LLMGate actor: one per Ray cluster; with ``ray.llm_order = "progress"`` every slot-holding LLM call waits here for its turn.
 
 The logic is :class:`infra.llm.gate.PriorityGate`. The gate admits at most as many calls as the
 cluster declares ``llm_slot`` resources (read again every few seconds, so a node that joins adds its
