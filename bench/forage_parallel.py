@@ -102,8 +102,8 @@ def build_store(settings: Settings, beir: Path, n_docs: int, n_requirements: int
 
 
 def tail(requirements: list[Requirement], started: float, wall: float, delay: float) -> str:
-    """When each requirement's last call reached the stand-in (s after the start), and the slot time left
-    idle after the first requirement finished: where a schedule loses against the slot bound."""
+    """When each requirement's last call ended (s after the start, from the stand-in's arrival times plus the
+    delay): a long tail shows where a schedule loses against the slot bound."""
     last = {}
     for at, text in ARRIVALS:
         for r in requirements:
@@ -143,16 +143,16 @@ async def one_run(settings: Settings, requirements: list[Requirement], slots: in
         started = time.perf_counter()
         coverages = await crew.forage(requests)
         wall = time.perf_counter() - started
-        waited = tail(requirements, started, wall, delay) + "; "
+        schedule = tail(requirements, started, wall, delay) + "; "
         if gate is not None:
             stats = await gate.stats.remote()
-            waited += f"gate: {stats['queued']}/{stats['admitted']} calls waited, peak {stats['max_in_use']}"
+            schedule += f"gate: {stats['queued']}/{stats['admitted']} calls waited, peak {stats['max_in_use']}"
     finally:
         await crew.close()
     failed = [c.error for c in coverages if c.status != "ok"]
     if failed:
         raise RuntimeError(f"foraging failed: {failed[:2]}")
-    return wall, [c.llm_calls for c in coverages], waited
+    return wall, [c.llm_calls for c in coverages], schedule
 
 
 def main() -> int:
@@ -194,14 +194,14 @@ def main() -> int:
                 start_ray(num_cpus=args.num_cpus, quiet=True, resources=llm_slot_resources(settings))
                 try:
                     server.requests.clear()
-                    wall, calls, waited = asyncio.run(one_run(settings, requirements, slots, args.delay))
+                    wall, calls, schedule = asyncio.run(one_run(settings, requirements, slots, args.delay))
                 finally:
                     ray.shutdown()
                 critical = max(calls) * args.delay
                 bound = max(critical, sum(calls) * args.delay / slots)
                 first_wall = first_wall or wall
                 print(f"{order:>8} {slots:>5} {wall:>8.2f} {' '.join(map(str, calls)):>22} {critical:>16.2f} "
-                      f"{bound:>13.2f} {wall / bound:>10.3f} {first_wall / wall:>8.2f}x  {waited}", flush=True)
+                      f"{bound:>13.2f} {wall / bound:>10.3f} {first_wall / wall:>8.2f}x  {schedule}", flush=True)
     return 0
 
 

@@ -41,9 +41,9 @@ def main(library: Path, work: Path) -> dict[str, object]:
     os.environ.update({k: v for k, v in ray_runtime.PRIVACY_ENV.items() if k not in ray_runtime.PROXY_ENV_KEYS})
     from ray.cluster_utils import Cluster
 
-    from gateway.session import ResearchSession
     from infra.cluster import NODE_LABEL
     from infra.settings import Settings
+    from tests.e2e.brain import research
 
     ray_runtime._pin_node_ip_to_loopback()
     servers = {name: LoopbackOllama(models=("lab-model",), responder=responder).start() for name in ("head", *NODES)}
@@ -75,14 +75,11 @@ def main(library: Path, work: Path) -> dict[str, object]:
             removed.update(node=name, requirement=ev.requirement_id, chats_at_removal=chats(),
                            seconds=round(time.monotonic() - started, 2))
 
-    session = ResearchSession(settings, quiet=True)
     try:
-        plan = session.plan("Anticoagulation after trauma, JIT compilers, and open relation extraction")
-        summary = session.run(plan, on_event=on_event)
+        summary, _, _ = research(settings, on_event=on_event, quiet=True)
         result.update(status=summary.status, stop_reason=summary.stop_reason, run_dir=summary.run_dir,
                       report=summary.report_path)
     finally:
-        session.close()
         import ray
 
         ray.shutdown()

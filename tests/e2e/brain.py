@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+QUERY = "Anticoagulation after trauma, JIT compilers, and open relation extraction"  # planned as REQUIREMENTS
 REQUIREMENTS = [
     "Complication rates of anticoagulant prophylaxis against venous thrombosis after injury",
     "How trace-based just-in-time compilers specialize types in dynamic languages",
@@ -164,3 +165,28 @@ async def brain(messages: list[dict[str, str]], schema: type) -> Any:
         return {"differences": [{"paper": n, "distinct": f"Paper {n} alone covers its own documents."}
                                 for n in numbers]}
     raise AssertionError(f"the test brain has no answer for schema {name}")
+
+
+def research(settings: Any, *, llm: Any = None, on_event: Any = None,
+             quiet: bool = False) -> tuple[Any, dict[str, Any], list[Any]]:
+    """QUERY end to end through a ResearchSession with its derived requirements; ``llm``: the model given to
+    the run (e.g. ``FunctionLLM(brain)``), None for the one the settings name. Every status event goes to
+    ``on_event`` too. Returns the run's summary, its run.json and its events, in order."""
+    import json
+    from pathlib import Path
+
+    from gateway.session import ResearchSession
+
+    events: list[Any] = []
+
+    def seen(ev: Any) -> None:
+        events.append(ev)
+        if on_event is not None:
+            on_event(ev)
+
+    session = ResearchSession(settings, llm=llm, quiet=quiet)
+    try:
+        summary = session.run(session.plan(QUERY), on_event=seen)
+    finally:
+        session.close()
+    return summary, json.loads((Path(summary.run_dir) / "run.json").read_text()), events

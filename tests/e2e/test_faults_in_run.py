@@ -12,7 +12,6 @@ judgement — what an OOM kill or a segfault in a parser or model client does. T
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
@@ -26,7 +25,6 @@ DVT_TITLE = "deep venous thrombosis prophylaxis"  # in the DVT paper's title
 
 @pytest.fixture(scope="module")
 def faulty_run(ray_cluster, shared_pdfs, tmp_path_factory):
-    from gateway.session import ResearchSession
     from infra.llm.fakes import FunctionLLM
     from infra.settings import Settings
     from tests.e2e import brain as brain_module
@@ -48,16 +46,9 @@ def faulty_run(ray_cluster, shared_pdfs, tmp_path_factory):
             ingest={"pool_size": 2, "parser": "pymupdf", "contextual": True},
             ray={"max_restarts": 1, "max_task_retries": 1},
             llm={"backend": "ollama", "host": closed_loopback_url()})  # a real client built by mistake fails
-        events = []
-        session = ResearchSession(settings, llm=FunctionLLM(brain_module.brain))
-        try:
-            plan = session.plan("Anticoagulation after trauma, JIT compilers, and open relation extraction")
-            summary = session.run(plan, on_event=events.append)
-        finally:
-            session.close()
+        summary, state, events = brain_module.research(settings, llm=FunctionLLM(brain_module.brain))
     finally:
         brain_module.KILL_CONTEXT_ONCE = brain_module.KILL_ONCE = ("", "")
-    state = json.loads((Path(summary.run_dir) / "run.json").read_text())
     return summary, state, events, settings, tmp
 
 

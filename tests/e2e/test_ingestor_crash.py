@@ -1,6 +1,7 @@
 """An Ingestor killed once (SIGKILL of its process mid-document) loses nothing: a fresh Ingestor stores the
-document, no chunk is stored twice or half-written. A crash on every attempt costs that document only: it is tried once more on a fresh Ingestor, then recorded as failed with the
-reason; the other Ingestor and the other documents go on, and the pool is whole again for the next batch.
+document, no chunk is stored twice or half-written. A crash on every attempt costs that document only: it
+is tried once more on a fresh Ingestor, then recorded as failed with the reason; the other Ingestor and the
+other documents go on, and the pool is whole again for the next batch.
 A document that hangs past ingest.timeout_s fails alone the same way, without a second try.
 
 Real parts: the shared Ray cluster, RayCrew's Ingestor pool (Ingestor actors with PyMuPDF, the Ollama

@@ -32,10 +32,11 @@ from pathlib import Path
 
 import pytest
 
+from tests.e2e.brain import QUERY
+
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1500)]  # three real runs, each with its own Ray
 
 REPO = Path(__file__).resolve().parents[2]
-QUERY = "Anticoagulation after trauma, JIT compilers, and open relation extraction"
 PAPERS = ("dvt_prophylaxis_trauma_bmc2010.pdf", "reverb_openie_emnlp2011.pdf", "tracemonkey_pldi2009.pdf")
 HOLD_WORD = "reverb"  # in the ReVerb paper's passages only (dvt and tracemonkey do not name it)
 LIMIT_S = 480  # bound on every wait: a run that hangs fails the test instead of hanging it

@@ -60,7 +60,6 @@ def make_library(tmp: Path, pdfs: list[Path]) -> Path:
 def finished_run(ray_cluster, shared_pdfs, tmp_path_factory):
     import ray
 
-    from gateway.session import ResearchSession
     from infra.llm.fakes import FunctionLLM
     from infra.settings import Settings
     from tests.e2e import brain as brain_module
@@ -79,17 +78,10 @@ def finished_run(ray_cluster, shared_pdfs, tmp_path_factory):
             ingest={"pool_size": 2},
             # a worker that built a real client by mistake would fail loudly: nothing listens there
             llm={"backend": "ollama", "host": closed_loopback_url()})
-        events = []
-        session = ResearchSession(settings, llm=FunctionLLM(brain_module.brain))
-        try:
-            plan = session.plan("Anticoagulation after trauma, JIT compilers, and open relation extraction")
-            summary = session.run(plan, on_event=events.append)
-        finally:
-            session.close()
+        summary, state, events = brain_module.research(settings, llm=FunctionLLM(brain_module.brain))
     finally:
         brain_module.RENDEZVOUS = brain_module.FAIL_ON = ""
         ray.kill(rv)
-    state = json.loads((Path(summary.run_dir) / "run.json").read_text())
     return summary, state, events, settings
 
 
