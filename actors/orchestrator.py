@@ -28,6 +28,7 @@ from typing import Any, Protocol
 from actors.status_hub import HubEmit
 from actors.steps.events import Emit
 from actors.steps.rundir import RunDir
+from infra.cluster import ray_node
 from infra.settings import Settings
 from messages.forage import ForageRequest, RequirementCoverage
 from messages.ingest import IngestRequest, IngestResult
@@ -148,7 +149,8 @@ class Orchestrator:
         plan = self._with_replanned(plan)
         self._checkpoint()
         self.emit(Stage.RUN, "started", f"run {self.run_id} started", requirements=len(plan.requirements),
-                  resumed_after_iteration=len(self.state["iterations"]) if resumed else None)
+                  resumed_after_iteration=len(self.state["iterations"]) if resumed else None,
+                  node=ray_node())  # the machine that coordinates the run (None outside Ray)
         offered: list[str] = list(self.state["documents"])
         stop_reason = self._stop_on_resume(coverages) if resumed else ""
         iteration = len(self.state["iterations"])

@@ -47,7 +47,8 @@ def main(library: Path, work: Path) -> dict[str, object]:
 
     ray_runtime._pin_node_ip_to_loopback()
     servers = {name: LoopbackOllama(models=("lab-model",), responder=responder).start() for name in ("head", *NODES)}
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "include_dashboard": False})
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "include_dashboard": False,
+                                                                   "labels": {NODE_LABEL: "head"}})
     nodes = {name: cluster.add_node(num_cpus=2, resources={"llm_slot": 1}, labels={NODE_LABEL: name})
              for name in NODES}
     cluster.wait_for_nodes()

@@ -36,6 +36,8 @@ def test_a_node_leaves_mid_run_and_the_run_finishes(shared_pdfs, tmp_path: Path)
     state = json.loads((Path(result["run_dir"]) / "run.json").read_text())
     assert all(d["status"] == "stored" for d in state["documents"].values()), state["documents"]
 
+    started = [e for e in result["events"] if e["stage"] == "run" and e["kind"] == "started"]
+    assert [e["node"] for e in started] == ["head"]  # the Orchestrator lives on the driver's node
     actors = [e for e in result["events"] if e["stage"] == "forage" and e["kind"] == "actor"]
     first = {e["requirement"]: e["node"] for e in actors if e["iteration"] == 1}
     assert set(first) == {"R1", "R2", "R3"}

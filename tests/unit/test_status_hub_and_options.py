@@ -67,7 +67,7 @@ def test_foragers_spread_and_coordinators_stay_on_the_drivers_node() -> None:
     for role in ("orchestrator", "status_hub"):
         strategy = options_for(role, s, home_node="ab" * 28)["scheduling_strategy"]
         assert isinstance(strategy, NodeAffinitySchedulingStrategy)
-        assert strategy.node_id == "ab" * 28 and strategy.soft  # another node when the driver's has no room
+        assert strategy.node_id == "ab" * 28 and not strategy.soft  # soft affinity was seen to place them elsewhere
 
 
 @pytest.mark.parametrize("preset,iters", [("quick", 2), ("standard", 6), ("deep", 6)])
