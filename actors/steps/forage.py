@@ -19,8 +19,9 @@ actor). Each iteration it runs these nodes:
 * **summarize** — every document with an answers/interesting chunk gets a short summary, once,
   from its title, abstract (else its introduction's first chunk) and its list of sections.
   Independent calls (the judging batches of one round, the summaries, the deep dives of different
-  documents) run concurrently when the
-  LLM queues calls for a slot (``ray.llm_slots``), else one after another.
+  documents, and a reformulation that will run whatever the deep dives find) run concurrently when
+  the LLM queues calls for a slot (``ray.llm_slots``), each document's deep dive right after its own
+  summary; else one after another, stage by stage.
 * **deep dive** — up to ``forage.max_deep_dives`` documents with interesting chunks: a relevance
   gate; if it says go on, the LLM picks up to ``forage.deep_dive_sections`` of the document's real
   section paths (invented ones are ignored) and up to ``forage.deep_dive_chunks`` chunks of each
@@ -153,6 +154,7 @@ class ForageStep:
         self._judgements: dict[str, ChunkJudgement] = {}  # chunk_id -> judgement, in judging order
         self._docs: dict[str, _Doc] = {}
         self._summaries: dict[str, str] = {}
+        self._summarizing: dict[str, asyncio.Future[None]] = {}  # doc_id -> its summary being made now
         self._gate: dict[str, bool] = {}  # doc_id -> the relevance gate's answer
         self._dived: set[str] = set()  # deep dive finished (gate said no, or sections judged)
         self._vector: list[float] | None = None
@@ -177,18 +179,21 @@ class ForageStep:
                   iteration=it.number, requirement_id=req.id, retrieved=len(chunks),
                   failed=len(chunks) - len(it.judged), llm_calls_iteration=it.calls, **counts)
 
-        # summarize every useful document (cached; a failed summary is tried again next iteration)
-        await self._summarize_useful(req, it)
+        if getattr(self.llm, "queues_calls", False):
+            await self._summarize_dive_reformulate_at_once(req, it)
+        else:
+            # summarize every useful document (cached; a failed summary is tried again next iteration)
+            await self._summarize_useful(req, it)
 
-        # deep dive
-        dives = await self._together([self._deep_dive(req, doc_id, it)
-                                      for doc_id in self._deep_dive_queue()[: self.cfg.max_deep_dives]])
-        for judged in dives:  # recorded in queue order, whatever order the dives finished in
-            self._record(judged, it)
+            # deep dive
+            dives = [await self._deep_dive(req, doc_id, it)
+                     for doc_id in self._deep_dive_queue()[: self.cfg.max_deep_dives]]
+            for judged in dives:
+                self._record(judged, it)
 
-        # reformulate: too few papers answer
-        if self.cfg.min_papers > 0 and self.answering_papers() < self.cfg.min_papers:
-            await self._reformulate(req, it)
+            # reformulate: too few papers answer
+            if self._too_few_papers():
+                await self._reformulate(req, it)
 
         # end
         coverage = self.coverage()
@@ -202,6 +207,43 @@ class ForageStep:
             run_id=request.run_id, requirement=req, iteration=it.number, coverage=coverage, evidence=evidence,
             judgements=tuple(it.judged), llm_calls=self.llm_calls, answering_papers=papers,
             failed_steps=tuple(self.failed_steps))
+
+    async def _summarize_dive_reformulate_at_once(self, req: Requirement, it: _Iteration) -> None:
+        """Summarize, deep dive and reformulate with an LLM that queues calls: the same calls as one
+        after another, started as soon as what they need is known. Each document to dive into is
+        summarized and then dived into on its own chain (its gate reads its summary, not the other
+        documents'); the other useful documents are summarized meanwhile; and when the deep dives
+        cannot bring enough answering papers (answering papers + documents to dive into that have no
+        answer < ``forage.min_papers``) the reformulation runs at the same time, since it will run
+        whatever they find. The chain of dependent calls of one requirement is then 5 calls long
+        instead of 8 (judge, summarize, gate, sections, judge — beside reformulate, judge, summarize),
+        and a requirement waiting for its next call holds up nothing else."""
+        queue = self._deep_dive_queue()[: self.cfg.max_deep_dives]
+        answered = {j.doc_id for j in self._judgements.values() if j.tag == "answers"}
+        certain = self.cfg.min_papers > 0 and len(answered | set(queue)) < self.cfg.min_papers
+        reformulation = asyncio.ensure_future(self._reformulate(req, it)) if certain else None
+
+        async def dive(doc_id: str) -> list[ChunkJudgement]:
+            await self._summary(req, doc_id, it)
+            return await self._deep_dive(req, doc_id, it)
+
+        try:
+            others = [self._summary(req, doc_id, it) for doc_id in self._useful_docs() if doc_id not in queue]
+            dives = (await asyncio.gather(*(dive(doc_id) for doc_id in queue), *others))[: len(queue)]
+        except BaseException:
+            if reformulation is not None:
+                reformulation.cancel()
+            raise
+        judged_now = {j.chunk_id for j in it.judged}
+        for judged in dives:  # in queue order; a chunk the reformulation judged meanwhile counts once
+            self._record([j for j in judged if j.chunk_id not in judged_now], it)
+        if reformulation is not None:
+            await reformulation
+        elif self._too_few_papers():
+            await self._reformulate(req, it)
+
+    def _too_few_papers(self) -> bool:
+        return self.cfg.min_papers > 0 and self.answering_papers() < self.cfg.min_papers
 
     def _bind(self, requirement: Requirement) -> Requirement:
         if self.requirement is None:
@@ -413,8 +455,19 @@ class ForageStep:
     # -- summarize -------------------------------------------------------------------------------------
     async def _summarize_useful(self, req: Requirement, it: _Iteration) -> None:
         """Summaries of the useful documents that have none yet (concurrent: :meth:`_together`)."""
-        await self._together([self._summarize(req, doc_id, it) for doc_id in self._useful_docs()
+        await self._together([self._summary(req, doc_id, it) for doc_id in self._useful_docs()
                               if doc_id not in self._summaries])
+
+    async def _summary(self, req: Requirement, doc_id: str, it: _Iteration) -> None:
+        """The document's summary, made once: a summary already being made (by another step running
+        at the same time) is waited for, not asked for again."""
+        if doc_id in self._summaries:
+            return
+        task = self._summarizing.get(doc_id)
+        if task is None:
+            task = self._summarizing[doc_id] = asyncio.ensure_future(self._summarize(req, doc_id, it))
+            task.add_done_callback(lambda _, d=doc_id: self._summarizing.pop(d, None))
+        await asyncio.shield(task)
 
     async def _summarize(self, req: Requirement, doc_id: str, it: _Iteration) -> None:
         doc = self._doc(doc_id)

@@ -600,6 +600,78 @@ def test_batches_run_one_after_another_otherwise(store, embedder):
     assert fn.most == 1
 
 
+class ReformulationFirst:
+    """The Oracle, except that a deep dive's gate answers only once a Reformulation call has been asked:
+    one after another, the gate (asked before the reformulation) would wait for ever."""
+
+    def __init__(self, oracle: Oracle) -> None:
+        self.oracle = oracle
+        self.reformulating = asyncio.Event()
+
+    async def __call__(self, messages, schema):
+        if schema is Reformulation:
+            self.reformulating.set()
+        if schema is RelevanceGate:
+            await asyncio.wait_for(self.reformulating.wait(), timeout=10)
+        return self.oracle(messages, schema)
+
+
+def test_a_certain_reformulation_runs_beside_the_deep_dive_when_the_llm_queues_calls(store, embedder):
+    def oracle() -> Oracle:
+        return Oracle({"photosystem II": "interesting", "Calvin cycle": "answers", "split water": "answers"},
+                      sections=["Methods", "Results > Carbon fixation"], query="leaf energy budget canopy")
+
+    # min_papers=3: one document to dive into and no answer yet cannot reach three papers, so the
+    # reformulation will run whatever the dive finds, and starts at once
+    options = {"bm25_k": 1, "vector_k": 1, "max_deep_dives": 2, "min_papers": 3}
+    fn = ReformulationFirst(oracle())
+    llm = FunctionLLM(fn)
+    llm.queues_calls = True
+    cov = forage(ForageStep(settings(**options), store, embedder, llm))
+    assert fn.reformulating.is_set()
+    # the same calls and the same decisions as one call after another
+    one = FunctionLLM(oracle())
+    alone = forage(ForageStep(settings(**options), store, embedder, one))
+    assert sorted(llm.schemas_asked()) == sorted(one.schemas_asked())
+    assert "RelevanceGate" in one.schemas_asked() and "Reformulation" in one.schemas_asked()
+    assert one.schemas_asked().index("RelevanceGate") < one.schemas_asked().index("Reformulation")
+    assert decisions(cov) == decisions(alone)
+    assert len({j.chunk_id for j in cov.judgements}) == len(cov.judgements)  # each chunk judged once
+    assert (cov.coverage, cov.answering_papers, cov.llm_calls) == (alone.coverage, alone.answering_papers,
+                                                                   alone.llm_calls)
+    assert [e.doc_id for e in cov.evidence] == [e.doc_id for e in alone.evidence]
+    assert {e.doc_id: e.summary for e in cov.evidence} == {e.doc_id: e.summary for e in alone.evidence}
+
+
+def test_a_summary_being_made_is_waited_for_not_asked_again(store, embedder):
+    from actors.steps.forage import _Iteration
+
+    gists: list[str] = []
+    release = asyncio.Event()
+
+    async def fn(messages, schema):
+        gists.append(messages[-1]["content"].splitlines()[0])
+        await asyncio.wait_for(release.wait(), timeout=10)  # both steps ask while the first call is out
+        return Oracle()(messages, schema)
+
+    llm = FunctionLLM(fn)
+    llm.queues_calls = True
+    step = ForageStep(settings(), store, embedder, llm)
+    step._bind(REQ)
+
+    async def two_steps_at_once() -> None:
+        it = _Iteration(1)
+        first = asyncio.ensure_future(step._summary(REQ, PHOTO[0].doc_id, it))
+        second = asyncio.ensure_future(step._summary(REQ, PHOTO[0].doc_id, it))
+        await asyncio.sleep(0)  # one turn of the loop: both run to their first wait, the second finds it being made
+        release.set()
+        await asyncio.gather(first, second)
+
+    asyncio.run(two_steps_at_once())
+    assert gists == ["Title: Light Reactions of Photosynthesis"]
+    assert step._summaries[PHOTO[0].doc_id] == "A study titled Light Reactions of Photosynthesis."
+
+
 def test_batch_schema_asks_for_one_verdict_per_passage(store, embedder):
     llm = FunctionLLM(Oracle({"split water": "answers"}))
     forage(ForageStep(settings(vector_k=N_BODY_CHUNKS, judge_batch=6), store, embedder, llm))
