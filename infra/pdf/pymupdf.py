@@ -50,8 +50,10 @@ MAGIC_WINDOW = 1024  # readers accept the header anywhere in the first KiB
 EOF_WINDOW = 2048  # %%EOF must sit near the end of a complete file
 FURNITURE_CLASSES = frozenset({"page-header", "page-footer"})
 RUNNING_BOX_MAX_CHARS = 120
+MARGIN_SHARE = 0.12  # headers and footers live in the top and bottom 12 % of a page
 _MD = MarkdownIt("commonmark")
 _WS = re.compile(r"\s+")
+_PICTURE_TEXT = re.compile(r"<!--\s*(?:Start|End) of picture text\s*-->")
 _YEAR = re.compile(r"(?<![\d.])(1[89]\d{2}|20\d{2})(?![\d])")
 _FILE_LIKE = re.compile(r"\.(pdf|docx?|dvi|tex|ps|indd|qxd|rtf|odt)$|^(microsoft word|untitled|pii|doi)\b|[\\/]",
                         re.IGNORECASE)
@@ -144,10 +146,9 @@ class PyMuPDFParser:
         if self.layout:  # header/footer kept here and dropped in _assemble, where a page-1 title can be rescued
             options.update(header=True, footer=True, use_ocr=False)
         try:
-            return list(pymupdf4llm.to_markdown(doc, pages=list(range(keep)), **options)), []
+            pages, unreadable = list(pymupdf4llm.to_markdown(doc, pages=list(range(keep)), **options)), []
         except Exception as whole_error:  # noqa: BLE001 - retried page by page to keep what can be read
-            pages: list[dict[str, Any]] = []
-            unreadable: list[int] = []
+            pages, unreadable = [], []
             for pno in range(keep):
                 try:
                     pages.extend(pymupdf4llm.to_markdown(doc, pages=[pno], **options))
@@ -156,7 +157,9 @@ class PyMuPDFParser:
             if not pages:
                 raise PDFError(f"{path.name}: no page could be converted ({type(whole_error).__name__}: "
                                f"{whole_error})", retryable=False) from whole_error
-            return pages, unreadable
+        for chunk in pages:  # where a page's margins are: a header or footer box must lie in one
+            chunk["page_height"] = float(doc[_page_no(chunk) - 1].rect.height)
+        return pages, unreadable
 
     def _assemble(self, path: Path, pages: list[dict[str, Any]], meta: dict[str, Any],
                   first_page: list[tuple[float, float, str]], n_pages: int, keep: int,
@@ -310,14 +313,35 @@ def _page_markdown(chunk: dict[str, Any], running: frozenset[str], title: str | 
     edges = {i for i, seg in _edge_text_boxes(chunk) if _running_key(seg) in running}
     out: list[str] = []
     for i, (cls, seg) in enumerate(_boxes(chunk)):
-        if cls in FURNITURE_CLASSES:
+        if cls in FURNITURE_CLASSES and _in_margin(chunk, i):
             if title and seg.strip() and _norm(_plain(seg)) == _norm(title):
                 out.append(f"# {title}\n\n")
             continue
         if i in edges:
             continue
-        out.append(seg)
+        out.append(_formula_text(seg) if cls == "formula" else seg)
     return "".join(out)
+
+
+def _in_margin(chunk: dict[str, Any], index: int) -> bool:
+    """Whether box ``index`` lies in the page's top or bottom ``MARGIN_SHARE``: the layout model sometimes
+    calls a centred equation or a short line mid-page a page-footer, and dropping it would lose content.
+    True when the page height is unknown (the box is dropped as its class says)."""
+    height = chunk.get("page_height")
+    if not height:
+        return True
+    _, top, _, bottom = chunk["page_boxes"][index]["bbox"]
+    return bottom <= MARGIN_SHARE * height or top >= (1 - MARGIN_SHARE) * height
+
+
+def _formula_text(segment: str) -> str:
+    """An equation box as a plain text paragraph: pymupdf4llm wraps the text it reads in a formula box in
+    ``<!-- Start of picture text -->`` … ``<!-- End of picture text -->`` with ``<br>`` line breaks, markup
+    that would otherwise end up in chunks, prompts and quotes."""
+    text = _PICTURE_TEXT.sub("", segment).replace("<br>", "\n")
+    lines = [_WS.sub(" ", line).strip() for line in text.splitlines()]
+    body = "\n".join(line for line in lines if line)
+    return f"\n\n{body}\n\n" if body else ""
 
 
 def _page_one_lines(doc: Any) -> list[tuple[float, float, str]]:

@@ -73,6 +73,30 @@ def test_parses_markdown_with_headings_tables_of_pages_and_metadata(parser: PyMu
     assert doc.page_spans == ((1, 0, len(doc.markdown)),)
 
 
+TABLE_AND_EQUATION_HTML = (
+    "<h1>Heat Stress in Wheat Crops</h1><p>Ada Lovelace</p>"
+    f"<h2>Abstract</h2><p>{PARA}</p><h2>2 Results</h2><p>{PARA}</p>"
+    "<table border='1'><tr><th>Cultivar</th><th>Yield (t/ha)</th><th>Loss (%)</th></tr>"
+    "<tr><td>Alpha</td><td>5.2</td><td>12</td></tr><tr><td>Beta</td><td>4.8</td><td>18</td></tr></table>"
+    f"<p>{PARA}</p><p style='text-align:center'>E = m c<sup>2</sup> + &#8721; x<sub>i</sub> (1)</p>"
+    f"<p>{PARA}</p><p style='text-align:center'>G = k T<sup>2</sup> - &#8721; y<sub>j</sub> (2)</p>"
+)
+
+
+def test_tables_stay_markdown_tables_and_equations_stay_text(parser: PyMuPDFParser, tmp_path: Path) -> None:
+    doc = parser.parse(make_pdf(tmp_path / "table.pdf", TABLE_AND_EQUATION_HTML))
+    lines = doc.markdown.splitlines()
+    header = next(i for i, line in enumerate(lines) if line.startswith("|") and "Cultivar" in line)
+    assert set(lines[header + 1].replace("|", "")) == {"-"}  # the Markdown table's delimiter row
+    assert lines[header + 2].split("|")[1:4] == ["Alpha", "5.2", "12"]
+    assert lines[header + 3].split("|")[1:4] == ["Beta", "4.8", "18"]
+    # equations stay as text, also one the layout model takes for a page footer though it is mid-page
+    for start, number in (("E = m c", "(1)"), ("G = k T", "(2)")):
+        equation = next(line for line in lines if line.startswith(start)).strip()
+        assert "∑" in equation and equation.endswith(number)
+    assert "<!--" not in doc.markdown and "<br>" not in doc.markdown  # no extraction markup around the equation
+
+
 def test_page_spans_follow_pages(parser: PyMuPDFParser, tmp_path: Path) -> None:
     doc = parser.parse(make_pdf(tmp_path / "long.pdf", repeat=4))
     assert doc.n_pages > 1
@@ -140,6 +164,21 @@ def test_repeated_edge_boxes_helper() -> None:
     assert keys == {"running title of the paper #", "# / #"}
     assert _page_markdown(pages[2], keys, None) == "Body text 3 " * 20 + "\n\n"
     assert _running_keys(pages[:3]) == frozenset()  # too few pages to call anything running
+
+
+def test_a_footer_box_mid_page_is_kept_and_one_in_the_margin_dropped() -> None:
+    segs = [("page-header", "Journal of Things\n\n", (60, 20, 300, 32)),
+            ("text", "Body text. " * 20 + "\n\n", (60, 100, 520, 400)),
+            ("page-footer", "E = m c 2 (1)\n\n", (240, 580, 350, 594)),  # mid-page: the model misread it
+            ("page-footer", "Page 3\n\n", (280, 810, 330, 822))]
+    text, boxes = "", []
+    for cls, seg, bbox in segs:
+        boxes.append({"class": cls, "pos": (len(text), len(text) + len(seg)), "bbox": bbox})
+        text += seg
+    chunk = {"text": text, "page_boxes": boxes, "metadata": {"page_number": 3}, "page_height": 842.0}
+    assert _page_markdown(chunk, frozenset(), None) == "Body text. " * 20 + "\n\nE = m c 2 (1)\n\n"
+    del chunk["page_height"]  # margins unknown: every box goes as its class says
+    assert _page_markdown(chunk, frozenset(), None) == "Body text. " * 20 + "\n\n"
 
 
 def test_year_is_never_after_the_creation_year() -> None:
