@@ -11,13 +11,16 @@ import typer
 
 def ask(
     question: Annotated[str, typer.Argument(help="Your question. It stays on this machine.")],
+    library: Annotated[Path | None, typer.Option(
+        help="Answer only from the stored papers whose PDF lies under this folder (as `forage research --library "
+             "DIR` or `forage library add DIR` stored them).")] = None,
     store: Annotated[Path | None, typer.Option(help="Store folder of the library (default: settings).")] = None,
     llm: Annotated[str | None, typer.Option(help="LLM backend: ollama or embedded.")] = None,
     model: Annotated[str | None, typer.Option(help="Ollama model name.")] = None,
 ) -> None:
     """Answer QUESTION briefly from the papers already in the store, with citations; says so when the
     library does not hold enough evidence. Nothing is searched or downloaded."""
-    from actors.steps.ask import AskStep
+    from actors.steps.ask import AskStep, library_filter
     from gateway import cli as base
     from infra.embed import build_embedder
     from infra.errors import ForageError
@@ -33,11 +36,20 @@ def ask(
         changes["llm"] = {k: v for k, v in (("backend", llm), ("model", model)) if v}
     settings = settings.updated(**changes) if changes else settings
     try:
-        if not Path(settings.store.path).exists():
+        if settings.store.backend == "lancedb" and not Path(settings.store.path).exists():
             raise ForageError(f"no store at {settings.store.path}: run forage research or forage library add first")
+        db = build_store(settings)
+        scope = None
+        if library is not None:
+            folder = library.expanduser().resolve()
+            scope = library_filter(folder)
+            if not db.document_ids(scope):
+                raise ForageError(f"the store holds no documents from the library {folder}: run forage library add "
+                                  f"{folder} (or forage research --library {folder}) first")
         client = build_llm(settings)
         asyncio.run(client.check())
-        step = AskStep(build_store(settings), build_embedder(settings), client, alpha=settings.store.hybrid_alpha)
+        step = AskStep(db, build_embedder(settings), client, alpha=settings.store.hybrid_alpha,
+                       scope=scope)
         result = asyncio.run(step.ask(question))
     except (ForageError, ValueError) as exc:
         base.err.print(f"[red]error:[/red] {base._one_line(exc)}")

@@ -6,17 +6,23 @@ answers from them with citations to their numbers; citations outside 1..k are re
 without a valid citation is dropped (the Writer's checks). When the store returns nothing, the model
 says the passages do not suffice, or no cited sentence is left, the answer says that the stored
 library does not hold enough evidence, instead of answering.
+
+A scope (a :class:`ChunkFilter`, e.g. :func:`library_filter` for ``--library DIR``) limits the
+passages to the documents it admits.
 """
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from actors.steps.forage import block
 from actors.steps.schemas import MOTIVE_CHARS, SENTENCE_CHARS, AskAnswer, AskIntent
+from actors.steps.search import file_key
 from infra.embed.base import Embedder
 from infra.llm.base import LLM
-from infra.store.base import ChunkRecord, Store
+from infra.store.base import ChunkFilter, ChunkRecord, Store
 
 INSUFFICIENT = ("The stored library does not hold enough evidence to answer this question; add papers on it "
                 "(forage research or forage library add) and ask again.")
@@ -54,11 +60,19 @@ class AskResult:
     removed_citations: int = 0
 
 
+def library_filter(folder: Path | str) -> ChunkFilter:
+    """The documents read from the PDFs under ``folder`` (subfolders too), as ``forage research
+    --library`` and ``forage library add`` stored them: their keys are ``file:<resolved path>``."""
+    return ChunkFilter(sources=(file_key(Path(folder).expanduser()).rstrip(os.sep) + os.sep,))
+
+
 class AskStep:
+    """``scope``: only passages of the documents it admits (None: the whole store)."""
+
     def __init__(self, store: Store, embedder: Embedder, llm: LLM, *, passages: int = PASSAGES,
-                 alpha: float = 0.5) -> None:
+                 alpha: float = 0.5, scope: ChunkFilter | None = None) -> None:
         self.store, self.embedder, self.llm = store, embedder, llm
-        self.passages, self.alpha = passages, alpha
+        self.passages, self.alpha, self.scope = passages, alpha, scope
 
     async def ask(self, question: str) -> AskResult:
         from actors.steps.write import citation_numbers, tidy
@@ -72,7 +86,7 @@ class AskStep:
             reply = tidy(intent.reply, MOTIVE_CHARS) or "Hello! Ask me a question about the papers in your library."
             return AskResult("chit_chat", reply, llm_calls=1)
         vector = self.embedder.embed([question])[0]
-        hits = self.store.hybrid(question, vector, self.passages, alpha=self.alpha)
+        hits = self.store.hybrid(question, vector, self.passages, alpha=self.alpha, flt=self.scope)
         chunks: list[ChunkRecord] = [h.chunk for h in hits]
         if not chunks:
             return AskResult("insufficient", INSUFFICIENT, llm_calls=1)

@@ -1,6 +1,6 @@
 """The store contract: chunks with vectors, BM25 / vector / hybrid search, a document registry.
 
-Implementations: LanceDB (embedded default), Weaviate (later). The same contract tests run on each.
+Implementations: LanceDB (embedded default), Weaviate (a lab's shared library). The same contract tests run on each.
 """
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Literal, Protocol, runtime_checkable
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 SectionKind = Literal["title", "abstract", "body", "references", "caption"]
 
@@ -57,10 +57,57 @@ class Hit(_Record):
 
 
 class ChunkFilter(_Record):
+    """Which chunks a read or search may return. ``doc_ids``, ``year_min``/``year_max`` and
+    ``sources`` are conditions on the chunk's document (read from the registry: chunks carry no
+    year or key); the others are conditions on the chunk itself. All conditions must hold."""
+
     doc_ids: tuple[str, ...] | None = None
     section_path: str | None = Field(default=None, description="Exact path, or prefix when it ends with '*'.")
     exclude_chunk_ids: tuple[str, ...] = ()
     exclude_kinds: tuple[SectionKind, ...] = ("references",)
+    year_min: int | None = Field(default=None, description="Only documents published in or after this year; "
+                                                           "a document with no recorded year is left out.")
+    year_max: int | None = Field(default=None, description="Only documents published in or before this year; "
+                                                           "a document with no recorded year is left out.")
+    sources: tuple[str, ...] | None = Field(
+        default=None, description="Only documents whose key (where they came from) starts with one of these: a "
+                                  "bare name ('file', 'zotero', 'zotero-csv', 'doi', 'arxiv', 'openalex') means "
+                                  "'<name>:'; a prefix holding ':' is taken as written ('file:/data/papers/': "
+                                  "the PDFs under that folder). () matches nothing.")
+
+    @model_validator(mode="after")
+    def _years_in_order(self) -> ChunkFilter:
+        if self.year_min is not None and self.year_max is not None and self.year_min > self.year_max:
+            raise ValueError(f"year_min {self.year_min} is after year_max {self.year_max}")
+        return self
+
+    @property
+    def by_document(self) -> bool:
+        """Whether the filter has conditions only the registry can answer (years, sources)."""
+        return self.year_min is not None or self.year_max is not None or self.sources is not None
+
+    def key_prefixes(self) -> tuple[str, ...] | None:
+        """``sources`` as key prefixes ('arxiv' → 'arxiv:'); None when sources are not filtered."""
+        if self.sources is None:
+            return None
+        return tuple(s if ":" in s else f"{s}:" for s in self.sources)
+
+    def admits(self, doc: DocumentRecord) -> bool:
+        """Whether ``doc`` meets the document conditions (doc_ids, years, sources)."""
+        if self.doc_ids is not None and doc.doc_id not in self.doc_ids:
+            return False
+        if self.year_min is not None and (doc.year is None or doc.year < self.year_min):
+            return False
+        if self.year_max is not None and (doc.year is None or doc.year > self.year_max):
+            return False
+        prefixes = self.key_prefixes()
+        return prefixes is None or any(doc.key.startswith(p) for p in prefixes)
+
+    def narrowed(self, doc_ids: Sequence[str]) -> ChunkFilter:
+        """This filter with its registry conditions replaced by the ids of the documents that meet
+        them (``doc_ids``, already read from the registry): a filter on chunk columns only."""
+        return self.model_copy(update={"doc_ids": tuple(sorted(set(doc_ids))), "year_min": None, "year_max": None,
+                                       "sources": None})
 
 
 @runtime_checkable
@@ -86,6 +133,10 @@ class Store(Protocol):
     def document_by_key(self, key: str) -> DocumentRecord | None: ...
     def list_documents(self) -> list[DocumentRecord]: ...
     def delete_document(self, doc_id: str) -> None: ...
+    def document_ids(self, flt: ChunkFilter) -> list[str]:
+        """Ids of the registered documents meeting the filter's document conditions (doc_ids,
+        years, sources; the chunk conditions are ignored), sorted."""
+        ...
 
     # chunks
     def get_chunk(self, chunk_id: str) -> ChunkRecord | None: ...

@@ -34,6 +34,9 @@ file system (flock); a store on NFS or object storage needs another writer coord
 
 Search: BM25 and vector search run with prefiltering (SQL where-clauses built by
 :func:`filter_sql`); vector search is exact (flat) cosine, fine for tens of thousands of chunks.
+Filters on the document (year range, source: the key's prefix) are answered by the registry
+first (:func:`document_sql`), then applied to the chunks as a doc-id list: chunks carry no year or
+key, so an older store needs no new columns.
 """
 
 from __future__ import annotations
@@ -147,10 +150,14 @@ def _sql_list(values: Iterable[str]) -> str:
 
 
 def filter_sql(flt: ChunkFilter) -> str | None:
-    """The SQL where-clause for a :class:`ChunkFilter` (None when it filters nothing).
+    """The SQL where-clause on the ``chunks`` table for a :class:`ChunkFilter` (None when it
+    filters nothing). Registry conditions (years, sources) must be resolved to doc ids first
+    (:meth:`ChunkFilter.narrowed`): chunks carry no year or key.
 
     ``flt.doc_ids == ()`` matches nothing; callers short-circuit that case before querying.
     """
+    if flt.by_document:
+        raise ValueError("resolve the filter's years and sources to doc ids before building chunk SQL")
     parts: list[str] = []
     if flt.doc_ids is not None:
         parts.append(f"doc_id IN {_sql_list(flt.doc_ids)}" if flt.doc_ids else "FALSE")
@@ -163,6 +170,23 @@ def filter_sql(flt: ChunkFilter) -> str | None:
         parts.append(f"chunk_id NOT IN {_sql_list(flt.exclude_chunk_ids)}")
     if flt.exclude_kinds:
         parts.append(f"section_kind NOT IN {_sql_list(flt.exclude_kinds)}")
+    return " AND ".join(f"({p})" for p in parts) if parts else None
+
+
+def document_sql(flt: ChunkFilter) -> str | None:
+    """The SQL where-clause on the ``documents`` table for the document conditions of a
+    :class:`ChunkFilter` (doc_ids, years, sources); None when it has none. A document without a
+    year fails any year bound (SQL comparisons with NULL are not true)."""
+    parts: list[str] = []
+    if flt.doc_ids is not None:
+        parts.append(f"doc_id IN {_sql_list(flt.doc_ids)}" if flt.doc_ids else "FALSE")
+    if flt.year_min is not None:
+        parts.append(f"year >= {int(flt.year_min)}")
+    if flt.year_max is not None:
+        parts.append(f"year <= {int(flt.year_max)}")
+    prefixes = flt.key_prefixes()
+    if prefixes is not None:
+        parts.append(" OR ".join(f"starts_with(key, {sql_str(p)})" for p in prefixes) if prefixes else "FALSE")
     return " AND ".join(f"({p})" for p in parts) if parts else None
 
 
@@ -590,6 +614,27 @@ class LanceStore:
         rows = self._read(DOCUMENTS, "list documents", lambda t: t.search().to_list(), [])
         return sorted((self._to_doc(r) for r in rows), key=lambda d: (d.key, d.doc_id))
 
+    def document_ids(self, flt: ChunkFilter) -> list[str]:
+        """Ids of the registered documents meeting the filter's document conditions (doc_ids,
+        years, sources), sorted."""
+        if flt.doc_ids == () or flt.sources == ():
+            return []
+        where = document_sql(flt)
+
+        def run(t: Table) -> list[str]:
+            query = t.search()
+            if where:
+                query = query.where(where)
+            return [str(d) for d in query.select(["doc_id"]).to_arrow().column("doc_id").to_pylist()]
+
+        none: list[str] = []
+        return sorted(self._read(DOCUMENTS, "document ids", run, none))
+
+    def _resolve(self, flt: ChunkFilter) -> ChunkFilter:
+        """``flt`` on chunk columns only: its years and sources become the ids of the documents
+        that meet them (one registry read), intersected with its doc_ids."""
+        return flt.narrowed(self.document_ids(flt)) if flt.by_document else flt
+
     def delete_document(self, doc_id: str) -> None:
         """Unregister the document first, then delete its chunks. Unknown ids are a no-op."""
         if not any(name in self._db for name in (DOCUMENTS, CHUNKS)):
@@ -632,7 +677,10 @@ class LanceStore:
 
     def chunks(self, flt: ChunkFilter, limit: int = 50) -> list[ChunkRecord]:
         """Chunks matching the filter in document order (doc_id, ordinal), at most ``limit``."""
-        if limit <= 0 or flt.doc_ids == ():
+        if limit <= 0:
+            return []
+        flt = self._resolve(flt)
+        if flt.doc_ids == ():
             return []
         where = filter_sql(flt)
         order = [ColumnOrdering(column_name="doc_id"), ColumnOrdering(column_name="ordinal")]
@@ -700,7 +748,10 @@ class LanceStore:
         Scores are BM25 scores (higher is better); ties break in document order.
         ``flt=None`` means the default :class:`ChunkFilter` (references excluded)."""
         flt = flt or ChunkFilter()
-        if k <= 0 or not query.strip() or flt.doc_ids == ():
+        if k <= 0 or not query.strip():
+            return []
+        flt = self._resolve(flt)
+        if flt.doc_ids == ():
             return []
         where = filter_sql(flt)
 
@@ -719,7 +770,10 @@ class LanceStore:
         ``flt=None`` means the default :class:`ChunkFilter` (references excluded)."""
         query_vector = self._query_vector(vector)
         flt = flt or ChunkFilter()
-        if k <= 0 or flt.doc_ids == ():
+        if k <= 0:
+            return []
+        flt = self._resolve(flt)
+        if flt.doc_ids == ():
             return []
         where = filter_sql(flt)
 
@@ -748,6 +802,7 @@ class LanceStore:
         if k <= 0:
             return []
         pool = k * self.hybrid_candidates
+        flt = self._resolve(flt or ChunkFilter())  # once for both sides
         lexical = self.bm25(query, pool, flt) if alpha < 1.0 else []
         semantic = self.vector(vector, pool, flt) if alpha > 0.0 else []
         return fuse(lexical, semantic, alpha, k, fusion)

@@ -22,17 +22,20 @@ leave some of its chunks rewritten.
 
 BM25 runs on ``search_text``: the context line (title, section path) and the chunk text, stemmed
 here with the Snowball English stemmer (Weaviate's tokenizer does not stem; LanceDB's does), with
-Weaviate's English stop words. Hybrid search (``weaviate_hybrid``): ``"forage"`` fuses Weaviate's
-BM25 and vector results with :func:`infra.store.lancedb.fuse`, so scores and order are the same
-as on LanceDB and a migrated library ranks alike; ``"weaviate"`` runs Weaviate's own hybrid query
-(one round trip; its own score normalisation). ``skip_init_checks=True``: the client makes no
+Weaviate's English stop words. Filters on the document (year range, source: the key's prefix)
+are answered by the registry collection first and reach the chunks as a doc-id list (chunks carry
+no year or key, so an older library needs no new properties). Hybrid search
+(``weaviate_hybrid``): ``"forage"`` fuses Weaviate's BM25 and vector results with
+:func:`infra.store.lancedb.fuse`, so scores and order are the same as on LanceDB and a migrated
+library ranks alike; ``"weaviate"`` runs Weaviate's own hybrid query (one round trip; its own
+score normalisation). ``skip_init_checks=True``: the client makes no
 version or health call when it connects; the first request says whether the server is there.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 from urllib.parse import urlsplit
 
@@ -127,8 +130,11 @@ def _like_prefix(prefix: str) -> str:
 
 
 def build_filter(flt: ChunkFilter) -> _Filters | None:
-    """The Weaviate filter for a :class:`ChunkFilter` (None when it filters nothing).
-    ``doc_ids == ()`` matches nothing: callers return early before asking."""
+    """The Weaviate filter on chunks for a :class:`ChunkFilter` (None when it filters nothing).
+    ``doc_ids == ()`` matches nothing: callers return early before asking. Years and sources are
+    resolved to doc ids first (:meth:`WeaviateStore.document_ids`): chunks carry no year or key."""
+    if flt.by_document:
+        raise ValueError("resolve the filter's years and sources to doc ids before building a chunk filter")
     parts: list[_Filters] = []
     if flt.doc_ids:
         parts.append(Filter.by_property("doc_id").contains_any(list(flt.doc_ids)))
@@ -138,6 +144,26 @@ def build_filter(flt: ChunkFilter) -> _Filters | None:
         parts.append(prop.like(_like_prefix(path[:-1])) if path.endswith("*") else prop.equal(path))
     parts += [Filter.by_property("chunk_id").not_equal(c) for c in flt.exclude_chunk_ids]
     parts += [Filter.by_property("section_kind").not_equal(k) for k in flt.exclude_kinds]
+    if not parts:
+        return None
+    return parts[0] if len(parts) == 1 else Filter.all_of(parts)
+
+
+def build_doc_filter(flt: ChunkFilter) -> _Filters | None:
+    """The Weaviate filter on the registry for the document conditions of a :class:`ChunkFilter`
+    (doc_ids, years, sources; None when it has none). A key prefix becomes a ``like`` pattern (a
+    superset when it holds ``*`` or ``?``: :meth:`ChunkFilter.admits` checks the exact prefix after).
+    ``doc_ids == ()`` and ``sources == ()`` match nothing: callers return early before asking."""
+    parts: list[_Filters] = []
+    if flt.doc_ids:
+        parts.append(Filter.by_property("doc_id").contains_any(list(flt.doc_ids)))
+    if flt.year_min is not None:
+        parts.append(Filter.by_property("year").greater_or_equal(flt.year_min))
+    if flt.year_max is not None:
+        parts.append(Filter.by_property("year").less_or_equal(flt.year_max))
+    keys = [Filter.by_property("key").like(_like_prefix(p)) for p in flt.key_prefixes() or ()]
+    if keys:
+        parts.append(keys[0] if len(keys) == 1 else Filter.any_of(keys))
     if not parts:
         return None
     return parts[0] if len(parts) == 1 else Filter.all_of(parts)
@@ -447,6 +473,28 @@ class WeaviateStore:
     def document_by_key(self, key: str) -> DocumentRecord | None:
         return self._one_doc(Filter.by_property("key").equal(key))
 
+    def document_ids(self, flt: ChunkFilter) -> list[str]:
+        """Ids of the registered documents meeting the filter's document conditions (doc_ids,
+        years, sources), sorted. Filtered in Weaviate; when that reaches the result limit, every
+        registry object is read with a cursor and checked here instead."""
+        collection = self._docs()
+        if collection is None or flt.doc_ids == () or flt.sources == ():
+            return []
+        where, props = build_doc_filter(flt), ["doc_id", "key", "year"]
+
+        def read() -> list[str]:
+            objects = collection.query.fetch_objects(filters=where, limit=MAX_RESULTS, return_properties=props).objects
+            found: Iterable[Any] = (objects if len(objects) < MAX_RESULTS
+                                    else collection.iterator(return_properties=props))
+            return sorted({d.doc_id for d in (to_doc(dict(o.properties)) for o in found) if flt.admits(d)})
+
+        return self._run("read", read)
+
+    def _resolve(self, flt: ChunkFilter) -> ChunkFilter:
+        """``flt`` on chunk properties only: its years and sources become the ids of the documents
+        that meet them (one registry query), intersected with its doc_ids."""
+        return flt.narrowed(self.document_ids(flt)) if flt.by_document else flt
+
     def list_documents(self) -> list[DocumentRecord]:
         """Every registered document, ordered by (key, doc_id) (read with a cursor: no size limit)."""
         collection = self._docs()
@@ -479,7 +527,10 @@ class WeaviateStore:
     def chunks(self, flt: ChunkFilter, limit: int = 50) -> list[ChunkRecord]:
         """Chunks matching the filter in document order (doc_id, ordinal), at most ``limit``."""
         collection = self._chunks()
-        if collection is None or limit <= 0 or flt.doc_ids == ():
+        if collection is None or limit <= 0:
+            return []
+        flt = self._resolve(flt)
+        if flt.doc_ids == ():
             return []
         order = Sort.by_property("doc_id").by_property("ordinal")
         res = self._run("list chunks", lambda: collection.query.fetch_objects(
@@ -511,7 +562,10 @@ class WeaviateStore:
         flt = flt or ChunkFilter()
         words = stem_text(query)
         collection = self._chunks()
-        if collection is None or k <= 0 or not words or flt.doc_ids == ():
+        if collection is None or k <= 0 or not words:
+            return []
+        flt = self._resolve(flt)
+        if flt.doc_ids == ():
             return []
         res = self._run("bm25", lambda: collection.query.bm25(
             query=words, query_properties=["search_text"], limit=k, filters=build_filter(flt),
@@ -523,7 +577,10 @@ class WeaviateStore:
         query = self._vectors([vector], 1)[0].tolist()
         flt = flt or ChunkFilter()
         collection = self._chunks()
-        if collection is None or k <= 0 or flt.doc_ids == ():
+        if collection is None or k <= 0:
+            return []
+        flt = self._resolve(flt)
+        if flt.doc_ids == ():
             return []
         res = self._run("vector search", lambda: collection.query.near_vector(
             near_vector=query, limit=k, filters=build_filter(flt), return_metadata=MetadataQuery(distance=True)))
@@ -540,8 +597,9 @@ class WeaviateStore:
         query_vector = self._vectors([vector], 1)[0].tolist()
         if k <= 0:
             return []
+        flt = self._resolve(flt or ChunkFilter())  # once for both sides
         if self.hybrid_mode == "weaviate":
-            return self._native_hybrid(query, query_vector, k, alpha, flt or ChunkFilter(), fusion)
+            return self._native_hybrid(query, query_vector, k, alpha, flt, fusion)
         from infra.store.lancedb import fuse
 
         pool = k * self.hybrid_candidates

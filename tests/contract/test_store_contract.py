@@ -278,6 +278,106 @@ def test_filters_apply_to_every_search(filtered_store: Store) -> None:
         == {"references"}
 
 
+# ---------------------------------------------------------------- filters on the document: year and source
+
+# (name, key, year): keys as ingestion writes them — 'file:<path>' for a library folder, a Zotero
+# item, a Zotero CSV row, an arXiv id, a DOI (downloaded papers) — and one path with quotes and
+# wildcard characters
+REGISTRY = [
+    ("lab", "file:/lab/papers/a.pdf", 2019),
+    ("sub", "file:/lab/papers/sub/b.pdf", 2021),
+    ("sibling", "file:/lab/papers2/c.pdf", 2023),
+    ("odd", "file:/lab/O'Brien's *papers?_%/d.pdf", 2020),
+    ("zotero", "zotero:users/1/items/ABCD1234", 2018),
+    ("csv", "zotero-csv:EFGH5678", 2020),
+    ("arxiv", "arxiv:2101.00001", 2022),
+    ("doi", "doi:10.1000/xyz", None),
+]
+
+
+def reg_id(name: str) -> str:
+    return hashlib.sha256(name.encode()).hexdigest()
+
+
+@pytest.fixture
+def registry_store(store: Store) -> Store:
+    for name, key, year in REGISTRY:
+        doc, chunks = make_doc(reg_id(name), [f"shared term in {name} methods", f"shared term in {name} results",
+                                              f"shared term in {name} references"],
+                               key=key, paths=["Methods", "Results", "References"],
+                               kinds=["body", "body", "references"])
+        put(store, doc.model_copy(update={"year": year}), chunks)
+    return store
+
+
+def doc_names(found: Sequence[Hit] | Sequence[ChunkRecord] | Sequence[str]) -> set[str]:
+    """The REGISTRY names of the documents of chunks, hits or doc ids."""
+    by_id = {reg_id(name): name for name, _, _ in REGISTRY}
+    doc_ids = [x if isinstance(x, str) else x.chunk.doc_id if isinstance(x, Hit) else x.doc_id for x in found]
+    return {by_id[d] for d in doc_ids}
+
+
+def test_filter_by_year_range(registry_store: Store) -> None:
+    def names(**years: int) -> set[str]:
+        return doc_names(registry_store.chunks(ChunkFilter(**years), limit=100))
+
+    assert names(year_min=2020, year_max=2022) == {"sub", "odd", "csv", "arxiv"}  # inclusive at both ends
+    assert names(year_min=2022) == {"arxiv", "sibling"}
+    assert names(year_max=2019) == {"lab", "zotero"}
+    assert names(year_min=2020, year_max=2020) == {"odd", "csv"}
+    assert names(year_min=2030) == set()
+    assert "doi" not in names(year_min=0) and "doi" in names()  # no recorded year: out once a year is asked for
+    with pytest.raises(ValueError, match="year_min 2022 is after year_max 2020"):
+        ChunkFilter(year_min=2022, year_max=2020)
+
+
+def test_filter_by_source(registry_store: Store) -> None:
+    def names(*sources: str) -> set[str]:
+        return doc_names(registry_store.chunks(ChunkFilter(sources=sources), limit=100))
+
+    assert names("arxiv") == {"arxiv"} and names("arxiv:") == {"arxiv"}
+    assert names("zotero") == {"zotero"} and names("zotero-csv") == {"csv"}  # a name is a whole scheme
+    assert names("file") == {"lab", "sub", "sibling", "odd"}
+    assert names("doi", "arxiv") == {"doi", "arxiv"}
+    # a folder: the files under it (subfolders too), not a sibling folder sharing the prefix
+    assert names("file:/lab/papers/") == {"lab", "sub"}
+    # quotes, LIKE wildcards and Weaviate wildcards in a prefix are literal characters
+    assert names("file:/lab/O'Brien's *papers?_%/") == {"odd"}
+    assert names("file:/lab/O'Brien's ?papers*") == set()
+    assert names("file:/lab/O'Brien's *papers*") == set()
+    assert names() == set() and registry_store.bm25("shared", 10, ChunkFilter(sources=())) == []
+    assert names("openalex") == set()
+
+
+def test_document_ids_answer_the_document_conditions(registry_store: Store) -> None:
+    everything = registry_store.document_ids(ChunkFilter())
+    assert everything == sorted(reg_id(name) for name, _, _ in REGISTRY)
+    assert registry_store.document_ids(ChunkFilter(section_path="Nowhere", exclude_kinds=())) == everything
+    assert doc_names(registry_store.document_ids(ChunkFilter(sources=("file",), year_min=2021))) == {"sub", "sibling"}
+    both = ChunkFilter(doc_ids=(reg_id("lab"), reg_id("arxiv"), "not-stored"), sources=("file",))
+    assert doc_names(registry_store.document_ids(both)) == {"lab"}
+    assert registry_store.document_ids(ChunkFilter(doc_ids=())) == []
+
+
+def test_document_and_chunk_conditions_apply_to_every_search(registry_store: Store) -> None:
+    flt = ChunkFilter(sources=("file:/lab/", "arxiv"), year_min=2020, section_path="Res*",
+                      exclude_chunk_ids=(cid(reg_id("odd"), 1),))
+    store, query_vec = registry_store, hash_vec("shared term in sub results")
+    for found in (store.chunks(flt, limit=100), store.bm25("shared term", 20, flt), store.vector(query_vec, 20, flt),
+                  store.hybrid("shared term", query_vec, 20, 0.5, flt),
+                  store.hybrid("shared term", query_vec, 20, 0.5, flt, fusion="rrf")):
+        assert doc_names(found) == {"sub", "sibling", "arxiv"}
+        chunks = [h.chunk if isinstance(h, Hit) else h for h in found]
+        assert {c.section_path for c in chunks} == {"Results"} and len(chunks) == 3
+    # the references chunks come back only when asked for, as without document conditions
+    refs = registry_store.chunks(ChunkFilter(sources=("arxiv",), exclude_kinds=()), limit=100)
+    assert [c.section_kind for c in refs] == ["body", "body", "references"]
+    # a document condition nothing meets: nothing, from every search
+    none = ChunkFilter(sources=("openalex",))
+    assert registry_store.bm25("shared", 5, none) == registry_store.vector(query_vec, 5, none) == []
+    assert registry_store.hybrid("shared", query_vec, 5, 0.5, none) == []
+
+
 # ---------------------------------------------------------------- search
 
 

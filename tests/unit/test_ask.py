@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import re
 
+import pytest
 from test_write_step import C, embedder, store  # noqa: F401  (fixtures)
 from typer.testing import CliRunner
 
@@ -85,3 +87,92 @@ def test_cli_ask_prints_the_answer_and_its_sources(store, embedder, monkeypatch,
     assert "[1] " in result.output and "[2] " in result.output and "(chunk " in result.output
     missing = CliRunner().invoke(app, ["ask", QUESTION, "--store", str(tmp_path / "none")])
     assert missing.exit_code == 2 and "no store at" in missing.output
+
+
+# ---------------------------------------------------------------- --library: only that folder's papers
+
+CALVIN = "The Calvin cycle uses ATP and NADPH to fix carbon dioxide into sugars in the chloroplast stroma."
+
+
+def library_doc(name: str, key: str, title: str, text: str, year: int | None = None):
+    """A stored paper with one chunk (``make_doc`` of the Writer's tests, under the given key)."""
+    from test_write_step import make_doc
+
+    record, chunks = make_doc(name, title, [("Results", text)], year=year)
+    return record.model_copy(update={"key": key}), chunks
+
+
+@pytest.fixture
+def lab(tmp_path, embedder):
+    """A store holding papers from the folder ``lab`` (one in a subfolder), from a sibling folder
+    ``lab2`` whose name shares the prefix, and a downloaded paper (a DOI key): all on the same topic."""
+    from actors.steps.search import file_key
+    from infra.store.lancedb import LanceStore
+
+    for folder in ("lab/sub", "lab2", "empty"):
+        (tmp_path / folder).mkdir(parents=True)
+    docs = [library_doc("lab-a", file_key(tmp_path / "lab" / "calvin.pdf"), "Lab Calvin Paper", CALVIN, 2020),
+            library_doc("lab-b", file_key(tmp_path / "lab" / "sub" / "fix.pdf"), "Lab Carbon Fixation Notes",
+                        "Carbon dioxide fixation into sugars needs ATP and NADPH from the light reactions."),
+            library_doc("lab2", file_key(tmp_path / "lab2" / "calvin.pdf"), "Sibling Folder Paper",
+                        "Carbon dioxide is fixed into sugars by the Calvin cycle using ATP and NADPH."),
+            library_doc("doi", "doi:10.1000/calvin", "Downloaded Paper",
+                        "How carbon dioxide is fixed into sugars: the Calvin cycle, ATP and NADPH.")]
+    store = LanceStore(tmp_path / "store", dim=384)
+    for record, chunks in docs:
+        store.upsert_document(record, chunks, embedder.embed([c.text for c in chunks]))
+    return store
+
+
+def passage_titles(prompt: str) -> set[str]:
+    return {line.split("] ", 1)[1].rsplit(" — ", 1)[0] for line in prompt.splitlines() if re.match(r"\[\d+\] ", line)}
+
+
+def test_library_limits_the_passages_to_that_folder(lab, embedder, tmp_path):
+    from actors.steps.ask import library_filter
+
+    seen: list[set[str]] = []
+
+    def model(messages, schema):
+        if schema is AskIntent:
+            return {"intent": "question", "reply": ""}
+        seen.append(passage_titles(messages[-1]["content"]))
+        return {"sufficient": True,
+                "sentences": [{"sentence": "The Calvin cycle fixes carbon dioxide.", "sources": [1]}]}
+
+    scope = library_filter(tmp_path / "lab")
+    scoped = asyncio.run(AskStep(lab, embedder, FunctionLLM(model), scope=scope).ask(QUESTION))
+    everything = asyncio.run(AskStep(lab, embedder, FunctionLLM(model)).ask(QUESTION))
+    assert seen[0] == {"Lab Calvin Paper", "Lab Carbon Fixation Notes"}  # the subfolder too; not lab2, not the DOI
+    assert seen[1] == {"Lab Calvin Paper", "Lab Carbon Fixation Notes", "Sibling Folder Paper", "Downloaded Paper"}
+    assert scoped.kind == everything.kind == "answer"
+    assert scoped.cited[0].title in {"Lab Calvin Paper", "Lab Carbon Fixation Notes"}
+    assert scope.sources == (f"file:{(tmp_path / 'lab').resolve()}/",)
+
+
+def test_cli_ask_library_answers_from_it_and_refuses_a_library_with_no_papers(lab, monkeypatch, tmp_path):
+    import infra.llm
+    from gateway.cli import app
+
+    titles: list[set[str]] = []
+
+    def model(messages, schema):
+        if schema is AskIntent:
+            return {"intent": "question", "reply": ""}
+        titles.append(passage_titles(messages[-1]["content"]))
+        return {"sufficient": True,
+                "sentences": [{"sentence": "The Calvin cycle fixes carbon dioxide.", "sources": [1]}]}
+
+    monkeypatch.setattr(infra.llm, "build_llm", lambda settings: FunctionLLM(model))
+    monkeypatch.chdir(tmp_path)  # a relative --library is resolved like forage research's
+    result = CliRunner().invoke(app, ["ask", QUESTION, "--library", "lab", "--store", str(lab.path)],
+                                env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    assert "The Calvin cycle fixes carbon dioxide [1]." in result.output
+    assert titles == [{"Lab Calvin Paper", "Lab Carbon Fixation Notes"}]
+    for folder in ("empty", "nowhere"):
+        refused = CliRunner().invoke(app, ["ask", QUESTION, "--library", folder, "--store", str(lab.path)],
+                                     env={"COLUMNS": "300"})
+        assert refused.exit_code == 2 and "holds no documents from the library" in refused.output
+        assert str((tmp_path / folder).resolve()) in " ".join(refused.output.split())
+    assert len(titles) == 1  # refused before any model call

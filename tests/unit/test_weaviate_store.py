@@ -19,8 +19,8 @@ from infra.settings import Settings
 from infra.store import build_store, embedding_name
 from infra.store.base import ChunkFilter, ChunkRecord, DocumentRecord
 from infra.store.meta import LibraryMeta
-from infra.store.weaviate import (WeaviateStore, build_filter, chunk_object, chunk_uuid, doc_object, doc_uuid,
-                                  matches, stem_text, to_chunk, to_doc)
+from infra.store.weaviate import (WeaviateStore, build_doc_filter, build_filter, chunk_object, chunk_uuid, doc_object,
+                                  doc_uuid, matches, stem_text, to_chunk, to_doc)
 
 CHUNK = ChunkRecord(chunk_id="abcdef0123456789:3", doc_id="d" * 64, ordinal=3, text="Households were surveyed.",
                     section_path="Methods > Data", char_start=10, char_end=35, token_count=4, pages=(2, 3))
@@ -91,6 +91,23 @@ def test_wildcards_in_a_prefix_are_checked_exactly() -> None:
     assert [f.value for f in _leaves(build_filter(flt))] == ["Why? 2?3*"]  # a superset in Weaviate ...
     assert matches(flt, CHUNK.model_copy(update={"section_path": "Why? 2*3 Because"}))
     assert not matches(flt, CHUNK.model_copy(update={"section_path": "Why! 2x3 Because"}))  # ... narrowed here
+
+
+def test_document_filter_building() -> None:
+    """Years and sources are asked of the registry collection; chunk filters never see them."""
+    assert build_doc_filter(ChunkFilter(section_path="Methods*")) is None
+    flt = ChunkFilter(doc_ids=("a",), year_min=2019, year_max=2021, sources=("arxiv", "file:/lab/O'Brien*/"))
+    got = [(f.target, f.operator.value, f.value) for f in _leaves(build_doc_filter(flt))]
+    assert got == [("doc_id", "ContainsAny", ["a"]), ("year", "GreaterThanEqual", 2019),
+                   ("year", "LessThanEqual", 2021), ("key", "Like", "arxiv:*"), ("key", "Like", "file:/lab/O'Brien?/*")]
+    # the like pattern is a superset; the exact prefix is checked on the documents read back
+    assert flt.admits(DOC.model_copy(update={"doc_id": "a", "key": "file:/lab/O'Brien*/p.pdf", "year": 2020}))
+    assert not flt.admits(DOC.model_copy(update={"doc_id": "a", "key": "file:/lab/O'BrienX/p.pdf", "year": 2020}))
+    assert not flt.admits(DOC.model_copy(update={"doc_id": "a", "key": "arxiv:1", "year": None}))
+    with pytest.raises(ValueError, match="resolve"):
+        build_filter(flt)  # chunks carry no year or key
+    narrowed = flt.narrowed(["b", "a", "a"])
+    assert narrowed.doc_ids == ("a", "b") and not narrowed.by_document and build_filter(narrowed) is not None
 
 
 def test_settings_build_a_weaviate_store(tmp_path: Path) -> None:
