@@ -119,15 +119,8 @@ def show_search_strings(plan: RequirementsPlan) -> None:
     table.add_column("exact string")
     table.add_column("filters")
     table.add_column("for")
-    for i, q in enumerate(plan.search_queries, 1):
-        filters = []
-        if q.kind != "keywords":
-            filters.append(f"{q.kind} lookup")
-        if q.year_from or q.year_to:
-            filters.append(f"years {q.year_from or '…'}–{q.year_to or '…'}")
-        if q.open_access:
-            filters.append("open access")
-        table.add_row(str(i), q.text, ", ".join(filters), ", ".join(q.requirement_ids))
+    for i, q in enumerate(plan.search_queries, 1):  # the filters (years, authors, venue...) are sent too
+        table.add_row(str(i), q.text, ", ".join(q.filters()), ", ".join(q.requirement_ids))
     console.print(table)
     console.print("[dim]Paper downloads go to the open-access locations the databases list; every request is "
                   "recorded in the run's egress.jsonl.[/dim]")
@@ -172,8 +165,10 @@ def approve(plan: RequirementsPlan, *, yes: bool, interactive: bool | None = Non
 
 
 SEARCH_HELP = ("# One search string per line, sent verbatim to OpenAlex and arXiv. Optional filters after ' | ':\n"
-               "#   YEAR-YEAR (or YEAR- / -YEAR), oa (open access only). 'title: ...' / 'author: ...' look up\n"
-               "#   a named paper or person. Delete a line to send nothing for it; delete all to stay local.\n")
+               "#   YEAR-YEAR (or YEAR- / -YEAR), oa (open access only), pdf (only works with a PDF),\n"
+               "#   author: NAME (repeat for any of several), venue: NAME (journal or conference); they are sent\n"
+               "#   too. 'title: ...' / 'author: ...' at the start look up a named paper or person.\n"
+               "#   Delete a line to send nothing for it; delete all to stay local.\n")
 
 
 def edit_search_strings(plan: RequirementsPlan) -> RequirementsPlan:
@@ -218,10 +213,18 @@ def preflight(settings: Settings, query: str, follow_up: bool = False) -> None:
 
 def execute(settings: Settings, query: str, *, yes: bool, requirements_file: Path | None,
             llm: Any | None = None, searches_file: Path | None = None, from_run: str | None = None) -> int:
+    from actors.searcher import online
     from actors.steps.plan import requirements_from_text
     from actors.steps.search_terms import parse_search_lines
     from gateway.session import ResearchSession
 
+    searches = None
+    if searches_file is not None:  # read before anything starts: a bad line is one clear error, nothing lost
+        searches = parse_search_lines(Path(searches_file).read_text(encoding="utf-8"))
+        if searches and not online(settings):
+            console.print(f"[yellow]offline:[/yellow] the {len(searches)} search string(s) in {searches_file} are "
+                          "not sent; nothing leaves this machine.")
+            searches = ()
     session = ResearchSession(settings, llm=llm, quiet=True)
     console.print(f"run [bold]{session.run_id}[/bold] → {session.rundir.path}")
     if from_run:
@@ -235,9 +238,8 @@ def execute(settings: Settings, query: str, *, yes: bool, requirements_file: Pat
         else:
             with console.status("deriving requirements from your query…"):
                 plan = session.plan(query)
-        if searches_file is not None:
-            plan = plan.model_copy(update={"search_queries": parse_search_lines(
-                Path(searches_file).read_text(encoding="utf-8"))})
+        if searches is not None:
+            plan = plan.model_copy(update={"search_queries": searches})
         plan = approve(plan, yes=yes)
         view = ProgressView(plan, live=console.is_terminal)
         if view.live:

@@ -28,7 +28,8 @@ class SearchQuery(Frozen):
     """One search string the researcher approved, with the filters sent alongside it.
 
     ``text`` is sent verbatim to each online source; nothing else derived from the query leaves the
-    machine. The filters are shown with it before approval.
+    machine. The filters (years, open access, authors, venue, has a PDF) are sent too, so they are
+    shown with it before approval (:meth:`filters`).
     """
 
     text: str = Field(min_length=2, max_length=300, description="Exact string sent to the databases.")
@@ -37,6 +38,14 @@ class SearchQuery(Frozen):
     year_from: int | None = Field(default=None, ge=1600, le=2100)
     year_to: int | None = Field(default=None, ge=1600, le=2100)
     open_access: bool = Field(default=False, description="Only open-access works (OpenAlex is_oa filter).")
+    authors: tuple[str, ...] = Field(
+        default=(), max_length=5,
+        description="Only works by any of these people (OpenAlex raw_author_name.search; arXiv au:).")
+    venue: str | None = Field(
+        default=None, max_length=200,
+        description="Only works published in this journal or conference (OpenAlex: the ids of the sources of "
+                    "that name; arXiv: its journal reference, checked after the fact).")
+    has_pdf: bool = Field(default=False, description="Only works with a PDF link (OpenAlex has_pdf_url filter).")
     requirement_ids: tuple[str, ...] = Field(default=(), description="Requirements this string serves.")
 
     @field_validator("text")
@@ -47,16 +56,43 @@ class SearchQuery(Frozen):
             raise ValueError("search string is empty")
         return value
 
+    @field_validator("authors")
+    @classmethod
+    def _names(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        names = tuple(dict.fromkeys(" ".join(n.split()) for n in value))
+        if any(len(n) < 2 or len(n) > 100 for n in names):
+            raise ValueError(f"an author name must have 2 to 100 characters: {names}")
+        return names
+
+    @field_validator("venue")
+    @classmethod
+    def _venue(cls, value: str | None) -> str | None:
+        value = " ".join((value or "").split())
+        if value and len(value) < 2:
+            raise ValueError("a venue name must have at least 2 characters")
+        return value or None
+
+    def filters(self) -> tuple[str, ...]:
+        """The filters sent with the string, in words, for the approval screen."""
+        out: list[str] = []
+        if self.kind != "keywords":
+            out.append(f"{self.kind} lookup")
+        if self.year_from or self.year_to:
+            out.append(f"years {self.year_from or '…'}–{self.year_to or '…'}")
+        if self.open_access:
+            out.append("open access only")
+        if self.has_pdf:
+            out.append("with a PDF")
+        if self.authors:
+            out.append("by " + " or ".join(self.authors))
+        if self.venue:
+            out.append(f"in {self.venue}")
+        return tuple(out)
+
     def describe(self) -> str:
         """One line for the approval screen: the string and its filters."""
-        parts = [f'"{self.text}"']
-        if self.kind != "keywords":
-            parts.append(f"({self.kind} lookup)")
-        if self.year_from or self.year_to:
-            parts.append(f"years {self.year_from or '…'}–{self.year_to or '…'}")
-        if self.open_access:
-            parts.append("open access only")
-        return " ".join(parts)
+        filters = self.filters()
+        return f'"{self.text}"' + (f" ({', '.join(filters)})" if filters else "")
 
 
 class ResearchQuery(Message):

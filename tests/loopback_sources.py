@@ -15,11 +15,16 @@ together form the "known works"; ``add_work`` adds more, e.g. a copy of a record
   49 works) for *any* search text; it is the only recorded search.
 - ``filter=title.search:...`` → the recorded title-search file whose query words match; otherwise
   the known works whose title contains every word.
-- ``filter=raw_author_name.search:...`` → known works with an author whose name contains every word.
+- ``filter=raw_author_name.search:...`` → known works with an author whose name contains every word
+  (of one quoted phrase: ``"jane doe"~1 OR "ann lee"`` matches a byline holding either name).
 - ``filter=openalex_id:W1|W2`` → those of the known works; ``filter=cites:W`` → known works whose
   ``referenced_works`` contain W.
-- The filters ``publication_year`` (``2019-2023``, ``>2018``, ``<2024``, ``2020``), ``is_oa`` and
-  ``has_abstract`` are applied to the recorded fields, so a filter test sees real effects.
+- The filters ``publication_year`` (``2019-2023``, ``>2018``, ``<2024``, ``2020``), ``is_oa``,
+  ``has_abstract``, ``has_pdf_url`` (a location with a ``pdf_url``), ``raw_author_name.search`` and
+  ``primary_location.source.id`` (``S1|S2``) are applied to the recorded fields, so a filter test sees
+  real effects; an unknown filter is answered 400, as OpenAlex does.
+- ``/sources?search=...`` → the sources of the known works (their ``primary_location.source``) whose
+  name holds every word of the search.
 - Paging: ``per-page`` and ``cursor`` (``*`` to start) slice the result list; ``meta.next_cursor`` is
   an opaque offset token, None on the last page. ``page`` works too.
 - ``/works/https://doi.org/<doi>`` → the recorded by-DOI file (or a known work with that DOI);
@@ -28,8 +33,10 @@ together form the "known works"; ``add_work`` adds more, e.g. a copy of a record
 **arXiv** (``/api/query``): ``id_list`` → the recorded id_list feed for those ids
 (``abc`` → HTTP 400 with arXiv's error feed; an id not recorded → the recorded empty feed);
 ``search_query`` containing ``del_maestro`` → the 2016 feed; any other search → the recorded
-10-result "testing" feed, sliced by ``start``/``max_results`` (``totalResults`` set to the 10 recorded,
-so paging ends where the recording does).
+10-result "testing" feed, sliced by ``start``/``max_results`` (``totalResults`` set to the entries
+served, so paging ends where the recording does). ``ti:"..."`` and ``au:"..."`` terms are honoured:
+only entries whose title holds the words of every ``ti:`` term, and with an author named by one of
+the ``au:`` terms, are served (``all:`` words are not checked: the recording is the only search).
 
 **PDFs and misbehaviour** (``<name>`` is a file in ``shared/data/pdfs``):
 
@@ -52,13 +59,16 @@ with ``prefix`` answer ``status`` first (any route, e.g. ``/works`` for OpenAlex
 ``pdf_map`` rewrites the PDF locations of served works: ``{openalex id: [loopback urls]}``; with
 ``localize_pdfs=True`` every other external ``pdf_url``/``oa_url`` becomes a loopback 404, and the
 arXiv feeds' PDF links point at ``/pdf/<id>`` (served when ``arxiv_pdfs`` maps the id), so no test
-can leave the machine. Every request is recorded in ``requests`` (path, query, headers, time).
-Routes can be added: ``srv.route(prefix, handler)`` with ``handler(srv, request) -> Reply``.
+can leave the machine. Every request, of any method, is recorded in ``requests`` (method, path, query,
+headers, body, time; ``Request.text()`` is all of it as text, for "this never left" checks); a method
+other than GET is answered 405 unless a route takes it. Routes can be added: ``srv.route(prefix,
+handler)`` with ``handler(srv, request) -> Reply``.
 """
 
 from __future__ import annotations
 
 import copy
+import html
 import json
 import re
 import threading
@@ -87,10 +97,17 @@ class Request:
     raw_query: str
     headers: dict[str, str]
     at: float
+    body: bytes = b""
 
     def param(self, name: str) -> str | None:
         values = self.query.get(name)
         return values[0] if values else None
+
+    def text(self) -> str:
+        """Everything the server received, as text: method, path, query (raw and decoded), headers, body."""
+        body = self.body.decode("utf-8", "replace")
+        return "\n".join([self.method, self.path, self.raw_query, unquote_plus(self.raw_query),
+                          *(f"{k}: {v}" for k, v in self.headers.items()), body, unquote_plus(body)])
 
 
 @dataclass
@@ -208,8 +225,12 @@ class LoopbackSources:
         for prefix, handler in self._routes:
             if req.path.startswith(prefix):
                 return handler(self, req)
+        if req.method != "GET":
+            return Reply(405, b"method not allowed", "text/plain", {"Allow": "GET"})
         if req.path == "/works" or req.path.startswith("/works/"):
             return self._openalex(req)
+        if req.path == "/sources":
+            return self._sources(req)
         if req.path == "/api/query":
             return self._arxiv(req)
         parts = req.path.strip("/").split("/")
@@ -231,10 +252,8 @@ class LoopbackSources:
         elif "title.search" in raw_filters:
             works = self._title_search(raw_filters.pop("title.search"))
         elif "raw_author_name.search" in raw_filters:
-            words = _words(raw_filters.pop("raw_author_name.search"))
-            works = [w for w in self._works.values() if any(
-                all(x in _words(f"{a.get('raw_author_name') or ''} {(a.get('author') or {}).get('display_name') or ''}")
-                    for x in words) for a in w.get("authorships") or [])]
+            value = raw_filters.pop("raw_author_name.search")
+            works = [w for w in self._works.values() if _by(w, value)]
         elif "openalex_id" in raw_filters:
             ids = [i.rsplit("/", 1)[-1] for i in raw_filters.pop("openalex_id").split("|")]
             works = [self._works[i] for i in ids if i in self._works]
@@ -245,6 +264,9 @@ class LoopbackSources:
         else:
             return _json({"error": "Invalid query parameters", "message": "loopback: no search or filter"}, 400)
         for name, value in raw_filters.items():
+            if name not in KNOWN_FILTERS:
+                return _json({"error": "Invalid query parameters",
+                              "message": f"{name} is not a valid field (loopback)"}, 400)
             works = [w for w in works if _keep(w, name, value)]
         per_page = int(req.param("per-page") or 25)
         cursor, page = req.param("cursor"), req.param("page")
@@ -258,6 +280,21 @@ class LoopbackSources:
         meta = {"count": len(works), "db_response_time_ms": 1, "page": None if cursor else int(page or 1),
                 "per_page": per_page, "next_cursor": nxt, "groups_count": None}
         return _json({"meta": meta, "results": [self._localize(w) for w in chunk], "group_by": []})
+
+    def _sources(self, req: Request) -> Reply:
+        words = _words(req.param("search") or "")
+        if not words:
+            return _json({"error": "Invalid query parameters", "message": "loopback: no search"}, 400)
+        known: dict[str, dict[str, Any]] = {}
+        for w in self._works.values():
+            source = (w.get("primary_location") or {}).get("source")
+            if source and source.get("id"):
+                known.setdefault(source["id"], source)
+        found = [s for s in known.values() if all(x in _words(s.get("display_name") or "") for x in words)]
+        per_page = int(req.param("per-page") or 25)
+        meta = {"count": len(found), "db_response_time_ms": 1, "page": 1, "per_page": per_page, "next_cursor": None,
+                "groups_count": None}
+        return _json({"meta": meta, "results": found[:per_page], "group_by": []})
 
     def _work_by_ident(self, ident: str) -> dict[str, Any] | None:
         if ident.rsplit("/", 1)[-1].upper() in self._works:
@@ -320,7 +357,7 @@ class LoopbackSources:
         if self.localize_pdfs:  # the feed's PDF links point at this server's /pdf/<id>
             feed = re.sub(r'href="https?://arxiv\.org/pdf/', f'href="{self.base_url}/pdf/', feed)
         start, size = int(req.param("start") or 0), int(req.param("max_results") or 10)
-        return Reply(200, _slice_feed(feed, start, size).encode(), "application/atom+xml")
+        return Reply(200, _slice_feed(feed, start, size, keep=_arxiv_terms(query)).encode(), "application/atom+xml")
 
     # -- PDFs and misbehaviour ----------------------------------------------------------------------
     def _pdf(self, name: str) -> bytes | None:
@@ -382,10 +419,40 @@ class LoopbackSources:
             protocol_version = "HTTP/1.1"
 
             def do_GET(self) -> None:  # noqa: N802
+                self._receive("GET")
+
+            def do_HEAD(self) -> None:  # noqa: N802
+                self._receive("HEAD")
+
+            def do_POST(self) -> None:  # noqa: N802
+                self._receive("POST")
+
+            def do_PUT(self) -> None:  # noqa: N802
+                self._receive("PUT")
+
+            def do_PATCH(self) -> None:  # noqa: N802
+                self._receive("PATCH")
+
+            def do_DELETE(self) -> None:  # noqa: N802
+                self._receive("DELETE")
+
+            def _read_body(self) -> bytes:
+                if "chunked" in (self.headers.get("Transfer-Encoding") or "").lower():
+                    chunks = []
+                    while (size := int(self.rfile.readline().split(b";")[0].strip() or b"0", 16)) > 0:
+                        chunks.append(self.rfile.read(size))
+                        self.rfile.readline()
+                    while self.rfile.readline() not in (b"\r\n", b"\n", b""):
+                        pass  # trailers
+                    return b"".join(chunks)
+                length = int(self.headers.get("Content-Length") or 0)
+                return self.rfile.read(length) if length else b""
+
+            def _receive(self, method: str) -> None:
                 parts = urlsplit(self.path)
-                req = Request("GET", unquote(parts.path) if not parts.path.startswith("/works/") else parts.path,
+                req = Request(method, unquote(parts.path) if not parts.path.startswith("/works/") else parts.path,
                               parse_qs(parts.query, keep_blank_values=True), parts.query,
-                              {k.lower(): v for k, v in self.headers.items()}, time.monotonic())
+                              {k.lower(): v for k, v in self.headers.items()}, time.monotonic(), self._read_body())
                 with owner._lock:
                     owner.in_flight += 1
                     owner.max_in_flight = max(owner.max_in_flight, owner.in_flight)
@@ -411,6 +478,8 @@ class LoopbackSources:
                     self.send_header("Connection", "close")
                     self.close_connection = True
                 self.end_headers()
+                if req.method == "HEAD":
+                    return
                 try:
                     if reply.trickle:
                         for i in range(0, len(reply.body), 64):
@@ -452,6 +521,22 @@ def _raw_filters(raw_query: str) -> dict[str, str]:
     return out
 
 
+KNOWN_FILTERS = frozenset({"publication_year", "is_oa", "has_abstract", "has_pdf_url", "raw_author_name.search",
+                           "primary_location.source.id"})
+
+
+def _by(work: dict[str, Any], value: str) -> bool:
+    """``raw_author_name.search``: each quoted phrase (``~N`` ignored) must be in one byline; unquoted words
+    anywhere in the bylines; phrases OR-ed."""
+    bylines = [_words(f"{a.get('raw_author_name') or ''} {(a.get('author') or {}).get('display_name') or ''}")
+               for a in work.get("authorships") or []]
+    phrases = re.findall(r'"([^"]*)"', value)
+    if not phrases:
+        words = _words(value)
+        return bool(words) and all(any(x in b for b in bylines) for x in words)
+    return any(words and any(all(x in b for x in words) for b in bylines) for words in map(_words, phrases))
+
+
 def _keep(work: dict[str, Any], name: str, value: str) -> bool:
     if name == "publication_year":
         year = work.get("publication_year") or 0
@@ -467,12 +552,40 @@ def _keep(work: dict[str, Any], name: str, value: str) -> bool:
         return bool((work.get("open_access") or {}).get("is_oa")) == (value == "true")
     if name == "has_abstract":
         return (work.get("abstract_inverted_index") is not None) == (value == "true")
-    return True  # filters the loopback does not model pass everything
+    if name == "has_pdf_url":
+        has = any((loc or {}).get("pdf_url") for loc in [work.get("best_oa_location"), *(work.get("locations") or [])])
+        return has == (value == "true")
+    if name == "raw_author_name.search":
+        return _by(work, value)
+    if name == "primary_location.source.id":
+        sid = (((work.get("primary_location") or {}).get("source") or {}).get("id") or "").rsplit("/", 1)[-1]
+        return bool(sid) and sid.upper() in {v.rsplit("/", 1)[-1].upper() for v in value.split("|")}
+    raise AssertionError(f"unhandled filter {name}")
 
 
-def _slice_feed(feed: str, start: int, size: int) -> str:
+def _arxiv_terms(query: str) -> dict[str, list[list[str]]]:
+    """The ``ti:`` and ``au:`` terms of an arXiv ``search_query``, each as its words."""
+    terms: dict[str, list[list[str]]] = {"ti": [], "au": []}
+    for field_, quoted, bare in re.findall(r'\b(ti|au):(?:"([^"]*)"|([^\s()"]+))', query):
+        terms[field_].append(re.findall(r"[^\W_]+", (quoted or bare).casefold()))
+    return terms
+
+
+def _entry_kept(entry: str, terms: dict[str, list[list[str]]]) -> bool:
+    title = re.search(r"<title>(.*?)</title>", entry, flags=re.S)
+    title_words = set(re.findall(r"[^\W_]+", html.unescape(title.group(1)).casefold())) if title else set()
+    authors = [set(re.findall(r"[^\W_]+", html.unescape(a).casefold()))
+               for a in re.findall(r"<name>(.*?)</name>", entry, flags=re.S)]
+    if not all(set(words) <= title_words for words in terms["ti"]):
+        return False
+    return not terms["au"] or any(set(words) <= a for words in terms["au"] for a in authors)
+
+
+def _slice_feed(feed: str, start: int, size: int, keep: dict[str, list[list[str]]] | None = None) -> str:
     entries = re.findall(r"\s*<entry>.*?</entry>", feed, flags=re.S)
     head = feed.split("<entry>", 1)[0] if entries else feed.split("</feed>", 1)[0]
+    if keep:  # the feed's head stays; only entries the query's ti:/au: terms name are served
+        entries = [e for e in entries if _entry_kept(e, keep)]
     head = re.sub(r"<opensearch:totalResults>\d*</opensearch:totalResults>",
                   f"<opensearch:totalResults>{len(entries)}</opensearch:totalResults>", head)
     head = re.sub(r"<opensearch:startIndex>\d*</opensearch:startIndex>",

@@ -22,7 +22,9 @@ URL that serves the bytes (the Web API's redirect to S3), or, with ``local=True`
 local API under ``/api``), 302 to a ``file://`` URL of the file in a Zotero data folder.
 
 :meth:`LoopbackZotero.fail` makes a route answer an error status (403, 412, 429 with Retry-After...)
-for the next N matching requests. Every request is recorded in ``requests``.
+for the next N matching requests. Every request, of any method, is recorded in ``requests`` (method,
+path, query, headers, body; ``RecordedRequest.text()`` is all of it as text, for "this never left"
+checks).
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qs, urlencode, urlsplit
+from urllib.parse import parse_qs, unquote_plus, urlencode, urlsplit
 
 KEY_ALPHABET = "23456789ABCDEFGHIJKLMNPQRSTUVWXYZ"
 
@@ -65,9 +67,16 @@ class RecordedRequest:
     query: dict[str, str]
     headers: dict[str, str]
     body: bytes
+    raw_query: str = ""
 
     def json(self) -> Any:
         return json.loads(self.body)
+
+    def text(self) -> str:
+        """Everything the server received, as text: method, path, query (raw and decoded), headers, body."""
+        body = self.body.decode("utf-8", "replace")
+        return "\n".join([self.method, self.path, self.raw_query, unquote_plus(self.raw_query),
+                          *(f"{k}: {v}" for k, v in self.headers.items()), body, unquote_plus(body)])
 
 
 @dataclass
@@ -292,6 +301,24 @@ class _Handler(BaseHTTPRequestHandler):
     def do_DELETE(self) -> None:  # noqa: N802
         self._route("DELETE")
 
+    def do_PUT(self) -> None:  # noqa: N802
+        self._route("PUT")
+
+    def do_HEAD(self) -> None:  # noqa: N802
+        self._route("HEAD")
+
+    def _read_body(self) -> bytes:
+        if "chunked" in (self.headers.get("Transfer-Encoding") or "").lower():
+            chunks = []
+            while (size := int(self.rfile.readline().split(b";")[0].strip() or b"0", 16)) > 0:
+                chunks.append(self.rfile.read(size))
+                self.rfile.readline()
+            while self.rfile.readline() not in (b"\r\n", b"\n", b""):
+                pass  # trailers
+            return b"".join(chunks)
+        length = int(self.headers.get("Content-Length") or 0)
+        return self.rfile.read(length) if length else b""
+
     @property
     def owner(self) -> LoopbackZotero:
         return self.server.owner  # type: ignore[attr-defined]
@@ -301,10 +328,11 @@ class _Handler(BaseHTTPRequestHandler):
         owner = self.owner
         parts = urlsplit(self.path)
         query = {k: v[-1] for k, v in parse_qs(parts.query, keep_blank_values=True).items()}
-        length = int(self.headers.get("Content-Length") or 0)
-        body = self.rfile.read(length) if length else b""
+        body = self._read_body()
+        self._method = method
         with owner._lock:
-            owner.requests.append(RecordedRequest(method, parts.path, query, dict(self.headers.items()), body))
+            owner.requests.append(RecordedRequest(method, parts.path, query, dict(self.headers.items()), body,
+                                                  parts.query))
             failure = next((f for f in owner._failures if f.times != 0 and (f.method in (None, method))
                             and f.pattern.search(parts.path)), None)
             if failure is not None:
@@ -400,7 +428,7 @@ class _Handler(BaseHTTPRequestHandler):
         for name, value in (headers or {}).items():
             self.send_header(name, value)
         self.end_headers()
-        if data:
+        if data and getattr(self, "_method", "GET") != "HEAD":
             self.wfile.write(data)
 
     def _json(self, status: int, payload: Any, headers: dict[str, str] | None = None) -> None:

@@ -2,13 +2,17 @@
 
 The researcher's query is protected. What is sent to OpenAlex and arXiv is only what the researcher
 approves: a handful of keyword strings (2-5 specific concepts each, no filler, no time words) plus
-filters (years, open access), proposed here and shown before anything is sent.
+filters (years, open access, authors, venue, has a PDF), proposed here and shown before anything is
+sent.
 
 :func:`propose_search_queries` asks the LLM for keywords and constraints in one structured call and
 cleans what comes back; constraints stated in the query ("last 5 years", "since 2020", "open
-access") are also read deterministically, because they must not depend on a small model's mood. A
-query naming a specific title (in quotes) or author ("by Jane Doe") gets a direct lookup first. When
-the LLM fails, keywords come from the requirements' own words, and the plan says so.
+access", "papers by Jane Doe", "published in Nature", "with full text") are also read
+deterministically, because they must not depend on a small model's mood. An author or venue the
+model names is kept only when its words are in the query (a model's guess never narrows the search
+on its own). A query naming a specific title (in quotes) or author ("by Jane Doe") gets a direct
+lookup first. When the LLM fails, keywords come from the requirements' own words, and the plan says
+so.
 """
 
 from __future__ import annotations
@@ -17,8 +21,7 @@ import datetime as _dt
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-
-from typing import Annotated
+from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
@@ -53,6 +56,8 @@ _NUMBER_WORDS = {"two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 
 _WORD = re.compile(r"[A-Za-z][A-Za-z0-9\-+/]*[A-Za-z0-9+]|[A-Za-z]")
 
 KeywordText = Annotated[str, StringConstraints(max_length=60)]
+NameText = Annotated[str, StringConstraints(max_length=100)]
+MAX_AUTHORS = 5
 
 
 class KeywordSearch(BaseModel):
@@ -73,6 +78,12 @@ class SearchTermsAnswer(BaseModel):
     year_from: int | None = Field(default=None, description="Earliest publication year the query asks for.")
     year_to: int | None = Field(default=None, description="Latest publication year the query asks for.")
     open_access: bool = Field(default=False, description="True only if the query asks for open-access papers.")
+    authors: list[NameText] = Field(
+        default_factory=list, max_length=MAX_AUTHORS,
+        description="People whose papers the query asks for (full names as written in the query); else empty.")
+    venue: str | None = Field(
+        default=None, max_length=200,
+        description="Journal or conference the papers must be published in, as written in the query; else null.")
 
 
 @dataclass(frozen=True)
@@ -82,6 +93,8 @@ class Constraints:
     open_access: bool = False
     title: str | None = None
     author: str | None = None
+    venue: str | None = None
+    has_pdf: bool = False
 
 
 _SYSTEM = (
@@ -94,12 +107,34 @@ _SYSTEM = (
     "2020).\n"
     "- Put years asked for by the query in year_from / year_to, not in the keywords; open_access only if the "
     "query asks for it.\n"
+    "- authors: only people whose papers the query asks for (\"papers by ...\"); venue: only a journal or "
+    "conference the query says the papers must be published in. Never guess either; leave them empty.\n"
     "Answer with JSON only."
 )
 
 
+_NAME = r"(?:[A-Z][\w&.'\-]*)(?:\s+(?:of|on|and|for|in|the|&|[A-Z][\w&.'\-]*))*"
+_VENUE = (re.compile(r"\b(?:published|appearing|appeared|presented)\s+(?:in|at)\s+(?:[Tt]he\s+)?"
+                     r"(?:[Jj]ournal\s+|[Pp]roceedings\s+of\s+(?:[Tt]he\s+)?)?(" + _NAME + ")"),
+          re.compile(r"\b(?:in|from)\s+the\s+(?:journal|conference)\s+(" + _NAME + ")"),
+          re.compile(r"\b(?:journal|venue)\s*:\s*(" + _NAME + ")"))
+_HAS_PDF = re.compile(
+    r"\b(?:with|having|has|have|only|need|needs|want)\s+(?:a\s+|an\s+|the\s+|their\s+)?(?:full[- ]?texts?|pdfs?)\b"
+    r"|\b(?:full[- ]?texts?|pdfs?)\s+(?:available|only|accessible|access)\b", re.IGNORECASE)
+
+
+def _venue_in(query: str) -> str | None:
+    for pattern in _VENUE:
+        if m := pattern.search(query):
+            name = re.sub(r"(?:\s+(?:of|on|and|for|in|the|&))+$", "", m.group(1)).strip()
+            if len(name) >= 2:
+                return name
+    return None
+
+
 def read_constraints(query: str, today: _dt.date | None = None) -> Constraints:
-    """Constraints the query states in words: years, open access, a quoted title, an author."""
+    """Constraints the query states in words: years, open access, a quoted title, an author, a venue,
+    full text (a PDF)."""
     year_now = (today or _dt.date.today()).year
     q = " ".join(query.split())
     year_from = year_to = None
@@ -125,7 +160,19 @@ def read_constraints(query: str, today: _dt.date | None = None) -> Constraints:
     if m := re.search(r"\b(?:papers?|work|articles?|publications?|studies)\s+(?:by|of|from)\s+"
                       r"((?:[A-Z][a-z'\-]+\.?\s+){1,3}[A-Z][a-z'\-]+)", q):
         author = m.group(1).strip()
-    return Constraints(year_from=year_from, year_to=year_to, open_access=open_access, title=title, author=author)
+    return Constraints(year_from=year_from, year_to=year_to, open_access=open_access, title=title, author=author,
+                       venue=_venue_in(q), has_pdf=bool(_HAS_PDF.search(q)))
+
+
+def _name_words(text: str) -> list[str]:
+    return re.findall(r"\w+", text.casefold())
+
+
+def _grounded(value: str | None, query: str) -> str | None:
+    """``value`` (a name the model gave) cleaned, or None unless every word of it is in the query."""
+    value = " ".join((value or "").replace("|", " ").split())
+    words, query_words = _name_words(value), set(_name_words(query))
+    return value if len(value) >= 2 and words and all(w in query_words for w in words) else None
 
 
 def concepts(text: str) -> list[str]:
@@ -213,12 +260,21 @@ async def propose_search_queries(query: str, requirements: Sequence[Requirement]
     if year_from and year_to and year_from > year_to:
         year_from, year_to = year_to, year_from
     open_access = stated.open_access  # the model's guess alone never narrows the search
+    # authors and venue: the query's own words, or the model's reading of them when they are in the query
+    authors: list[str] = [stated.author] if stated.author else []
+    for name in (answer.authors if answer is not None else [])[:MAX_AUTHORS]:
+        kept = _grounded(name, query)
+        if kept and not any(set(_name_words(kept)) <= set(_name_words(a)) for a in authors):  # new, not a part
+            authors.append(kept[:100])
+    venue = stated.venue or _grounded(answer.venue if answer is not None else None, query)
+    filters: dict[str, Any] = dict(year_from=year_from, year_to=year_to, open_access=open_access,
+                                   venue=venue[:200] if venue else None, has_pdf=stated.has_pdf)
 
     out: list[SearchQuery] = []
     if stated.title:
         out.append(SearchQuery(text=stated.title[:300], kind="title"))
     if stated.author:
-        out.append(SearchQuery(text=stated.author, kind="author", year_from=year_from, year_to=year_to))
+        out.append(SearchQuery(text=stated.author, kind="author", **filters))
     seen: set[str] = set()
     for text, rids in found:
         key = text.lower()
@@ -228,8 +284,7 @@ async def propose_search_queries(query: str, requirements: Sequence[Requirement]
                 update={"requirement_ids": tuple(dict.fromkeys(merged.requirement_ids + rids))})
             continue
         seen.add(key)
-        out.append(SearchQuery(text=text, year_from=year_from, year_to=year_to, open_access=open_access,
-                               requirement_ids=rids))
+        out.append(SearchQuery(text=text, authors=tuple(authors[:MAX_AUTHORS]), requirement_ids=rids, **filters))
     return tuple(out[:max_strings]), tuple(degraded)
 
 
@@ -242,8 +297,10 @@ def _plausible_year(value: int | None) -> int | None:
 def parse_search_lines(text: str) -> tuple[SearchQuery, ...]:
     """Search strings as the researcher edited them: one per line, optional filters after ' | '.
 
-    ``soil moisture sensing | 2019-2024 | oa`` — years as ``FROM-TO``, ``FROM-`` or ``-TO``; ``oa`` for open
-    access; ``title:`` / ``author:`` prefixes for direct lookups. Lines starting with '#' are comments.
+    ``soil moisture sensing | 2019-2024 | oa | pdf | author: Jane Doe | venue: Water Research`` — years as
+    ``FROM-TO``, ``FROM-`` or ``-TO``; ``oa`` for open access; ``pdf`` for works with a PDF; ``author: NAME``
+    (repeatable: any of them) and ``venue: NAME``; ``title:`` / ``author:`` prefixes of the string itself for
+    direct lookups. Lines starting with '#' are comments.
     """
     out: list[SearchQuery] = []
     for raw in text.splitlines():
@@ -257,19 +314,29 @@ def parse_search_lines(text: str) -> tuple[SearchQuery, ...]:
             if head.lower().startswith(prefix):
                 kind, head = prefix[:-1], head[len(prefix):].strip()
         year_from = year_to = None
-        open_access = False
+        open_access = has_pdf = False
+        authors: list[str] = []
+        venue = None
         for f in filters:
+            name, _, value = f.partition(":")
             if f.lower() in ("oa", "open access", "open-access"):
                 open_access = True
+            elif f.lower() in ("pdf", "has pdf", "full text", "full-text"):
+                has_pdf = True
+            elif name.strip().lower() in ("author", "by") and value.strip():
+                authors.append(value.strip())
+            elif name.strip().lower() == "venue" and value.strip():
+                venue = value.strip()
             elif m := re.fullmatch(r"((?:19|20)\d\d)?\s*-\s*((?:19|20)\d\d)?", f):
                 year_from = int(m.group(1)) if m.group(1) else None
                 year_to = int(m.group(2)) if m.group(2) else None
             elif re.fullmatch(r"(?:19|20)\d\d", f):
                 year_from = year_to = int(f)
             else:
-                raise ValueError(f"unknown filter {f!r} in search line {raw!r} (use YEAR-YEAR or oa)")
+                raise ValueError(f"unknown filter {f!r} in search line {raw!r} (use YEAR-YEAR, oa, pdf, "
+                                 "author: NAME or venue: NAME)")
         out.append(SearchQuery(text=head, kind=kind, year_from=year_from, year_to=year_to,  # type: ignore[arg-type]
-                               open_access=open_access))
+                               open_access=open_access, has_pdf=has_pdf, authors=tuple(authors), venue=venue))
     return tuple(out)
 
 
@@ -283,5 +350,10 @@ def search_lines(queries: Sequence[SearchQuery]) -> str:
             parts.append(f"{q.year_from or ''}-{q.year_to or ''}")
         if q.open_access:
             parts.append("oa")
+        if q.has_pdf:
+            parts.append("pdf")
+        parts += [f"author: {a}" for a in q.authors]
+        if q.venue:
+            parts.append(f"venue: {q.venue}")
         lines.append(" | ".join(parts))
     return "\n".join(lines)

@@ -3,9 +3,10 @@
 One :class:`WebSearch` lives for a run (inside the Searcher actor) and answers a ``SearchRequest``
 per iteration:
 
-1. **gather** — each approved search string asks each source for its next page (title / author
-   strings are direct lookups, first); from the second iteration on, accepted OpenAlex papers are
-   snowballed (references and citing works, bounded by ``search.snowball_max``);
+1. **gather** — each approved search string, with its filters, asks each source for its next page
+   (title / author strings are direct lookups, asked once, of every source that has them: OpenAlex
+   and arXiv); from the second iteration on, accepted OpenAlex papers are snowballed (references and
+   citing works, bounded by ``search.snowball_max``);
 2. **dedupe** — against everything seen in the run (DOI, arXiv id, OpenAlex id, title + first
    author + year); a paper found again is merged, never fetched twice;
 3. **screen** — the LLM scores title + abstract in batches (:mod:`actors.steps.paper_scoring`);
@@ -80,10 +81,10 @@ class WebSearch:
                     continue
                 try:
                     if query.kind == "title" and hasattr(source, "lookup_title"):
-                        page = source.lookup_title(query.text)
+                        page = source.lookup_title(query.text, query=query)  # with the string's filters
                         self.exhausted_pairs.add(pair)  # a lookup is answered once
                     elif query.kind == "author" and hasattr(source, "lookup_author"):
-                        page = source.lookup_author(query.text)
+                        page = source.lookup_author(query.text, query=query)
                         self.exhausted_pairs.add(pair)
                     elif query.kind != "keywords":
                         continue  # this source has no direct lookup

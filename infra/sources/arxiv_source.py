@@ -4,12 +4,14 @@ The library's ``arxiv.Client`` does the paging and Atom parsing; its ``query_url
 ``search.arxiv_url`` and its ``requests`` session comes from :class:`~infra.net.Egress` (which adds
 the timeout the library lacks, records every request and refuses offline). arXiv asks for at least
 3 s between requests: ``search.arxiv_delay_s`` applies, but never below 3.0 against
-export.arxiv.org. arXiv has no year filter, so years are filtered after the fact. A client error
-(HTTP 400 with arXiv's error feed) is not retried; every failure becomes a :class:`SourceError`.
+export.arxiv.org. arXiv has no year or venue filter, so years and the venue (the paper's journal
+reference) are checked after the fact; every arXiv paper is open access and has a PDF. A client
+error (HTTP 400 with arXiv's error feed) is not retried; every failure becomes a :class:`SourceError`.
 
 Search strings are sent as arXiv query terms: ``kind='keywords'`` → every word as ``all:word``
-joined by AND, ``kind='title'`` → ``ti:"..."``, ``kind='author'`` → ``au:"..."``. Only the words of
-the approved string leave the machine.
+joined by AND, ``kind='title'`` → ``ti:"..."``, ``kind='author'`` → ``au:"..."``; an authors filter
+adds ``AND (au:"..." OR au:"...")``. Only the words of the approved string and its filters leave the
+machine. :meth:`ArxivSource.lookup_title` / :meth:`ArxivSource.lookup_author` answer direct lookups.
 """
 
 from __future__ import annotations
@@ -68,14 +70,25 @@ def arxiv_delay(search: SearchSettings) -> float:
 _OPERATORS = {"AND", "OR", "ANDNOT", "NOT"}
 
 
+def _words(text: str) -> list[str]:
+    return [w for w in re.findall(r"[\w\-.']+", text) if w not in _OPERATORS]
+
+
 def arxiv_query(q: SearchQuery) -> str:
-    """The arXiv ``search_query`` for an approved string: its words, without arXiv query syntax."""
-    words = [w for w in re.findall(r"[\w\-.']+", q.text) if w not in _OPERATORS]
+    """The arXiv ``search_query`` for an approved string and its authors: their words, without arXiv
+    query syntax."""
+    words = _words(q.text)
     if q.kind == "title":
-        return 'ti:"' + " ".join(words) + '"'
-    if q.kind == "author":
+        base = 'ti:"' + " ".join(words) + '"'
+    elif q.kind == "author":
         return 'au:"' + " ".join(words) + '"'
-    return " AND ".join(f"all:{w}" for w in words)
+    else:
+        base = " AND ".join(f"all:{w}" for w in words)
+    names = [f'au:"{" ".join(n)}"' for a in q.authors if (n := _words(a))]
+    if not names:
+        return base
+    by = names[0] if len(names) == 1 else "(" + " OR ".join(names) + ")"
+    return f"({base}) AND {by}" if " " in base and q.kind != "title" else f"{base} AND {by}"
 
 
 class ArxivSource:
@@ -88,20 +101,20 @@ class ArxivSource:
         self.client.query_url_format = search.arxiv_url.rstrip("?") + "?{}"
         self.client._session = egress.requests_session("arxiv")
         self.client._session.hooks["response"].append(_require_feed)
-        self._offsets: dict[tuple[str, str], int] = {}
-        self._exhausted: set[tuple[str, str]] = set()
+        self._offsets: dict[tuple[object, ...], int] = {}
+        self._exhausted: set[tuple[object, ...]] = set()
 
     def close(self) -> None:
         self.client._session.close()
 
     def search(self, q: SearchQuery, limit: int | None = None) -> list[Candidate]:
-        """Up to ``limit`` arXiv results within the query's years; the next call continues after them.
+        """Up to ``limit`` arXiv results within the query's years and venue; the next call continues after them.
 
-        arXiv cannot filter by year, so when a page has nothing in the years the next page is read,
-        up to ``MAX_PAGES_PER_CALL`` pages; [] then means "nothing this time", see :meth:`exhausted`.
+        arXiv cannot filter by year or venue, so when a page has nothing that fits the next page is
+        read, up to ``MAX_PAGES_PER_CALL`` pages; [] then means "nothing this time", see :meth:`exhausted`.
         """
         limit = self.search_settings.per_query if limit is None else limit
-        key = (q.kind, q.text)
+        key = _key(q)
         found: list[Candidate] = []
         pages = 0
         while not found and key not in self._exhausted and limit > 0 and pages < MAX_PAGES_PER_CALL:
@@ -114,11 +127,20 @@ class ArxivSource:
             if len(results) < limit:
                 self._exhausted.add(key)
             found = [c for r in results
-                     if _in_years((c := to_candidate(r, found_by=q.text)).year, q.year_from, q.year_to)]
+                     if _in_years((c := to_candidate(r, found_by=q.text)).year, q.year_from, q.year_to)
+                     and _in_venue(c.venue, q.venue)]
         return found
 
+    def lookup_title(self, title: str, limit: int | None = None, query: SearchQuery | None = None) -> list[Candidate]:
+        """Papers whose title holds the named title's words (``ti:"..."``): a named paper, found directly."""
+        return self.search(_as_kind(query, title, "title"), limit)
+
+    def lookup_author(self, name: str, limit: int | None = None, query: SearchQuery | None = None) -> list[Candidate]:
+        """Papers by a named author (``au:"..."``)."""
+        return self.search(_as_kind(query, name, "author"), limit)
+
     def exhausted(self, q: SearchQuery) -> bool:
-        return (q.kind, q.text) in self._exhausted
+        return _key(q) in self._exhausted
 
     def by_ids(self, ids: list[str]) -> list[Candidate]:
         """Papers by arXiv id (``id_list``)."""
@@ -169,6 +191,25 @@ def _checked(results: Iterator[arxiv.Result]) -> Iterator[arxiv.Result]:
         if "arxiv.org/api/errors" in r.entry_id:
             raise SourceError(f"arXiv reported an error: {r.summary.strip()}", retryable=False)
         yield r
+
+
+def _key(q: SearchQuery) -> tuple[object, ...]:
+    """A search's identity for paging: what arXiv is asked, and the filters applied afterwards."""
+    return (q.kind, arxiv_query(q), q.year_from, q.year_to, q.venue)
+
+
+def _as_kind(query: SearchQuery | None, text: str, kind: str) -> SearchQuery:
+    if query is None:
+        return SearchQuery(text=text, kind=kind)  # type: ignore[arg-type]
+    return SearchQuery.model_validate({**query.model_dump(), "text": text, "kind": kind})
+
+
+def _in_venue(journal_ref: str | None, venue: str | None) -> bool:
+    """Whether a paper's journal reference names the venue (every word of it); arXiv has no venue filter."""
+    if not venue:
+        return True
+    wanted = set(re.findall(r"\w+", venue.casefold()))
+    return bool(journal_ref) and wanted <= set(re.findall(r"\w+", (journal_ref or "").casefold()))
 
 
 def _in_years(year: int | None, year_from: int | None, year_to: int | None) -> bool:

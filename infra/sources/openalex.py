@@ -7,10 +7,17 @@ own session has no timeout and its base URL is hard-coded: the ``https://api.ope
 is replaced by ``search.openalex_url``. Retries on 429/5xx/network errors follow
 :mod:`infra.sources.retry`. Paging uses cursors and resumes across iterations: asking the same
 search again continues where the last call stopped.
+
+The approved filters become OpenAlex filters: ``publication_year``, ``is_oa``, ``has_pdf_url``,
+``raw_author_name.search`` (each name quoted, so it matches one byline; ``~1`` lets a middle initial
+in; several names are OR-ed) and, for a venue, ``primary_location.source.id`` with the ids of the
+sources of that name (OpenAlex cannot filter works by a source's name: the name is looked up with
+``/sources?search=`` first, as OpenAlex documents for names).
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -29,6 +36,7 @@ from messages.search import Candidate
 
 PYALEX_BASE = "https://api.openalex.org"
 _OR_CHUNK = 50  # ids per openalex_id:W1|W2 filter (OpenAlex allows up to 100)
+_VENUE_SOURCES = 10  # sources of a venue's name asked for, and the most ids put in the filter
 
 
 @dataclass
@@ -49,6 +57,7 @@ class OpenAlexSource:
         if search.openalex_api_key:  # a header, so the key never lands in the egress ledger
             self._client.headers["Authorization"] = f"Bearer {search.openalex_api_key}"
         self._pagers: dict[tuple[Any, ...], _Pager] = {}
+        self._venues: dict[str, tuple[str, ...]] = {}  # venue name → ids of the sources of that name
 
     def close(self) -> None:
         self._client.close()
@@ -69,30 +78,47 @@ class OpenAlexSource:
             return self.lookup_title(q.text, limit=limit, query=q)
         if q.kind == "author":
             return self.lookup_author(q.text, limit=limit, query=q)
-        return self._paged(("search", q.text, q.year_from, q.year_to, q.open_access),
+        return self._paged(_key("search", q.text, q),
                            lambda: self._filtered(pyalex.Works().search(q.text), q, has_abstract=True),
                            limit, found_by=q.text)
 
     def lookup_title(self, title: str, limit: int | None = None, query: SearchQuery | None = None) -> list[Candidate]:
         """Works whose title matches (``title.search`` filter): a named paper, found directly."""
         q = query or SearchQuery(text=title, kind="title")
-        return self._paged(("title", title, q.year_from, q.year_to, q.open_access),
+        return self._paged(_key("title", title, q),
                            lambda: self._filtered(pyalex.Works().filter(**{"title.search": _filter_text(title)}), q),
                            limit, found_by=q.text)
 
     def lookup_author(self, name: str, limit: int | None = None, query: SearchQuery | None = None) -> list[Candidate]:
-        """Works by a named author (``raw_author_name.search`` filter over the works' authorships)."""
+        """Works by a named author (``raw_author_name.search`` filter over the works' bylines)."""
         q = query or SearchQuery(text=name, kind="author")
-        return self._paged(("author", name, q.year_from, q.year_to, q.open_access),
-                           lambda: self._filtered(pyalex.Works().filter(**{"raw_author_name.search": _filter_text(name)}),
-                                                 q),
+        return self._paged(_key("author", name, q),
+                           lambda: self._filtered(pyalex.Works().filter(**{"raw_author_name.search": _names((name,))}),
+                                                 q, authors=False),
                            limit, found_by=q.text)
 
     def exhausted(self, q: SearchQuery) -> bool:
         """True once a search has handed out everything OpenAlex has for it."""
-        kind = "search" if q.kind == "keywords" else q.kind
-        pager = self._pagers.get((kind, q.text, q.year_from, q.year_to, q.open_access))
+        pager = self._pagers.get(_key("search" if q.kind == "keywords" else q.kind, q.text, q))
         return pager is not None and pager.cursor is None and not pager.buffer
+
+    def venue_sources(self, venue: str) -> tuple[str, ...]:
+        """Ids of the OpenAlex sources (journals, conferences, repositories) named ``venue``.
+
+        The sources whose name (or alternate title, or abbreviation) holds every word of ``venue``;
+        when none does, OpenAlex's best match. () when OpenAlex knows no source of that name.
+        """
+        key = " ".join(venue.split()).casefold()
+        if key not in self._venues:
+            sources = pyalex.Sources().search(_filter_text(venue))
+            sources.params["per-page"] = _VENUE_SOURCES
+            found = self._get_json(self._url(sources)).get("results") or []
+            wanted = set(_words(venue))
+            named = [s for s in found if wanted <= set(_words(" ".join(
+                [s.get("display_name") or "", s.get("abbreviated_title") or "", *(s.get("alternate_titles") or [])])))]
+            self._venues[key] = tuple(dict.fromkeys(
+                sid for s in (named or found[:1]) if (sid := _source_id(s.get("id")))))[:_VENUE_SOURCES]
+        return self._venues[key]
 
     def work(self, openalex_id: str) -> Candidate:
         """One work by id (``/works/W123``)."""
@@ -129,6 +155,9 @@ class OpenAlexSource:
         pager = self._pagers.setdefault(key, _Pager())
         while len(pager.buffer) < limit and pager.cursor is not None:
             works = build()
+            if works is None:  # the filters cannot match anything (a venue OpenAlex does not know)
+                pager.cursor = None
+                break
             works.params["per-page"] = self.search_settings.per_query
             works.params["cursor"] = pager.cursor
             page = self._get_json(self._url(works))
@@ -150,7 +179,8 @@ class OpenAlexSource:
             nxt = (page.get("meta") or {}).get("next_cursor")
             current = nxt if page.get("results") and nxt and nxt != current else None
 
-    def _filtered(self, works: Any, q: SearchQuery, *, has_abstract: bool = False) -> Any:
+    def _filtered(self, works: Any, q: SearchQuery, *, has_abstract: bool = False, authors: bool = True) -> Any:
+        """``works`` with the query's filters; None when they cannot match (a venue with no source)."""
         filters: dict[str, Any] = {}
         if q.year_from and q.year_to:
             filters["publication_year"] = f"{q.year_from}-{q.year_to}"
@@ -160,6 +190,15 @@ class OpenAlexSource:
             works = works.filter_lt(publication_year=q.year_to + 1)
         if q.open_access:
             filters["is_oa"] = True
+        if q.has_pdf:
+            filters["has_pdf_url"] = True
+        if authors and q.authors:
+            filters["raw_author_name.search"] = _names(q.authors)
+        if q.venue:
+            ids = self.venue_sources(q.venue)
+            if not ids:
+                return None
+            filters["primary_location.source.id"] = "|".join(ids)  # '|': any of them
         if has_abstract:
             filters["has_abstract"] = True
         return works.filter(**filters) if filters else works
@@ -198,9 +237,34 @@ class OpenAlexSource:
         return data
 
 
+def _key(kind: str, text: str, q: SearchQuery) -> tuple[Any, ...]:
+    """A search's identity for paging: what is asked and every filter sent with it."""
+    return (kind, text, q.year_from, q.year_to, q.open_access, q.has_pdf, q.authors, q.venue)
+
+
 def _filter_text(value: str) -> str:
     """A filter value: ',' separates filters and '|' means OR in OpenAlex filters, so neither may appear."""
     return " ".join(value.replace(",", " ").replace("|", " ").split())
+
+
+def _names(names: tuple[str, ...] | list[str]) -> str:
+    """A ``raw_author_name.search`` value: each name a quoted phrase (one byline; ``~1`` admits a middle
+    name or initial), several names OR-ed."""
+    phrases = []
+    for name in names:
+        clean = _filter_text(name.replace('"', " "))
+        if clean:
+            phrases.append(f'"{clean}"~1' if " " in clean else f'"{clean}"')
+    return " OR ".join(phrases)
+
+
+def _words(text: str) -> list[str]:
+    return re.findall(r"\w+", text.casefold())
+
+
+def _source_id(value: str | None) -> str | None:
+    sid = (value or "").rsplit("/", 1)[-1]
+    return sid.upper() if re.fullmatch(r"[Ss]\d+", sid) else None
 
 
 def _require_id(value: str) -> str:

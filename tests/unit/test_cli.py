@@ -138,3 +138,72 @@ def test_chunk_reports_unknown_ids(tmp_path) -> None:
     result, out = invoke("chunk", "nope:00001", "--json", "--store", str(tmp_path / "store"))
     assert result.exit_code == 1 and "no chunk" in out
 
+
+
+class RecordingSession:
+    """Stands in for the Ray-backed ResearchSession: what is under test is what the CLI prints and which
+    search strings it hands to the run, not the run itself (no Ray here)."""
+
+    ran: list[RequirementsPlan] = []
+
+    def __init__(self, settings, *, llm=None, quiet=False) -> None:
+        self.run_id = "20261122-000000-0123456789abcdef"
+        self.rundir = type("RunDir", (), {"path": settings.run.runs_dir / self.run_id})()
+
+    def plan(self, query: str) -> RequirementsPlan:
+        return RequirementsPlan(run_id=self.run_id, query=ResearchQuery(run_id=self.run_id, text=query),
+                                requirements=(Requirement(id="R1", text="soil moisture sensing methods"),))
+
+    def run(self, plan: RequirementsPlan, on_event=None, from_run=None):
+        from messages import RunSummary
+
+        RecordingSession.ran.append(plan)
+        return RunSummary(run_id=self.run_id, status="finished", iterations=1, stop_reason="coverage reached",
+                          mean_coverage=1.0, run_dir="runs/x", report_path="runs/x/report.md")
+
+    def close(self) -> None:
+        pass
+
+
+def research_with_searches(tmp_path, library, monkeypatch, *flags: str):
+    monkeypatch.setattr("gateway.session.ResearchSession", RecordingSession)
+    RecordingSession.ran = []
+    searches = tmp_path / "searches.txt"
+    searches.write_text("soil moisture sensing | 2019- | pdf | author: Jane Doe | venue: Water Research\n")
+    with LoopbackOllama() as server:
+        result, out = invoke("research", "soil moisture?", "--library", str(library), "--yes", "--llm", "ollama",
+                             "--searches", str(searches), "--runs-dir", str(tmp_path / "runs"), *flags,
+                             env={"FORAGE_LLM__HOST": server.url, "FORAGE_NET__OFFLINE": "false",
+                                  "COLUMNS": "200"})  # a table row on one line
+    assert result.exit_code == 0, result.output
+    [ran] = RecordingSession.ran
+    return out, ran
+
+
+def test_offline_searches_file_says_nothing_is_sent(tmp_path, library, monkeypatch) -> None:
+    out, ran = research_with_searches(tmp_path, library, monkeypatch, "--offline")
+    assert "Search strings sent" not in out
+    assert "the 1 search string(s) in" in out and "are not sent; nothing leaves this machine" in out
+    assert "Nothing leaves this machine" in out
+    assert ran.search_queries == ()  # and the run is handed none
+
+
+def test_online_searches_file_shows_every_filter_that_is_sent(tmp_path, library, monkeypatch) -> None:
+    out, ran = research_with_searches(tmp_path, library, monkeypatch)
+    assert "Search strings sent to the online databases" in out
+    for shown in ("soil moisture sensing", "years 2019–…", "with a PDF", "by Jane Doe", "in Water Research"):
+        assert shown in out
+    [q] = ran.search_queries
+    assert (q.authors, q.venue, q.has_pdf, q.year_from) == (("Jane Doe",), "Water Research", True, 2019)
+
+
+def test_a_bad_searches_file_is_refused_before_a_run_starts(tmp_path, library, monkeypatch) -> None:
+    monkeypatch.setattr("gateway.session.ResearchSession", RecordingSession)
+    RecordingSession.ran = []
+    searches = tmp_path / "searches.txt"
+    searches.write_text("soil moisture | sometimes\n")
+    with LoopbackOllama() as server:
+        result, out = invoke("research", "q?", "--library", str(library), "--yes", "--llm", "ollama",
+                             "--searches", str(searches), env={"FORAGE_LLM__HOST": server.url})
+    assert result.exit_code == 2 and "unknown filter 'sometimes'" in out
+    assert "→" not in out and RecordingSession.ran == []

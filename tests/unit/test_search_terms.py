@@ -104,3 +104,51 @@ def test_edited_search_lines_round_trip():
         q.model_copy(update={"requirement_ids": ()}) for q in queries)
     with pytest.raises(ValueError, match="unknown filter"):
         parse_search_lines("soil | sometimes")
+
+
+@pytest.mark.parametrize("query, venue, has_pdf", [
+    ("soil carbon papers published in Nature Communications since 2020", "Nature Communications", False),
+    ("work presented at the Proceedings of the ACM on Programming Languages", "ACM on Programming Languages",
+     False),
+    ("soil carbon in the journal Geoderma, with full text", "Geoderma", True),
+    ("soil carbon studies, only those with PDFs", None, True),
+    ("full-text search engines for soil data", None, False),  # a topic, not a constraint
+    ("soil carbon", None, False),
+])
+def test_venue_and_full_text_stated_in_words(query, venue, has_pdf):
+    c = read_constraints(query, TODAY)
+    assert (c.venue, c.has_pdf) == (venue, has_pdf)
+
+
+def test_authors_and_venue_become_filters_only_when_the_query_names_them():
+    llm = ScriptedLLM([SearchTermsAnswer.model_validate({
+        "searches": [{"keywords": ["deep learning", "crop yield"], "requirement": "R1"}],
+        "authors": ["Jane Doe", "Invented Person", "jane doe", "Doe"], "venue": "Remote Sensing of Environment"})])
+    q = "Deep learning crop yield papers by Jane Doe in Remote Sensing of Environment, with full text"
+    queries, _ = asyncio.run(propose_search_queries(q, REQS, llm, today=TODAY))
+    author_lookup, keywords = queries[0], queries[1]
+    assert (author_lookup.kind, author_lookup.text, author_lookup.authors) == ("author", "Jane Doe", ())
+    # the model's reading of the venue is in the query's words; the invented author is not: dropped
+    assert keywords.authors == ("Jane Doe",) and keywords.venue == "Remote Sensing of Environment"
+    assert all(x.has_pdf and x.venue == "Remote Sensing of Environment" for x in queries)
+    # a venue or author the query never names is never sent
+    llm = ScriptedLLM([{"searches": [{"keywords": ["crop yield", "satellite imagery"], "requirement": "R1"}],
+                        "authors": ["Geoffrey Hinton"], "venue": "Nature"}])
+    queries, _ = asyncio.run(propose_search_queries(QUERY, REQS, llm, today=TODAY))
+    assert all(x.authors == () and x.venue is None and not x.has_pdf for x in queries)
+
+
+def test_filters_round_trip_through_the_edited_lines():
+    queries = (SearchQuery(text="soil moisture sensing", year_from=2019, has_pdf=True,
+                           authors=("Jane Doe", "Ann Lee"), venue="Water Research"),
+               SearchQuery(text="Geoffrey Hinton", kind="author", venue="Nature"))
+    text = search_lines(queries)
+    assert text.splitlines() == [
+        "soil moisture sensing | 2019- | pdf | author: Jane Doe | author: Ann Lee | venue: Water Research",
+        "author: Geoffrey Hinton | venue: Nature"]
+    assert parse_search_lines(text) == queries
+    assert queries[0].filters() == ("years 2019–…", "with a PDF", "by Jane Doe or Ann Lee", "in Water Research")
+    assert queries[0].describe() == ('"soil moisture sensing" (years 2019–…, with a PDF, by Jane Doe or Ann Lee, '
+                                     'in Water Research)')
+    with pytest.raises(ValueError, match="author: NAME"):
+        parse_search_lines("soil | author:")

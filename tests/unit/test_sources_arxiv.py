@@ -56,6 +56,40 @@ def test_query_forms():
     assert (arxiv_query(SearchQuery(text="machine learning AND public-health"))
             == "all:machine AND all:learning AND all:public-health")
     assert arxiv_query(SearchQuery(text="Ann Lee", kind="author")) == 'au:"Ann Lee"'
+    assert (arxiv_query(SearchQuery(text="graph networks", authors=("Ann Lee", "Bo (AND) Li")))
+            == '(all:graph AND all:networks) AND (au:"Ann Lee" OR au:"Bo Li")')
+    assert arxiv_query(SearchQuery(text="graphs", authors=("Ann Lee",))) == 'all:graphs AND au:"Ann Lee"'
+    assert (arxiv_query(SearchQuery(text="Attention is all", kind="title", authors=("Ann Lee",)))
+            == 'ti:"Attention is all" AND au:"Ann Lee"')
+
+
+def test_title_and_author_lookups(loopback_sources):
+    srv = loopback_sources
+    ax, _ = _source(srv)
+    title = "Testing Deep Learning Models: A First Comparative Study of Multiple Testing Techniques"
+    [paper] = ax.lookup_title(title)
+    assert paper.arxiv_id == "2202.12139" and paper.title == title and paper.found_by == title
+    assert srv.received("/api/query")[-1].param("search_query") == (
+        'ti:"Testing Deep Learning Models A First Comparative Study of Multiple Testing Techniques"')
+    by = ax.lookup_author("Andrea Arcuri")
+    assert [c.title for c in by] == ["A Survey on Web Testing: On the Rise of AI and Applications in Industry"]
+    assert srv.received("/api/query")[-1].param("search_query") == 'au:"Andrea Arcuri"'
+    # the approved string's filters apply to a lookup too (years, after the fact)
+    q = SearchQuery(text="Andrea Arcuri", kind="author", year_to=2020)
+    assert ax.lookup_author(q.text, query=q) == []
+
+
+def test_authors_are_sent_and_the_venue_is_checked_after_the_fact(loopback_sources):
+    srv = loopback_sources
+    ax, _ = _source(srv)
+    by = ax.search(SearchQuery(text="software testing", authors=("Wing Lam", "Alessandro Orso")), limit=10)
+    assert sorted(c.title for c in by) == ["Automated Test Generation for REST APIs: No Time to Rest Yet",
+                                           "ChatGPT and Software Testing Education: Promises & Perils"]
+    assert srv.received("/api/query")[-1].param("search_query") == (
+        '(all:software AND all:testing) AND (au:"Wing Lam" OR au:"Alessandro Orso")')
+    in_venue = ax.search(SearchQuery(text="software testing", venue="ICSTW"), limit=10)
+    assert len(in_venue) == 3 and all("ICSTW" in c.venue for c in in_venue)
+    assert "ICSTW" not in srv.received("/api/query")[-1].raw_query  # arXiv has no venue filter: not sent
 
 
 def test_paging_resumes_across_iterations(loopback_sources):

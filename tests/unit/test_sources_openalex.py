@@ -118,7 +118,46 @@ def test_title_and_author_lookup(loopback_sources):
     assert srv.received("/works")[-1].param("filter") == "title.search:Beyond the number of classes separating dependence"
     by_author = oa.lookup_author("Daniel L. Oberski")
     assert [c.openalex_id for c in by_author] == ["W789391616"]
-    assert srv.received("/works")[-1].param("filter") == "raw_author_name.search:Daniel L. Oberski"
+    # the name as one quoted phrase (one byline), a middle initial let in
+    assert srv.received("/works")[-1].param("filter") == 'raw_author_name.search:"Daniel L. Oberski"~1'
+
+
+def test_authors_venue_and_pdf_filters_are_sent_and_honoured(loopback_sources):
+    srv = loopback_sources
+    oa, egress = _source(srv, per_query=50)
+    recorded = [w for w in srv.recorded_search() if w.get("abstract_inverted_index") is not None]
+    # authors: any of the names, each matched within one byline
+    q = SearchQuery(text="machine learning public health", authors=("Wendy Thompson", "Joon Lee"))
+    found = oa.search(q, limit=50)
+    assert srv.received("/works")[-1].param("filter") == (
+        'raw_author_name.search:"Wendy Thompson"~1 OR "Joon Lee"~1,has_abstract:true')
+    names = {w["id"].rsplit("/", 1)[-1]: {a.get("raw_author_name") for a in w["authorships"]} for w in recorded}
+    expected = {wid for wid, n in names.items() if n & {"Wendy Thompson", "Joon Lee"}}
+    assert expected and {c.openalex_id for c in found} == expected
+    # has a PDF: OpenAlex's has_pdf_url
+    with_pdf = oa.search(SearchQuery(text="machine learning public health", has_pdf=True), limit=50)
+    assert srv.received("/works")[-1].param("filter") == "has_pdf_url:true,has_abstract:true"
+    assert with_pdf and len(with_pdf) < len(recorded) and all(c.pdf_urls for c in with_pdf)
+    # venue: the name is looked up among OpenAlex's sources, then the works are filtered by their ids
+    venue = "Journal of Medical Internet Research"
+    in_venue = oa.search(SearchQuery(text="machine learning public health", venue=venue), limit=50)
+    lookup, works = srv.received()[-2:]
+    assert lookup.path == "/sources" and lookup.param("search") == venue
+    source_ids = {(w["primary_location"]["source"] or {}).get("id", "").rsplit("/", 1)[-1] for w in recorded
+                  if "Journal of medical internet research" in ((w.get("primary_location") or {}).get("source")
+                                                               or {}).get("display_name", "")}
+    assert works.param("filter") == f"primary_location.source.id:{'|'.join(sorted(source_ids))},has_abstract:true"
+    assert in_venue and {c.venue for c in in_venue} == {
+        "JMIR. Journal of medical internet research/Journal of medical internet research"}
+    oa.search(SearchQuery(text="other words", venue=venue), limit=5)
+    assert len(srv.received("/sources")) == 1  # a venue's sources are looked up once
+    # a venue OpenAlex does not know matches nothing: no works request is made
+    before = len(srv.received("/works"))
+    q = SearchQuery(text="machine learning public health", venue="Annals of Imaginary Results")
+    assert oa.search(q, limit=5) == [] and oa.exhausted(q)
+    assert len(srv.received("/works")) == before
+    # only the approved string and its filters went out
+    assert all(r.purpose == "openalex" for r in egress.ledger)
 
 
 def test_snowballing_references_and_citing_works(loopback_sources):
@@ -219,3 +258,18 @@ def test_offline_sends_nothing(loopback_sources):
         oa.cited_by("W1", limit=3)
     assert srv.requests == []
     assert all(r.error == "refused: offline" and r.query == "" for r in egress.ledger)
+
+
+def test_the_loopback_records_every_request_whole(loopback_sources):
+    """The "this never left" checks read the servers' records: a body (even chunked) and headers are in them."""
+    import httpx
+
+    srv = loopback_sources
+    with httpx.Client() as client:
+        plain = client.post(srv.url("/works"), content=b"secret-phrase-1", headers={"X-Note": "secret-phrase-2"})
+        chunked = client.put(srv.url("/anything"), content=iter([b"secret-", b"phrase-3"]))
+    assert (plain.status_code, chunked.status_code) == (405, 405)  # only GET is served
+    first, second = srv.requests
+    assert first.method == "POST" and first.body == b"secret-phrase-1"
+    assert "secret-phrase-1" in first.text() and "secret-phrase-2" in first.text()
+    assert second.headers.get("transfer-encoding") == "chunked" and "secret-phrase-3" in second.text()

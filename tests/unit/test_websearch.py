@@ -18,6 +18,7 @@ from infra.settings import Settings
 from infra.sources.download import Acquired
 from messages.plan import Requirement, SearchQuery
 from messages.search import Candidate, SearchRequest
+from tests.loopback_sources import loopback_sources  # noqa: F401  (fixture)
 
 REQ = Requirement(id="R1", text="How do microplastics move through marine food webs?")
 Q = SearchQuery(text="microplastics marine food webs", year_from=2015, requirement_ids=("R1",))
@@ -170,8 +171,9 @@ def test_a_model_that_fails_every_score_still_keeps_the_top_ranked():
 
 def test_title_lookup_is_asked_once():
     class Lookup(PagedSource):
-        def lookup_title(self, title: str) -> list[Candidate]:
+        def lookup_title(self, title: str, query: SearchQuery | None = None) -> list[Candidate]:
             self.asked.append(("title", title))
+            assert query is not None and query.text == title  # the approved string, with its filters
             return [paper(2, found_by=title)]
 
     source = Lookup("openalex", [])
@@ -181,3 +183,37 @@ def test_title_lookup_is_asked_once():
     assert [c.key for c in res.candidates] == ["doi:10.1/2"]
     asyncio.run(web.search(request(2).model_copy(update={"search_queries": (q,)})))
     assert source.asked == [("title", q.text)]
+
+
+def test_title_and_author_lookups_go_to_openalex_and_arxiv(loopback_sources):
+    """The real OpenAlex and arXiv clients against the loopback: both answer direct lookups, once each."""
+    from infra.net import Egress
+    from infra.settings import NetSettings, SearchSettings
+    from infra.sources.arxiv_source import ArxivSource
+    from infra.sources.openalex import OpenAlexSource
+
+    srv = loopback_sources
+    net = NetSettings(timeout_s=5, retries=0)
+    search = SearchSettings(openalex_url=srv.openalex_url, arxiv_url=srv.arxiv_url, arxiv_delay_s=0.0, per_query=10)
+    egress = Egress(net)
+    sources = [OpenAlexSource(search, net, egress), ArxivSource(search, net, egress)]
+    arxiv_title = "Testing Deep Learning Models: A First Comparative Study of Multiple Testing Techniques"
+    queries = (SearchQuery(text=arxiv_title, kind="title"),
+               SearchQuery(text="Andrea Arcuri", kind="author", year_from=2024))
+    emit = RecordingEmit()
+    web = WebSearch(settings(per_query=10), FunctionLLM(lambda m, s: {"scores": [
+        {"paper": int(i), "score": 4, "reason": "r"} for i in re.findall(r"^\[(\d+)\]", m[-1]["content"], re.M)]}),
+                    sources, None, emit=emit)
+    res = asyncio.run(web.search(request(1).model_copy(update={"search_queries": queries, "max_results": 10})))
+    asked = [(r.path, r.param("search_query") or r.param("filter")) for r in srv.received()]
+    assert asked == [("/works", f"title.search:{arxiv_title}"), ("/api/query", f'ti:"{arxiv_title.replace(":", "")}"'),
+                     ("/works", 'raw_author_name.search:"Andrea Arcuri"~1,publication_year:>2023'),
+                     ("/api/query", 'au:"Andrea Arcuri"')]
+    found = {(c.source, c.title) for c in res.candidates}
+    assert ("arxiv", arxiv_title) in found
+    assert ("arxiv", "A Survey on Web Testing: On the Rise of AI and Applications in Industry") in found
+    assert [e.payload["found"] for e in emit.events if e.kind == "source_results"] == [
+        0, 1, 0, 1]  # OpenAlex knows neither here; arXiv answers both
+    # a lookup is answered once: the next iteration asks nothing
+    asyncio.run(web.search(request(2).model_copy(update={"search_queries": queries})))
+    assert len(srv.received()) == 4
