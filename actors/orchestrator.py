@@ -3,7 +3,10 @@
 The loop (thesis "Knowledge Orchestrator"): search and ingest a first batch, forage every
 requirement in parallel (one Forager each); while mean coverage is below ``run.min_coverage`` and
 fewer than ``run.max_iterations`` iterations ran, ask the Searcher for more documents, ingest them
-and forage again; then write the report. State is checkpointed to ``run.json`` after every stage.
+and forage again; then write the report. State is checkpointed to ``run.json`` after every stage:
+the plan, each search's results (before their ingestion), each iteration's ingestion, each requirement's
+forage result as its Forager finishes (``foraging``), each iteration's coverage, the end. A resume takes
+over what was recorded: a searched batch is not searched again, a finished requirement not foraged again.
 When coverage stalls (mean coverage rose by no more than ``run.replan_min_gain`` since the previous
 iteration, still below the goal), the Orchestrator re-plans: the LLM names the missing dimensions and
 adds 1-3 requirements with fresh ids (at most ``run.max_added_requirements`` per run), recorded in
@@ -22,8 +25,9 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Sequence
-from typing import Any, Protocol
+from collections.abc import AsyncGenerator, Awaitable, Sequence
+from contextlib import aclosing
+from typing import Any, Protocol, TypeVar
 
 from actors.status_hub import HubEmit
 from actors.steps.events import Emit
@@ -33,15 +37,20 @@ from infra.settings import Settings
 from messages.forage import ForageRequest, RequirementCoverage
 from messages.ingest import IngestRequest, IngestResult
 from messages.plan import PlanRequest, Requirement, RequirementsPlan
-from messages.search import SearchRequest, SearchResults
+from messages.search import Candidate, SearchRequest, SearchResults
 from messages.status import RunSummary, Stage
 from messages.write import Report, WriteRequest
+
+
+T = TypeVar("T")
 
 
 class Crew(Protocol):
     async def search(self, request: SearchRequest) -> SearchResults: ...
     async def ingest(self, requests: Sequence[IngestRequest]) -> list[IngestResult]: ...
     async def forage(self, requests: Sequence[ForageRequest]) -> list[RequirementCoverage]: ...
+    # optional: ``forage_each(requests)``, an async iterator of the results as each Forager finishes, so each
+    # is checkpointed at once (see :func:`forage_each`)
     async def write(self, request: WriteRequest) -> Report: ...
     async def close(self) -> None: ...
 
@@ -53,6 +62,34 @@ class RunCancelled(Exception):
 class RunSuperseded(Exception):
     """Another process took this run over (``forage resume`` after its driver died) while this Orchestrator
     was still running: it stops at its next checkpoint or stage boundary without writing anything."""
+
+
+def forage_each(crew: Crew, requests: Sequence[ForageRequest]) -> AsyncGenerator[RequirementCoverage, None]:
+    """The requests' results as each Forager finishes: the crew's ``forage_each`` where it has one
+    (LocalCrew, RayCrew), else its ``forage`` results once all are done."""
+    each = getattr(crew, "forage_each", None)
+    if each is not None:
+        return each(requests)
+
+    async def all_at_once() -> AsyncGenerator[RequirementCoverage, None]:
+        for cov in await crew.forage(requests):
+            yield cov
+
+    return all_at_once()
+
+
+async def _as_completed(aws: Sequence[Awaitable[T]]) -> AsyncGenerator[T, None]:
+    """Yield the results of ``aws`` as each completes; closing the generator early (or a failure) cancels the
+    rest and waits until they have stopped."""
+    tasks = [asyncio.ensure_future(a) for a in aws]
+    try:
+        for next_done in asyncio.as_completed(tasks):
+            yield await next_done
+    finally:
+        pending = [task for task in tasks if not task.done()]
+        for task in pending:
+            task.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)
 
 
 def mean_coverage(coverages: Sequence[RequirementCoverage]) -> float:
@@ -160,18 +197,14 @@ class Orchestrator:
                 iteration += 1
                 self.emit(Stage.RUN, "iteration", f"iteration {iteration}", iteration=iteration)
                 results = (self._already_ingested(iteration) or self._follow_up_start(iteration)
-                           or await crew.search(SearchRequest(
-                               run_id=self.run_id, iteration=iteration, query=plan.query.text,
-                               requirements=plan.requirements, max_results=self.settings.search.batch_size,
-                               exclude_keys=tuple(offered), search_queries=plan.search_queries)))
+                           or self._already_searched(iteration))
+                if results is None:
+                    results = await crew.search(SearchRequest(
+                        run_id=self.run_id, iteration=iteration, query=plan.query.text,
+                        requirements=plan.requirements, max_results=self.settings.search.batch_size,
+                        exclude_keys=tuple(offered), search_queries=plan.search_queries))
+                    self._record_search(iteration, results)
                 offered.extend(c.key for c in results.candidates)
-                for c in results.candidates:
-                    if c.source != "library":  # where an online paper came from and how it was acquired
-                        self.state.setdefault("acquisition", {})[c.key] = c.model_dump(
-                            mode="json", include={"title", "source", "doi", "arxiv_id", "openalex_id", "year",
-                                                  "found_by", "score", "score_reason", "abstract_only", "path",
-                                                  "download_failures", "landing_url"})
-                self.state["search_skipped"].extend(sk.model_dump() for sk in results.skipped)
                 for c in results.candidates:  # each document's first ingest/progress phase
                     self.emit(Stage.INGEST, "progress", f"{c.key}: queued", iteration=iteration, key=c.key,
                               phase="queued")
@@ -183,10 +216,7 @@ class Orchestrator:
                     self.state["ingested"] = {"iteration": iteration, "new_documents": len(results.candidates),
                                               "exhausted": results.exhausted}
                 self._checkpoint()
-                scope, seeds = self._follow_up_scope()
-                coverages = await crew.forage([ForageRequest(run_id=self.run_id, iteration=iteration, requirement=r,
-                                                             doc_ids=scope, seed_chunk_ids=seeds)
-                                               for r in plan.requirements])
+                coverages = await self._forage(crew, iteration, plan.requirements)
                 mean = mean_coverage(coverages)
                 self.state["iterations"].append({
                     "iteration": iteration, "mean_coverage": mean,
@@ -194,8 +224,10 @@ class Orchestrator:
                     "coverage": {c.requirement.id: c.coverage for c in coverages},
                     "status": {c.requirement.id: c.status for c in coverages},
                     "llm_calls": {c.requirement.id: c.llm_calls for c in coverages},
+                    "answering_papers": {c.requirement.id: c.answering_papers for c in coverages},
                 })
                 self.state["last_coverages"] = [c.model_dump(mode="json") for c in coverages]  # for resume
+                self.state.pop("foraging", None)  # the iteration's record above replaces the partial one
                 self._checkpoint()
                 self.emit(Stage.RUN, "coverage", f"iteration {iteration}: mean coverage {mean:.2f}",
                           iteration=iteration, mean_coverage=mean,
@@ -270,10 +302,10 @@ class Orchestrator:
     def _resume_from(self, previous: dict[str, Any]) -> tuple[list[RequirementCoverage], bool]:
         """Take over what an earlier process of this run recorded (documents ingested, iterations
         foraged, the last coverages), so they are not done again. ([], False) for a new run."""
-        if not (previous.get("documents") or previous.get("iterations")):
+        if not (previous.get("documents") or previous.get("iterations") or previous.get("searched")):
             return [], False
         for key in ("iterations", "documents", "search_skipped", "acquisition", "last_coverages", "ingested",
-                    "replans", "from_run"):
+                    "searched", "foraging", "replans", "from_run"):
             if key in previous:
                 self.state[key] = previous[key]
         self.state["resumed"] = [*previous.get("resumed", []), {"after_iteration": len(previous.get("iterations", [])),
@@ -374,6 +406,65 @@ class Orchestrator:
                   degraded=list(result.degraded))
         return result.added
 
+    def _record_search(self, iteration: int, results: SearchResults) -> None:
+        """Checkpoint a search's results before their ingestion: a resume after a crash during the
+        ingestion takes them over (``_already_searched``) instead of searching (and downloading) again."""
+        for c in results.candidates:
+            if c.source != "library":  # where an online paper came from and how it was acquired
+                self.state.setdefault("acquisition", {})[c.key] = c.model_dump(
+                    mode="json", include={"title", "source", "doi", "arxiv_id", "openalex_id", "year",
+                                          "found_by", "score", "score_reason", "abstract_only", "path",
+                                          "download_failures", "landing_url"})
+        self.state["search_skipped"].extend(sk.model_dump() for sk in results.skipped)
+        self.state["searched"] = {"iteration": iteration, "exhausted": results.exhausted,
+                                  "candidates": [c.model_dump(mode="json") for c in results.candidates]}
+        self._checkpoint()
+
+    def _already_searched(self, iteration: int) -> SearchResults | None:
+        """When an earlier process searched this iteration but did not finish ingesting its documents: the
+        recorded candidates, not a new search (documents it did ingest are found in the store: skipped)."""
+        searched = self.state.get("searched") or {}
+        if (searched.get("iteration") != iteration or len(self.state["iterations"]) >= iteration
+                or (self.state.get("ingested") or {}).get("iteration") == iteration):
+            return None
+        return SearchResults(run_id=self.run_id, iteration=iteration, exhausted=bool(searched.get("exhausted")),
+                             candidates=tuple(Candidate.model_validate(c) for c in searched.get("candidates", ())))
+
+    async def _forage(self, crew: Crew, iteration: int,
+                      requirements: Sequence[Requirement]) -> list[RequirementCoverage]:
+        """Forage ``requirements`` for ``iteration``, checkpointing each requirement's result as its Forager
+        finishes (``foraging`` in run.json). Results an earlier process of this run recorded for this
+        iteration (same requirement) are taken over, not foraged again. Results in ``requirements`` order."""
+        partial = self.state.get("foraging") or {}
+        recorded = partial.get("done", {}) if partial.get("iteration") == iteration else {}
+        done: dict[str, RequirementCoverage] = {}
+        for r in requirements:
+            if r.id in recorded:
+                cov = RequirementCoverage.model_validate(recorded[r.id])
+                if cov.requirement == r:
+                    done[r.id] = cov
+        self.state["foraging"] = {"iteration": iteration,
+                                  "done": {rid: recorded[rid] for rid in done}}
+        for cov in done.values():  # what their Foragers reported before the resume, for this process's view
+            rid = cov.requirement.id
+            if cov.status == "failed":
+                self.emit(Stage.FORAGE, "failed", f"{cov.error} (before the resume)", iteration=iteration,
+                          requirement_id=rid, taken_over=True)
+            else:
+                self.emit(Stage.FORAGE, "coverage", f"{rid}: coverage {cov.coverage:.2f} (foraged before the "
+                          "resume)", iteration=iteration, requirement_id=rid, coverage=cov.coverage,
+                          llm_calls=cov.llm_calls, answering_papers=cov.answering_papers, taken_over=True)
+        scope, seeds = self._follow_up_scope()
+        todo = [ForageRequest(run_id=self.run_id, iteration=iteration, requirement=r, doc_ids=scope,
+                              seed_chunk_ids=seeds) for r in requirements if r.id not in done]
+        if todo:
+            async with aclosing(forage_each(crew, todo)) as results:
+                async for cov in results:
+                    done[cov.requirement.id] = cov
+                    self.state["foraging"]["done"][cov.requirement.id] = cov.model_dump(mode="json")
+                    self._checkpoint()
+        return [done[r.id] for r in requirements]
+
     def _already_ingested(self, iteration: int) -> SearchResults | None:
         """When an earlier process searched and ingested this iteration but did not forage it: no new
         search (its documents are in the store and in ``documents``), only the forage is left."""
@@ -431,6 +522,9 @@ class LocalCrew:
 
     async def forage(self, requests: Sequence[ForageRequest]) -> list[RequirementCoverage]:
         return list(await asyncio.gather(*(self.foragers[r.requirement.id].forage(r) for r in requests)))
+
+    def forage_each(self, requests: Sequence[ForageRequest]) -> AsyncGenerator[RequirementCoverage, None]:
+        return _as_completed([self.foragers[r.requirement.id].forage(r) for r in requests])
 
     async def write(self, request: WriteRequest) -> Report:
         return await self.writer.write(request)
@@ -580,24 +674,28 @@ class RayCrew:
         await asyncio.gather(*(self._forager(rid).ready.remote() for rid in requirement_ids))
 
     async def forage(self, requests: Sequence[ForageRequest]) -> list[RequirementCoverage]:
-        import ray
-
         for r in requests:
             self._forager(r.requirement.id)
+        return list(await asyncio.gather(*(self._forage_one(r) for r in requests)))
 
-        async def one(r: ForageRequest) -> RequirementCoverage:
-            try:
-                return await self._foragers[r.requirement.id].forage.remote(r)
-            except ray.exceptions.RayError as exc:
-                # its process died (or it is still restarting and refuses calls): a fresh Forager next time,
-                # which does not depend on Ray's restart timing or on restarts left
-                self._drop_forager(r.requirement.id)
-                reason = f"forager died: {type(exc).__name__}"
-                self.emit(Stage.FORAGE, "failed", reason, iteration=r.iteration, requirement_id=r.requirement.id)
-                return RequirementCoverage(run_id=r.run_id, requirement=r.requirement, iteration=r.iteration,
-                                           status="failed", coverage=0.0, error=reason)
+    def forage_each(self, requests: Sequence[ForageRequest]) -> AsyncGenerator[RequirementCoverage, None]:
+        for r in requests:
+            self._forager(r.requirement.id)
+        return _as_completed([self._forage_one(r) for r in requests])
 
-        return list(await asyncio.gather(*(one(r) for r in requests)))
+    async def _forage_one(self, r: ForageRequest) -> RequirementCoverage:
+        import ray
+
+        try:
+            return await self._foragers[r.requirement.id].forage.remote(r)
+        except ray.exceptions.RayError as exc:
+            # its process died (or it is still restarting and refuses calls): a fresh Forager next time,
+            # which does not depend on Ray's restart timing or on restarts left
+            self._drop_forager(r.requirement.id)
+            reason = f"forager died: {type(exc).__name__}"
+            self.emit(Stage.FORAGE, "failed", reason, iteration=r.iteration, requirement_id=r.requirement.id)
+            return RequirementCoverage(run_id=r.run_id, requirement=r.requirement, iteration=r.iteration,
+                                       status="failed", coverage=0.0, error=reason)
 
     async def write(self, request: WriteRequest) -> Report:
         from actors.writer import Writer

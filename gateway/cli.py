@@ -423,20 +423,6 @@ def chunk(
         console.print(found.text, highlight=False)
 
 
-@app.command()
-def runs(runs_dir: Annotated[Path, typer.Option(help="Runs folder.")] = Path("runs")) -> None:
-    """List runs with their state."""
-    table = Table(title=f"runs in {runs_dir}")
-    for col in ("run", "status", "coverage", "query"):
-        table.add_column(col)
-    for path in sorted(runs_dir.glob("*/run.json")):
-        state = json.loads(path.read_text(encoding="utf-8"))
-        cov = state.get("final_coverage")
-        table.add_row(path.parent.name, state.get("status", "?"), "" if cov is None else f"{cov:.2f}",
-                      str(state.get("query", ""))[:60])
-    console.print(table)
-
-
 # -- eval --------------------------------------------------------------------------------------------
 eval_app = typer.Typer(no_args_is_help=True, help="Measure Forage's parts on public benchmarks.")
 app.add_typer(eval_app, name="eval")

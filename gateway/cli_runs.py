@@ -1,9 +1,15 @@
-"""`forage cancel RUN` and `forage resume RUN`.
+"""`forage runs`, `forage cancel RUN` and `forage resume RUN`.
+
+`forage runs` lists the runs of the runs folder (``run.runs_dir``, or ``--runs-dir``) with their state
+(:func:`run_state`): the status in run.json, except that a "running" run whose owner process (the one
+that claimed it, :meth:`RunDir.owner_alive`) is gone shows as "interrupted" with the command that
+continues it, and a run.json that cannot be read shows as "unreadable" (listed, never a crash).
 
 Cancel writes ``runs/<run_id>/cancel``; the Orchestrator stops at its next stage boundary (before the
 next iteration or the report) with status "cancelled". Resume starts a new driver for the same run
 id: the Orchestrator finds the run's earlier progress in run.json and continues it — documents
-already ingested and iterations already foraged are not done again (see Orchestrator._resume_from).
+already ingested, a searched batch, iterations already foraged and the requirements already foraged
+in an unfinished iteration are not done again (see Orchestrator._resume_from).
 The run's settings come from run.json (preset, coverage goal, iterations, LLM and embedder backends,
 store, library; online when it had approved search strings); the rest (e.g. the Ollama model) from
 the environment, as for `forage research`.
@@ -11,23 +17,67 @@ the environment, as for `forage research`.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
+from actors.steps.rundir import RunDir
+
 RunsDir = Annotated[Path | None, typer.Option(help="Runs folder (default: settings).")]
+
+
+def _settings(runs_dir: Path | None) -> Any:
+    from infra.settings import Settings
+
+    settings = Settings.load()
+    if runs_dir is not None:
+        settings = settings.updated(run={"runs_dir": runs_dir})
+    return settings
+
+
+def run_state(rundir: RunDir) -> tuple[str, dict[str, Any]]:
+    """(the state to show, run.json's content) for one run folder: run.json's status; "interrupted
+    (forage resume RUN)" for a "running" run whose owner process is gone (its driver was killed, the
+    machine restarted); "unreadable: <why>" with {} for a run.json that is not a JSON object."""
+    try:
+        state = json.loads(rundir.run_json.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        return f"unreadable: {type(exc).__name__}", {}
+    if not isinstance(state, dict):
+        return "unreadable: not a JSON object", {}
+    status = str(state.get("status") or "?")
+    if status == "running" and rundir.owner_alive() is False:
+        return f"interrupted (forage resume {rundir.run_id})", state
+    return status, state
+
+
+def runs(runs_dir: RunsDir = None) -> None:
+    """List runs with their state."""
+    from rich.markup import escape
+    from rich.table import Table
+
+    from gateway import cli as base
+
+    folder = Path(_settings(runs_dir).run.runs_dir).expanduser()
+    table = Table(title=f"runs in {folder}")
+    for col in ("run", "status", "coverage", "query"):
+        table.add_column(col)
+    for path in sorted(folder.glob("*/run.json")):
+        shown, state = run_state(RunDir(folder, path.parent.name))
+        cov = state.get("final_coverage")
+        table.add_row(path.parent.name, shown, f"{cov:.2f}" if isinstance(cov, int | float) else "",
+                      escape(str(state.get("query", ""))[:60]))  # a query is text, not markup
+    base.console.print(table)
 
 
 def _load(run_id: str, runs_dir: Path | None) -> tuple[Any, Any, dict[str, Any]]:
     from gateway import cli as base
     from gateway.forget import run_dir
     from infra.errors import ForageError
-    from infra.settings import Settings
 
-    settings = Settings.load()
-    if runs_dir is not None:
-        settings = settings.updated(run={"runs_dir": runs_dir})
+    settings = _settings(runs_dir)
     try:
         rundir = run_dir(Path(settings.run.runs_dir).expanduser(), run_id)
         state = rundir.read_state()
@@ -59,8 +109,7 @@ def resume(run_id: Annotated[str, typer.Argument(help="The run to continue (see 
            = None) -> None:
     """Continue a run whose driver died, was cancelled or failed, without redoing finished work."""
     from gateway import cli as base
-    from gateway.session import ResearchSession
-    from messages.plan import Requirement, RequirementsPlan, ResearchQuery, SearchQuery
+    from gateway.session import ResearchSession, resume_plan
 
     settings, rundir, state = _load(run_id, runs_dir)
     if state.get("status") == "finished":
@@ -70,25 +119,7 @@ def resume(run_id: Annotated[str, typer.Argument(help="The run to continue (see 
         base.err.print(f"[red]error:[/red] run {run_id} never started (no approved requirements); "
                        "start a new run with `forage research`")
         raise typer.Exit(2)
-    recorded = state.get("settings") or {}
-    searches = tuple(SearchQuery.model_validate(q) for q in state.get("search_queries") or ())
-    changes: dict[str, dict[str, Any]] = {
-        "run": {k: recorded[k] for k in ("min_coverage", "max_iterations") if k in recorded},
-        "search": {"library": Path(state["library"]) if state.get("library") else None},
-        "net": {"offline": not searches},
-    }
-    if state.get("store_path"):
-        changes["store"] = {"path": Path(state["store_path"])}
-    if recorded.get("llm"):
-        changes["llm"] = {"backend": recorded["llm"]}
-    if recorded.get("embedder"):
-        changes["embed"] = {"backend": recorded["embedder"]}
-    if address:
-        changes["ray"] = {"address": address}
-    settings = settings.updated(preset=recorded.get("preset", settings.preset), **changes)
-    query = ResearchQuery(run_id=run_id, text=state["query"])
-    plan = RequirementsPlan(run_id=run_id, query=query, approved=True, search_queries=searches,
-                            requirements=tuple(Requirement.model_validate(r) for r in state["requirements"]))
+    settings, plan = resume_plan(settings, run_id, state, address=address)
     base.console.print(f"resuming run [bold]{run_id}[/bold] after {len(state.get('iterations', []))} "
                        f"iteration(s), {len(state.get('documents', {}))} document(s) already ingested")
     session = ResearchSession(settings, run_id=run_id, quiet=True)
@@ -105,5 +136,6 @@ def resume(run_id: Annotated[str, typer.Argument(help="The run to continue (see 
 
 
 def register(app: typer.Typer) -> None:
+    app.command("runs")(runs)
     app.command("cancel")(cancel)
     app.command("resume")(resume)

@@ -11,7 +11,10 @@ What Forage keeps about a run, and where:
   (stored or skipped). Their PDFs in ``search.papers_dir`` (downloads) go with them; files in the
   user's own library folder are never touched. LanceDB keeps deleted rows in older table versions
   until they are cleaned up, so the store is compacted and its old versions dropped afterwards —
-  nothing of a forgotten document stays on disk in the store folder.
+  nothing of a forgotten document stays on disk in the store folder. The contextual-retrieval cache
+  beside the store (``<store>.contexts.jsonl``, :func:`actors.steps.contextual.cache_path`) holds
+  LLM-written sentences about the documents' chunks: their entries are removed too (the file is
+  rewritten without them, atomically, under the cache's lock), before the documents leave the store.
 * the run's Zotero collection (``Forage <run_id>``) when ``zotero=True``: the collection is
   deleted; the items in it stay in the user's Zotero library (they may be filed elsewhere too).
 
@@ -26,7 +29,7 @@ import re
 import shutil
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
@@ -48,6 +51,7 @@ class ForgetReport:
     documents_deleted: list[str] = field(default_factory=list)
     documents_kept: dict[str, str] = field(default_factory=dict)  # doc_id -> why it stays
     papers_removed: list[str] = field(default_factory=list)
+    contexts_removed: int = 0  # entries dropped from the contextual-retrieval cache
     zotero: str | None = None
 
 
@@ -90,16 +94,75 @@ def documents_used_elsewhere(runs_dir: Path, run_id: str) -> dict[str, str]:
     return used
 
 
-def _store_for(settings: Settings, state: dict[str, Any]) -> Any:
-    from infra.store import build_store
-
+def _store_settings(settings: Settings, state: dict[str, Any]) -> Settings:
+    """``settings`` with the store (and embedder) the run recorded in run.json."""
     recorded = state.get("settings") or {}
     changes: dict[str, dict[str, Any]] = {}
     if state.get("store_path"):
         changes["store"] = {"path": Path(state["store_path"])}
     if recorded.get("embedder") in ("minilm", "ollama"):
         changes["embed"] = {"backend": recorded["embedder"]}
-    return build_store(settings.updated(**changes) if changes else settings)
+    return settings.updated(**changes) if changes else settings
+
+
+def _store_for(settings: Settings, state: dict[str, Any]) -> Any:
+    from infra.store import build_store
+
+    return build_store(_store_settings(settings, state))
+
+
+def context_keys(store: Any, doc_ids: Sequence[str]) -> tuple[set[str], set[str]]:
+    """(chunk hashes, context sentences) of the documents' chunks, as the contextual-retrieval cache keys
+    and holds them: :func:`actors.steps.contextual.chunk_hash` from the stored title, abstract, section
+    path and text, and the context each chunk got (which also finds entries written under an older
+    prompt version, whose hashes differ)."""
+    from actors.steps.contextual import chunk_hash
+    from infra.store.base import ChunkFilter
+
+    hashes: set[str] = set()
+    contexts: set[str] = set()
+    for doc_id in doc_ids:
+        doc = store.get_document(doc_id)
+        if doc is None:
+            continue
+        chunks = store.chunks(ChunkFilter(doc_ids=(doc_id,), exclude_kinds=()),
+                              limit=max(doc.n_chunks, store.count_chunks(doc_id)))
+        for chunk in chunks:
+            hashes.add(chunk_hash(doc.title, doc.abstract or "", chunk))
+            if chunk.context:
+                contexts.add(chunk.context)
+    return hashes, contexts
+
+
+def drop_cached_contexts(cache: Path, hashes: set[str], contexts: set[str]) -> int:
+    """Rewrite the context cache without the entries whose hash is in ``hashes`` or whose context is in
+    ``contexts``; returns how many were dropped. Atomic (temp file + rename) and under the lock its
+    writers append under, so no append is lost; lines that do not parse go too (they cost one LLM call
+    at most). No file, nothing to do."""
+    from filelock import FileLock
+
+    from actors.steps.rundir import atomic_write
+
+    if not (hashes or contexts) or not cache.exists():
+        return 0
+    with FileLock(str(cache) + ".lock", timeout=60):
+        kept: list[str] = []
+        dropped = 0
+        for line in cache.read_text(encoding="utf-8").splitlines():
+            if not line.strip():
+                continue
+            try:
+                entry = json.loads(line)
+                keep = str(entry["h"]) not in hashes and str(entry["c"]) not in contexts
+            except (ValueError, KeyError, TypeError):
+                keep = False
+            if keep:
+                kept.append(line)
+            else:
+                dropped += 1
+        if dropped:
+            atomic_write(cache, "".join(f"{line}\n" for line in kept))  # 0600, like the run files
+    return dropped
 
 
 def purge_deleted(store: Any) -> None:
@@ -123,16 +186,24 @@ def _inside(path: Path, folder: Path) -> bool:
 
 def _delete_documents(settings: Settings, rundir: RunDir, state: dict[str, Any], report: ForgetReport,
                       store: Any | None) -> None:
+    from actors.steps.contextual import cache_path
+
     mine = documents_stored_by(state)
     if not mine:
         return
     elsewhere = documents_used_elsewhere(rundir.path.parent, rundir.run_id)
     store = store if store is not None else _store_for(settings, state)
     papers = settings.search.papers_dir
-    for doc_id, entry in sorted(mine.items()):
+    for doc_id in sorted(mine):
         if doc_id in elsewhere:
             report.documents_kept[doc_id] = f"used by run {elsewhere[doc_id]}"
-            continue
+    going = sorted(d for d in mine if d not in elsewhere)
+    # the cached contexts first: they are found through the stored chunks, so a failure here leaves the
+    # documents in the store for the next `forget` to find
+    report.contexts_removed = drop_cached_contexts(cache_path(_store_settings(settings, state)),
+                                                   *context_keys(store, going))
+    for doc_id in going:
+        entry = mine[doc_id]
         store.delete_document(doc_id)
         report.documents_deleted.append(doc_id)
         path = entry.get("path")

@@ -11,6 +11,7 @@ import base64
 import json
 import os
 import secrets
+import socket
 import tempfile
 from datetime import UTC, datetime
 from pathlib import Path
@@ -55,6 +56,32 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
         raise
 
 
+def _process_start(pid: int) -> float | None:
+    """When process ``pid`` started (seconds since the epoch); None when it cannot be read."""
+    import psutil
+
+    try:
+        return psutil.Process(pid).create_time()
+    except psutil.Error:
+        return None
+
+
+def _process_gone(pid: int, started: float | None) -> bool:
+    """True when no live process ``pid`` started at ``started`` (within a second) exists any more: it
+    exited (a zombie not yet reaped by its parent counts as exited), or its pid went to a later process."""
+    import psutil
+
+    try:
+        proc = psutil.Process(pid)
+        if proc.status() == psutil.STATUS_ZOMBIE:
+            return True
+        return started is not None and abs(proc.create_time() - started) > 1.0
+    except (psutil.NoSuchProcess, psutil.ZombieProcess):
+        return True
+    except psutil.Error:  # e.g. access denied: it exists
+        return False
+
+
 class RunDir:
     def __init__(self, runs_dir: Path | str, run_id: str) -> None:
         self.run_id = run_id
@@ -96,21 +123,44 @@ class RunDir:
 
     @property
     def owner_file(self) -> Path:
-        """The token of the process that drives the run now (``claim``): a resume takes the run over, and
-        an Orchestrator of a dead driver that is still running finds it is no longer the owner."""
+        """The process that drives the run now (``claim``): its token, pid, host and start time. A resume
+        takes the run over, and an Orchestrator of a dead driver that is still running finds it is no longer
+        the owner; ``forage runs`` tells a "running" run whose owner process is gone (``owner_alive``)."""
         return self.path / "owner"
 
     def claim(self) -> str:
         """Make the caller the run's owner; returns its token."""
         token = secrets.token_hex(8)
-        atomic_write(self.owner_file, f"{token}\n")
+        pid = os.getpid()
+        atomic_write(self.owner_file, json.dumps({"token": token, "pid": pid, "host": socket.gethostname(),
+                                                  "started": _process_start(pid)}) + "\n")
         return token
 
-    def owner(self) -> str | None:
+    def _owner_record(self) -> dict[str, Any]:
         try:
-            return self.owner_file.read_text(encoding="utf-8").strip() or None
+            text = self.owner_file.read_text(encoding="utf-8").strip()
         except FileNotFoundError:
+            return {}
+        if not text.startswith("{"):  # written by an older Forage: the token alone
+            return {"token": text} if text else {}
+        try:
+            record = json.loads(text)
+        except ValueError:
+            return {}
+        return record if isinstance(record, dict) else {}
+
+    def owner(self) -> str | None:
+        return self._owner_record().get("token") or None
+
+    def owner_alive(self) -> bool | None:
+        """Whether the process that claimed the run still runs: False when it is gone (or its pid now
+        belongs to a later process), None when this cannot be told here (no owner recorded, an older
+        owner file, or an owner on another host)."""
+        record = self._owner_record()
+        pid, started = record.get("pid"), record.get("started")
+        if not isinstance(pid, int) or record.get("host") != socket.gethostname():
             return None
+        return not _process_gone(pid, started if isinstance(started, int | float) else None)
 
     def request_cancel(self) -> None:
         atomic_write(self.cancel_flag, f"{datetime.now(UTC).isoformat()}\n")

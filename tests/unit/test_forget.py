@@ -4,7 +4,8 @@ A run here is the real thing in one process: LibrarySearch over a folder of PDFs
 PyMuPDF, MiniLM and LanceDB, a ForageStep per requirement and the WriteStep, driven by the
 Orchestrator through a LocalCrew; the model is a FunctionLLM that answers from what it is shown.
 The query and the requirements carry a canary word, one library PDF another; after forgetting,
-no file under the runs folder, the store or the papers folder may contain them.
+no file under the test's folder (runs, store, papers, the contextual-retrieval cache beside the
+store, anything else a run wrote there) may contain them.
 """
 
 from __future__ import annotations
@@ -86,6 +87,13 @@ async def brain(messages: list[dict[str, str]], schema: type) -> Any:
                              for n in labels]}
     if name == "OverviewDraft":
         return {"title": f"{QUERY_CANARY} and fin regeneration", "overview": f"What is known about {QUERY_CANARY}."}
+    if name == "ChunkContexts":  # contextual retrieval: a sentence about each numbered passage
+        passages = re.findall(r"^\[(\d+)\] Section: [^\n]*\n(.*?)(?=\n\n\[\d+\] Section: |\n\nWrite the context)",
+                              user, re.S | re.M)
+        return {"contexts": [{"passage": int(n), "context": (
+            f"This passage of the fin study reports regrowth of fish treated with {DOC_CANARY}."
+            if DOC_CANARY.lower() in text.lower() else f"This passage of a zebrafish study, part {n}, describes "
+            "its observations.")} for n, text in passages]}
     raise AssertionError(f"no answer for schema {name}")
 
 
@@ -126,10 +134,10 @@ def world(tmp_path: Path) -> dict[str, Path]:
     return {"root": tmp_path, "runs": tmp_path / "runs", "store": tmp_path / "store", "papers": papers}
 
 
-def settings_for(world: dict[str, Path], **run: Any) -> Settings:
+def settings_for(world: dict[str, Path], contextual: bool = False, **run: Any) -> Settings:
     return Settings.load("quick").updated(
         run={"runs_dir": world["runs"], "max_iterations": 1, "max_requirements": 1, **run},
-        store={"path": world["store"]}, embed={"backend": "minilm"},
+        store={"path": world["store"]}, embed={"backend": "minilm"}, ingest={"contextual": contextual},
         search={"library": world["papers"], "papers_dir": world["papers"]}, net={"offline": True},
         write={"comparison": False})  # the comparison tables ask schemas this test brain does not script
 
@@ -142,7 +150,7 @@ def real_run(settings: Settings, run_id: str, embedder: Any) -> dict[str, Any]:
     from infra.pdf import build_parser
     from infra.store import build_store
 
-    llm = FunctionLLM(brain)
+    llm = FunctionLLM(brain)  # also writes the chunk contexts when ingest.contextual is on
     emit = FileHubEmit(run_id, RunDir(settings.run.runs_dir, run_id).events_jsonl)
     store = build_store(settings)
 
@@ -151,7 +159,7 @@ def real_run(settings: Settings, run_id: str, embedder: Any) -> dict[str, Any]:
         plan = await orch.plan(PlanRequest(run_id=run_id, query=ResearchQuery(run_id=run_id, text=QUERY)))
         foragers = {r.id: ForageStep(settings, store, embedder, llm, emit=emit) for r in plan.requirements}
         orch._crew = LocalCrew(LibrarySearch(settings.search.library, emit=emit),
-                               IngestStep(settings, store, embedder, build_parser(settings), emit=emit),
+                               IngestStep(settings, store, embedder, build_parser(settings), emit=emit, llm=llm),
                                foragers, WriteStep(settings, store, llm, emit=emit))
         summary = await orch.run(plan.model_copy(update={"approved": True}))
         await emit.publish()
@@ -168,21 +176,45 @@ def files_containing(word: str, *folders: Path) -> list[str]:
             if p.is_file() and needle in p.read_bytes().lower()]
 
 
+def cache_lines(settings: Settings) -> list[dict[str, str]]:
+    import json
+
+    from actors.steps.contextual import cache_path
+
+    path = cache_path(settings)
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
 def test_forget_leaves_no_trace_of_the_query_or_its_documents(world, embedder) -> None:
-    settings = settings_for(world)
+    from actors.steps.contextual import ContextCache, cache_path
+    from infra.store import build_store
+    from infra.store.base import ChunkFilter
+
+    settings = settings_for(world, contextual=True)
     state = real_run(settings, "run-canary", embedder)
-    folders = (world["runs"], world["store"], world["papers"])
-    # the canaries are really there before: query in the run's files, document text in the store
-    hits = files_containing(QUERY_CANARY, *folders)
+    root = world["root"]
+    # the canaries are really there before: query in the run's files, document text in the store, and
+    # the LLM's contexts of the documents' chunks in the contextual-retrieval cache beside the store
+    hits = files_containing(QUERY_CANARY, root)
     assert {Path(h).name for h in hits} >= {"run.json", "events.jsonl", "report.md"}, hits
-    assert any("/store/" in h for h in files_containing(DOC_CANARY, *folders))
+    doc_hits = files_containing(DOC_CANARY, root)
+    assert any("/store/" in h for h in doc_hits) and str(cache_path(settings)) in doc_hits, doc_hits
     stored = {d["doc_id"] for d in state["documents"].values() if d["status"] == "stored"}
     assert len(stored) == 2
+    store = build_store(settings)
+    contexts = {c.context for c in store.chunks(ChunkFilter(doc_ids=tuple(stored), exclude_kinds=()), limit=500)
+                if c.context}
+    assert contexts and contexts <= {e["c"] for e in cache_lines(settings)}
+    n_cached = len(cache_lines(settings))
+    # another document's cached context (not this run's): forgetting must leave it
+    ContextCache(cache_path(settings)).put_many({"f" * 64: "A passage of another paper on scale pigment cells."})
 
     report = forget_run(settings, "run-canary", documents=True)
 
-    assert files_containing(QUERY_CANARY, *folders) == []
-    assert files_containing(DOC_CANARY, *folders) == []
+    assert files_containing(QUERY_CANARY, root) == []  # every file under the test's folder
+    assert files_containing(DOC_CANARY, root) == []
+    assert cache_lines(settings) == [{"h": "f" * 64, "c": "A passage of another paper on scale pigment cells."}]
+    assert report.contexts_removed == n_cached
     assert not (world["runs"] / "run-canary").exists()
     assert sorted(report.documents_deleted) == sorted(stored) and report.files_removed >= 4
     assert {Path(p).name for p in report.papers_removed} == {"quorthane.pdf", "scales.pdf"}

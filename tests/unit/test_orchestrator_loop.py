@@ -154,3 +154,55 @@ def test_stops_when_sources_are_exhausted_and_nothing_new_was_judged(tmp_path) -
     crew = RecordingCrew([2], [{"R1": 0.0, "R2": 0.0}])  # foragers report no new judgements
     summary, _, _ = run(crew, tmp_path, max_iterations=6)
     assert summary.iterations == 2 and "sources exhausted" in summary.stop_reason
+
+
+def test_each_iteration_records_answering_papers_per_requirement(tmp_path) -> None:
+    class PapersCrew(RecordingCrew):
+        async def forage(self, requests: Sequence[ForageRequest]) -> list[RequirementCoverage]:
+            out = await super().forage(requests)
+            n = len(self.foraged)  # R1 finds one more answering paper each iteration, R2 none
+            return [c.model_copy(update={"answering_papers": n if c.requirement.id == "R1" else 0}) for c in out]
+
+    crew = PapersCrew([2, 2, 2], [{"R1": 0.5, "R2": 0.0}])
+    _, state, _ = run(crew, tmp_path, max_iterations=3)
+    assert [it["answering_papers"] for it in state["iterations"]] == [
+        {"R1": 1, "R2": 0}, {"R1": 2, "R2": 0}, {"R1": 3, "R2": 0}]
+
+
+def test_local_crew_reports_each_forage_result_as_its_forager_finishes() -> None:
+    from actors.orchestrator import LocalCrew
+
+    class Forager:
+        def __init__(self, wait: asyncio.Event | None = None) -> None:
+            self.wait, self.cancelled = wait, False
+
+        async def forage(self, r: ForageRequest) -> RequirementCoverage:
+            try:
+                if self.wait is not None:
+                    await self.wait.wait()
+            except asyncio.CancelledError:
+                self.cancelled = True
+                raise
+            return RequirementCoverage(run_id=r.run_id, requirement=r.requirement, iteration=r.iteration,
+                                       coverage=0.5)
+
+    requests = [ForageRequest(run_id=RUN, iteration=1, requirement=r) for r in plan(2).requirements]
+
+    async def in_order() -> list[str]:
+        r1_may_finish = asyncio.Event()
+        crew = LocalCrew(None, None, {"R1": Forager(r1_may_finish), "R2": Forager()}, None)
+        seen = []
+        async for cov in crew.forage_each(requests):  # R2 is reported while R1 still runs
+            seen.append(cov.requirement.id)
+            r1_may_finish.set()
+        return seen
+
+    async def closed_early() -> bool:
+        slow = Forager(asyncio.Event())  # never finishes on its own
+        each = LocalCrew(None, None, {"R1": slow, "R2": Forager()}, None).forage_each(requests)
+        assert (await anext(each)).requirement.id == "R2"
+        await each.aclose()  # the Orchestrator stopped (superseded, killed): the rest is cancelled
+        return slow.cancelled
+
+    assert asyncio.run(in_order()) == ["R2", "R1"]
+    assert asyncio.run(closed_early())

@@ -1,7 +1,8 @@
 """`forage cancel` and resuming a run whose driver died, on the Orchestrator's loop without Ray.
 
 A driver killed mid-run leaves only what the Orchestrator checkpointed in run.json; here the crew
-raises SystemExit (not caught by the run, like a killed process) at a chosen stage, and a fresh
+raises SystemExit (not caught by the run, like a killed process) at a chosen stage (during an
+ingestion, a forage, between two requirements' forage results, the report), and a fresh
 Orchestrator for the same run id continues from run.json. The result is compared with an
 uninterrupted run of the same scripted crew.
 """
@@ -10,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Sequence
+from collections.abc import AsyncGenerator, Sequence
 
 import pytest
 from typer.testing import CliRunner
@@ -35,8 +36,10 @@ class Crew:
         self.die_at = die_at
         self.on_forage = on_forage
         self.searched: list[SearchRequest] = []
+        self.ingest_calls = 0
         self.ingested: list[str] = []
         self.foraged: list[int] = []
+        self.foraged_requirements: list[tuple[int, str]] = []
         self.written: list[WriteRequest] = []
         self.closed = False
 
@@ -51,6 +54,8 @@ class Crew:
         return SearchResults(run_id=request.run_id, iteration=request.iteration, candidates=cands)
 
     async def ingest(self, requests: Sequence[IngestRequest]) -> list[IngestResult]:
+        self.ingest_calls += 1
+        self._maybe_die("ingest", self.ingest_calls)  # one ingestion per iteration in an uninterrupted crew
         self.ingested.extend(r.candidate.key for r in requests)
         return [IngestResult(run_id=r.run_id, key=r.candidate.key, path=r.candidate.path, status="stored",
                              doc_id=r.candidate.key[-8:]) for r in requests]
@@ -61,9 +66,13 @@ class Crew:
         self.foraged.append(iteration)
         if self.on_forage:
             self.on_forage(iteration)
-        return [RequirementCoverage(run_id=r.run_id, requirement=r.requirement, iteration=iteration,
-                                    coverage=COVERAGE[iteration], failed_steps=(f"step of iteration {iteration}",))
-                for r in requests]
+        return [self._coverage(r) for r in requests]
+
+    def _coverage(self, r: ForageRequest) -> RequirementCoverage:
+        self.foraged_requirements.append((r.iteration, r.requirement.id))
+        return RequirementCoverage(run_id=r.run_id, requirement=r.requirement, iteration=r.iteration,
+                                   coverage=COVERAGE[r.iteration], answering_papers=r.iteration,
+                                   failed_steps=(f"step of iteration {r.iteration}",))
 
     async def write(self, request: WriteRequest) -> Report:
         self._maybe_die("write", request.iterations)
@@ -74,9 +83,26 @@ class Crew:
         self.closed = True
 
 
-def plan() -> RequirementsPlan:
+class EachCrew(Crew):
+    """Reports each requirement's result as its Forager finishes (like LocalCrew and RayCrew), in plan
+    order; ``die_after=(iteration, n)``: killed after the first n results of that iteration."""
+
+    def __init__(self, die_after: tuple[int, int] | None = None) -> None:
+        super().__init__()
+        self.die_after = die_after
+
+    async def forage_each(self, requests: Sequence[ForageRequest]) -> AsyncGenerator[RequirementCoverage, None]:
+        iteration = requests[0].iteration
+        self.foraged.append(iteration)
+        for n, r in enumerate(requests):
+            if self.die_after == (iteration, n):
+                raise SystemExit(f"driver killed after {n} forage results of iteration {iteration}")
+            yield self._coverage(r)
+
+
+def plan(n: int = 2) -> RequirementsPlan:
     q = ResearchQuery(run_id=RUN, text="query")
-    reqs = tuple(Requirement(id=f"R{i}", text=f"requirement number {i}") for i in (1, 2))
+    reqs = tuple(Requirement(id=f"R{i}", text=f"requirement number {i}") for i in range(1, n + 1))
     return RequirementsPlan(run_id=RUN, query=q, requirements=reqs, approved=True)
 
 
@@ -98,7 +124,7 @@ def test_cancel_stops_cleanly_at_the_next_stage_boundary(tmp_path) -> None:
     assert saved["status"] == "cancelled" and len(saved["iterations"]) == 2  # iteration 2 was completed
 
 
-@pytest.mark.parametrize("die_at", [("forage", 2), ("write", 3)])
+@pytest.mark.parametrize("die_at", [("ingest", 2), ("forage", 2), ("write", 3)])
 def test_a_resumed_run_redoes_nothing_and_ends_like_an_uninterrupted_one(tmp_path, die_at) -> None:
     whole = tmp_path / "whole"
     reference = asyncio.run(orchestrator(whole, Crew()).run(plan()))
@@ -120,6 +146,11 @@ def test_a_resumed_run_redoes_nothing_and_ends_like_an_uninterrupted_one(tmp_pat
     assert second.foraged == list(range(done + 1, 4))
     if die_at == ("write", 3):
         assert second.searched == [] and second.foraged == []  # only the report was left to write
+    if die_at == ("ingest", 2):  # iteration 2's search results were checkpointed before its ingestion
+        assert crashed["searched"]["iteration"] == 2 and crashed["ingested"]["iteration"] == 1
+        recorded = [c["key"] for c in crashed["searched"]["candidates"]]
+        assert [s.iteration for s in second.searched] == [3]  # iteration 2 is not searched again
+        assert second.ingested[:3] == recorded and len(recorded) == 3
     final = state(tmp_path)
     for key in ("requirements", "final_coverage", "coverage", "stop_reason", "degraded"):
         assert final[key] == expected[key], key
@@ -127,6 +158,48 @@ def test_a_resumed_run_redoes_nothing_and_ends_like_an_uninterrupted_one(tmp_pat
     assert [it["iteration"] for it in final["iterations"]] == [1, 2, 3]
     assert final["resumed"] == [{"after_iteration": done, "status_was": "running"}]
     assert [c.coverage for c in second.written[0].coverages] == [0.9, 0.9]
+
+
+def test_a_resume_mid_forage_forages_only_the_requirements_not_yet_finished(tmp_path) -> None:
+    whole = tmp_path / "whole"
+    reference = asyncio.run(orchestrator(whole, EachCrew()).run(plan(3)))
+    expected = json.loads((whole / RUN / "run.json").read_text())
+    assert "foraging" not in expected  # a finished iteration's record replaces the partial one
+
+    first = EachCrew(die_after=(2, 2))  # R1 and R2 of iteration 2 finished, R3 still foraging
+    with pytest.raises(SystemExit):
+        asyncio.run(orchestrator(tmp_path, first).run(plan(3)))
+    crashed = state(tmp_path)
+    assert len(crashed["iterations"]) == 1
+    assert crashed["foraging"]["iteration"] == 2 and sorted(crashed["foraging"]["done"]) == ["R1", "R2"]
+
+    second = EachCrew()
+    emit = RecordingEmit(RUN)
+    settings = Settings.load().updated(run={"runs_dir": tmp_path, "max_iterations": 5, "min_coverage": 0.85})
+    summary = asyncio.run(Orchestrator(settings, RUN, crew=second, emit=emit).run(plan(3)))
+
+    assert summary.status == "finished" and summary.stop_reason == reference.stop_reason
+    assert second.foraged_requirements == [(2, "R3"), (3, "R1"), (3, "R2"), (3, "R3")]
+    assert [s.iteration for s in second.searched] == [3]  # iteration 2 was searched and ingested before
+    taken_over = [e for e in emit.events if e.kind == "coverage" and e.payload.get("taken_over")]
+    assert [(e.iteration, e.requirement_id) for e in taken_over] == [(2, "R1"), (2, "R2")]
+    final = state(tmp_path)
+    for key in ("requirements", "final_coverage", "coverage", "stop_reason", "degraded", "documents"):
+        assert final[key] == expected[key], key
+    assert [it["coverage"] for it in final["iterations"]] == [it["coverage"] for it in expected["iterations"]]
+    assert "foraging" not in final
+
+
+def test_a_recorded_result_for_a_changed_requirement_is_foraged_again(tmp_path) -> None:
+    first = EachCrew(die_after=(1, 1))
+    with pytest.raises(SystemExit):
+        asyncio.run(orchestrator(tmp_path, first).run(plan(2)))
+    assert list(state(tmp_path)["foraging"]["done"]) == ["R1"]
+    changed = plan(2).model_copy(update={"requirements": (Requirement(id="R1", text="another first need"),
+                                                          Requirement(id="R2", text="requirement number 2"))})
+    second = EachCrew()
+    asyncio.run(orchestrator(tmp_path, second).run(changed))
+    assert second.foraged_requirements[:2] == [(1, "R1"), (1, "R2")]
 
 
 def test_cancel_cli_and_resume_refusals(tmp_path) -> None:
