@@ -115,12 +115,8 @@ class Orchestrator:
     async def plan(self, request: PlanRequest) -> RequirementsPlan:
         from actors.steps.plan import derive_requirements
 
-        if self._llm is None:
-            from infra.llm import build_llm
-
-            self._llm = build_llm(self.settings)
         self.emit(Stage.PLAN, "started", "deriving requirements from the query")
-        plan = await derive_requirements(request.query, self._llm, self.settings.run.max_requirements)
+        plan = await derive_requirements(request.query, self._model(), self.settings.run.max_requirements)
         plan = await self.propose_search(plan)
         self.emit(Stage.PLAN, "requirements", f"{len(plan.requirements)} requirements proposed",
                   requirements=[r.model_dump() for r in plan.requirements], degraded=list(plan.degraded),
@@ -139,11 +135,7 @@ class Orchestrator:
 
         if not online(self.settings):
             return plan
-        if self._llm is None:
-            from infra.llm import build_llm
-
-            self._llm = build_llm(self.settings)
-        queries, degraded = await propose_search_queries(plan.query.text, plan.requirements, self._llm,
+        queries, degraded = await propose_search_queries(plan.query.text, plan.requirements, self._model(),
                                                          max_strings=self.settings.search.max_search_strings)
         return plan.model_copy(update={"search_queries": queries, "degraded": (*plan.degraded, *degraded)})
 
@@ -155,6 +147,17 @@ class Orchestrator:
             self._crew = RayCrew(self.settings, self.run_id, self.hub, llm=self._llm_for_workers(),
                                  emit=self.emit)
         return self._crew
+
+    def _model(self) -> Any:
+        """The Orchestrator's own LLM (requirements, search strings, re-planning), built once. With
+        ``ray.llm_slots`` each call holds one llm_slot like a Forager's and goes to the Ollama of the node it
+        runs on (``ray.ollama_hosts``): the driver's node, where the Orchestrator lives, needs no model server."""
+        if self._llm is None:
+            from actors.llm_gate import with_slots
+            from infra.llm import build_llm
+
+            self._llm = with_slots(build_llm(self.settings), self.settings)
+        return self._llm
 
     def _llm_for_workers(self) -> Any | None:
         # a fake LLM given to the Orchestrator (tests) is shipped to the workers too (class attribute
@@ -384,11 +387,7 @@ class Orchestrator:
         room = min(s.max_added_requirements - used, MAX_PLAN_REQUIREMENTS - len(plan.requirements))
         if room <= 0:
             return ()
-        if self._llm is None:
-            from infra.llm import build_llm
-
-            self._llm = build_llm(self.settings)
-        result = await replan_requirements(plan.query, coverages, self._llm, room)
+        result = await replan_requirements(plan.query, coverages, self._model(), room)
         self.state.setdefault("replans", []).append({
             "after_iteration": iteration, "mean_coverage": mean, "previous_mean_coverage": previous,
             "missing": list(result.missing), "added": [r.model_dump() for r in result.added],

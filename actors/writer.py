@@ -18,12 +18,15 @@ class Writer:
 
     async def write(self, request: WriteRequest) -> Report:
         if self._step is None:
+            from actors.llm_gate import with_slots
             from actors.steps.write import WriteStep
             from infra.llm import build_llm
             from infra.store import build_store
 
-            self._step = WriteStep(self.settings, build_store(self.settings), self._llm or build_llm(self.settings),
-                                   emit=self._emit)
+            # like a Forager's: with ray.llm_slots every call holds one llm_slot and goes to the Ollama of the
+            # node it runs on (ray.ollama_hosts), so the Writer needs no model server on its own node
+            llm = with_slots(self._llm or build_llm(self.settings), self.settings)
+            self._step = WriteStep(self.settings, build_store(self.settings), llm, emit=self._emit)
         try:
             return await self._step.write(request)
         finally:

@@ -3,8 +3,8 @@ lab cluster, and a node that leaves in the middle of it.
 
 ray.cluster_utils.Cluster: a head with no CPUs for workers (only the run's coordinators live there) and
 three "GPU nodes" gpu0..gpu2, each with one llm_slot, the label forage-node=gpuN and its own loopback
-Ollama (ray.ollama_hosts); the head's Ollama (llm.host, used by the Orchestrator and the Writer) is a
-fourth one. Every model answer comes from the end-to-end brain (tests/e2e/brain.py) through the
+Ollama (ray.ollama_hosts); the head's Ollama (llm.host) is a fourth one, which should get no call: the
+Orchestrator's and the Writer's calls hold slots and go to the GPU nodes' Ollamas like the Foragers'. Every model answer comes from the end-to-end brain (tests/e2e/brain.py) through the
 product's Ollama client. When the first Forager reports in iteration 1, the node it runs on is removed
 (its raylet and every process on it killed). Prints what happened as JSON on the last line.
 

@@ -55,3 +55,6 @@ def test_a_node_leaves_mid_run_and_the_run_finishes(shared_pdfs, tmp_path: Path)
     assert at_end[gone] == at_removal[gone]  # no call reached the machine that left
     kept = [n for n in ("gpu0", "gpu1", "gpu2") if n != gone]
     assert all(at_end[n] > at_removal[n] for n in kept), (at_removal, at_end)  # the machines left went on
+    # requirements, search strings and the report were written by the GPU nodes' models: the head (the driver's
+    # machine, where the Orchestrator and the Writer may live) needs no model server
+    assert at_end["head"] == 0, at_end
