@@ -1,18 +1,22 @@
 """The gateway: a FastAPI app that starts, approves, watches and reads research runs (`forage serve`).
 
-REST under ``/api`` (OpenAPI at ``/docs``), the run's status events on the WebSocket
+REST under ``/api`` (OpenAPI at ``/openapi.json``, rendered at ``/docs`` by Swagger UI from assets the
+gateway serves itself: no CDN), the run's status events on the WebSocket
 ``/ws/runs/{run_id}?after=SEQ``, and the dashboard (``gateway/static``) at ``/``.
 
 Runs outlive connections: a :class:`RunManager` owned by the app holds each run's
 :class:`~gateway.session.ResearchSession`, plans in the background, runs after approval, and pumps the
 run's events from its StatusHub into an in-memory log that every WebSocket client reads from (one
 long poll per run, however many clients). Events are persisted by the StatusHub in ``events.jsonl``,
-so a run this gateway does not hold (finished before a restart) is replayed from that file.
+so a run this gateway does not hold (finished before a restart) is replayed from that file. A run
+that was still running when its gateway (or driver) stopped is "interrupted": ``POST
+/api/runs/{run_id}/resume`` continues it as `forage resume` does, its events going on on the same WebSocket.
 
 Security: on loopback no token is needed, but requests must name a loopback Host (no DNS
 rebinding) and WebSockets must come from the dashboard's own origin. Bound to any other address,
 every REST call and WebSocket needs the token (``Authorization: Bearer …``, or ``?token=`` on a
-WebSocket) kept 0600 in the user's config dir; a wrong or missing one gets 401 / close code 1008.
+WebSocket and on the /docs page, which a browser opens without headers) kept 0600 in the
+user's config dir; a wrong or missing one gets 401 / close code 1008.
 """
 
 from __future__ import annotations
@@ -31,7 +35,8 @@ from pathlib import Path
 from typing import Any
 
 from fastapi import Depends, FastAPI, HTTPException, Query, Request, WebSocket, WebSocketDisconnect
-from fastapi.responses import FileResponse, HTMLResponse, PlainTextResponse, Response
+from fastapi.responses import (FileResponse, HTMLResponse, JSONResponse, PlainTextResponse, RedirectResponse,
+                               Response)
 from fastapi.staticfiles import StaticFiles
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -41,6 +46,7 @@ from messages.plan import Requirement, RequirementsPlan, ResearchQuery, SearchQu
 from messages.status import Stage, StatusEvent
 
 STATIC = Path(__file__).resolve().parent / "static"
+DOCS_ASSETS = "/docs-assets"  # Swagger UI, from the fastapi-offline package (no CDN)
 LOOPBACK_HOSTS = {"127.0.0.1", "localhost", "::1", "[::1]"}
 _RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 ARTIFACTS = {"run.json": "application/json", "evidence.jsonl": "application/x-ndjson",
@@ -48,6 +54,7 @@ ARTIFACTS = {"run.json": "application/json", "evidence.jsonl": "application/x-nd
              "report.md": "text/markdown; charset=utf-8", "report.json": "application/json",
              "comparison.json": "application/json"}
 FINAL_KINDS = ("finished", "failed")
+RESUMABLE = ("interrupted", "cancelled", "failed")  # shown statuses `forage resume` continues
 _FIGURE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}\.(svg|png)$")
 FIGURE_TYPES = {"svg": "image/svg+xml", "png": "image/png"}
 
@@ -142,9 +149,14 @@ class Documents(_Model):
 
 class RunState(_Model):
     run_id: str
-    status: str = Field(description="planning, awaiting_approval, running, finished, failed, cancelled, unknown.")
+    status: str = Field(description="planning, awaiting_approval, running, finished, failed, cancelled, "
+                                    "interrupted (run.json says running, but the process that drove it is gone: "
+                                    "its gateway, driver or Orchestrator stopped), unknown.")
     query: str | None = None
     live: bool = Field(description="This gateway holds the run (it can still change).")
+    resumable: bool = Field(default=False, description="POST /api/runs/{run_id}/resume continues it (interrupted, "
+                                                       "cancelled or failed after approval, or running with "
+                                                       "no driver to be seen from this machine).")
     proposal: Proposal | None = Field(default=None, description="Requirements and search strings to approve.")
     requirements: list[dict[str, Any]] = []
     search_queries: list[dict[str, Any]] = []
@@ -173,6 +185,7 @@ class RunListItem(_Model):
     query: str | None = None
     final_coverage: float | None = None
     live: bool
+    resumable: bool = False
 
 
 class Chunk(_Model):
@@ -218,6 +231,7 @@ class RunManager:
         self.runs: dict[str, ManagedRun] = {}
         self.pool = ThreadPoolExecutor(max_workers=64, thread_name_prefix="forage-run")
         self.loop: asyncio.AbstractEventLoop | None = None
+        self._resuming: set[str] = set()
 
     @property
     def runs_dir(self) -> Path:
@@ -268,10 +282,47 @@ class RunManager:
         self.pool.submit(self._plan, run)
         return run
 
-    def _session(self, settings: Settings) -> Any:
+    def _session(self, settings: Settings, run_id: str | None = None) -> Any:
         from gateway.session import ResearchSession
 
-        return ResearchSession(settings, llm=self.llm, quiet=True)
+        return ResearchSession(settings, llm=self.llm, run_id=run_id, quiet=True)
+
+    async def resume(self, run_id: str) -> ManagedRun:
+        """Continue an interrupted, cancelled or failed run as `forage resume` does (same settings and plan
+        from run.json, same Orchestrator resume); its earlier events stay, the new ones follow them."""
+        from gateway.session import resume_plan
+        from infra.errors import ForageError
+
+        rundir = self.rundir(run_id)
+        held = self.runs.get(run_id)
+        if run_id in self._resuming or (held is not None and not held.ended):
+            raise HTTPException(409, f"run {run_id} is {held.status if held else 'resuming'} in this gateway")
+        try:
+            state = rundir.read_state()
+        except (OSError, ValueError) as exc:
+            raise HTTPException(409, f"run {run_id}: run.json cannot be read ({type(exc).__name__})") from None
+        if not state:
+            raise HTTPException(404, f"no run {run_id!r}")
+        if not resumable(state, False, rundir):
+            raise HTTPException(409, f"run {run_id} is {shown_status(state, False, rundir)}: only an interrupted, "
+                                     "cancelled or failed run with approved requirements can be resumed")
+        try:
+            settings, plan = resume_plan(self.settings, run_id, state)
+        except (ForageError, ValidationError, ValueError, KeyError, TypeError) as exc:
+            raise HTTPException(409, f"run {run_id} cannot be resumed: {exc}") from None
+        self._resuming.add(run_id)
+        try:
+            session = await asyncio.get_running_loop().run_in_executor(self.pool, self._session, settings, run_id)
+        finally:
+            self._resuming.discard(run_id)
+        # the new StatusHub goes on from events.jsonl: the run keeps its earlier events, the pump waits for more
+        run = ManagedRun(run_id=run_id, query=plan.query.text, settings=settings, session=session,
+                         status="running", plan=plan, events=self._disk_events(run_id, 0), cond=asyncio.Condition())
+        run.planned.set()
+        self.runs[run_id] = run
+        self.pool.submit(self._pump, run)
+        self.pool.submit(self._run, run, plan)
+        return run
 
     def _plan(self, run: ManagedRun) -> None:
         try:
@@ -320,7 +371,10 @@ class RunManager:
         run.stop.set()  # the pump drains what is left, then ends the stream
         session, run.session = run.session, None
         if session is not None:
-            self.pool.submit(session.close)
+            try:
+                self.pool.submit(session.close)
+            except RuntimeError:  # the gateway is shutting down: shutdown() closes the sessions
+                pass
 
     def cancel(self, run: ManagedRun) -> None:
         if run.status in ("planning", "awaiting_approval"):
@@ -334,7 +388,7 @@ class RunManager:
         import ray
 
         hub = run.session.hub
-        seen, final = 0, False
+        seen, final = run.last_seq, False  # a resumed run already holds its earlier events
         while True:
             stopping = run.stop.is_set()
             try:
@@ -394,11 +448,14 @@ class RunManager:
         run = self.runs.get(run_id)
         if run is None and not disk and not rundir.events_jsonl.exists():
             raise HTTPException(404, f"no run {run_id!r}")
-        status = disk.get("status") or "unknown"
+        live = run is not None and not run.ended
+        status = shown_status(disk, live, rundir)
         proposal = None
         if run is not None:
             if run.status in ("planning", "awaiting_approval") or status in ("awaiting_approval", "unknown"):
                 status = run.status
+            elif run.status == "running" and live:  # run.json may still hold the status before a resume
+                status = "running"
             if run.plan is not None and run.status == "awaiting_approval":
                 proposal = Proposal(requirements=[r.model_dump() for r in run.plan.requirements],
                                     search_queries=[q.model_dump(mode="json") for q in run.plan.search_queries],
@@ -414,7 +471,7 @@ class RunManager:
         egress = rundir.path / "egress.jsonl"
         return RunState(
             run_id=run_id, status=status, query=disk.get("query") or (run.query if run else None),
-            live=run is not None and not run.ended, proposal=proposal,
+            live=live, resumable=resumable(disk, live, rundir), proposal=proposal,
             requirements=disk.get("requirements") or (
                 [r.model_dump() for r in run.plan.requirements] if run and run.plan else []),
             search_queries=disk.get("search_queries") or [], iterations=len(iterations), coverage=coverage,
@@ -431,16 +488,39 @@ class RunManager:
         items: dict[str, RunListItem] = {}
         if self.runs_dir.exists():
             for path in self.runs_dir.glob("*/run.json"):
-                disk = _read_json(path)
-                items[path.parent.name] = RunListItem(run_id=path.parent.name, status=disk.get("status", "unknown"),
+                disk, rundir = _read_json(path), RunDir(self.runs_dir, path.parent.name)
+                items[path.parent.name] = RunListItem(run_id=path.parent.name, status=shown_status(disk, False, rundir),
                                                       query=disk.get("query"), live=False,
-                                                      final_coverage=disk.get("final_coverage"))
+                                                      final_coverage=disk.get("final_coverage"),
+                                                      resumable=resumable(disk, False, rundir))
         for run_id, run in self.runs.items():
             old = items.get(run_id)
-            status = run.status if old is None or run.status in ("planning", "awaiting_approval") else old.status
-            items[run_id] = RunListItem(run_id=run_id, status=status, query=run.query, live=not run.ended,
-                                        final_coverage=old.final_coverage if old else None)
+            live = not run.ended
+            status = run.status if old is None or run.status in ("planning", "awaiting_approval") or (
+                run.status == "running" and live) else old.status
+            items[run_id] = RunListItem(run_id=run_id, status=status, query=run.query, live=live,
+                                        final_coverage=old.final_coverage if old else None,
+                                        resumable=bool(old and old.resumable and not live))
         return sorted(items.values(), key=lambda i: i.run_id, reverse=True)
+
+
+def shown_status(disk: dict[str, Any], live: bool, rundir: RunDir | None = None) -> str:
+    """run.json's status as the gateway shows it (as `forage runs` does): a "running" run that this gateway
+    does not drive and whose owner process (the Orchestrator that claimed it) is gone is "interrupted" — its
+    gateway, driver or Orchestrator stopped."""
+    status = str(disk.get("status") or "unknown")
+    if status == "running" and not live and rundir is not None and rundir.owner_alive() is False:
+        return "interrupted"
+    return status
+
+
+def resumable(disk: dict[str, Any], live: bool, rundir: RunDir | None = None) -> bool:
+    """POST .../resume (as `forage resume`) continues it: approved, not finished, and driven by no one — or
+    "running" with an owner that cannot be seen from here (on another machine): resuming takes it over."""
+    if live or not disk.get("requirements"):
+        return False
+    status = shown_status(disk, live, rundir)
+    return status in RESUMABLE or (status == "running" and (rundir is None or rundir.owner_alive() is None))
 
 
 def _read_json(path: Path) -> dict[str, Any]:
@@ -491,7 +571,11 @@ def create_app(settings: Settings, *, llm: Any | None = None, token: str | None 
         yield
         manager.shutdown()
 
+    # FastAPI's own /docs and /redoc load Swagger UI and ReDoc from a CDN, and its /openapi.json takes no
+    # token: /docs and /openapi.json are served below instead (local assets, the token rule of every other
+    # route). ReDoc is left out: its bundle always loads a logo from its vendor's CDN.
     app = FastAPI(title="Forage gateway", version="0.1", lifespan=lifespan,
+                  docs_url=None, redoc_url=None, openapi_url=None,
                   description="Start, approve, watch and read Forage research runs. Status events stream on the "
                               "WebSocket `/ws/runs/{run_id}?after=SEQ` as JSON frames: "
                               "`{\"type\": \"event\", \"event\": StatusEvent}` in seq order, then "
@@ -509,6 +593,13 @@ def create_app(settings: Settings, *, llm: Any | None = None, token: str | None 
                                     headers={"WWW-Authenticate": "Bearer"})
         else:
             _check_loopback_host(request.headers.get("host", ""))
+
+    def authorize_page(request: Request) -> None:
+        """As ``authorize``, and a page a browser opens (no headers) may carry the token as ``?token=``."""
+        given = request.query_params.get("token")
+        if token is not None and given and secrets.compare_digest(given, token):
+            return
+        authorize(request)
 
     def managed(run_id: str) -> ManagedRun:
         run = manager.runs.get(run_id)
@@ -553,14 +644,27 @@ def create_app(settings: Settings, *, llm: Any | None = None, token: str | None 
         return manager.state(run_id)
 
     @app.post("/api/runs/{run_id}/cancel", response_model=RunState, dependencies=auth, tags=["runs"],
-              summary="Cancel: before approval at once; a running run stops at its next stage boundary")
+              summary="Cancel: before approval at once; a running run (also one another process drives, as "
+                      "`forage cancel`) stops at its next stage boundary")
     async def cancel(run_id: str) -> RunState:
         run = manager.runs.get(run_id)
         if run is not None:
             manager.cancel(run)
         else:
             state = manager.state(run_id)
-            raise HTTPException(409, f"run {run_id} is {state.status} and not held by this gateway")
+            if state.status != "running":  # running: another process drives it; it reads the flag as well
+                hint = f": POST /api/runs/{run_id}/resume continues it" if state.resumable else ""
+                raise HTTPException(409, f"run {run_id} is {state.status} and not held by this gateway{hint}")
+            manager.rundir(run_id).request_cancel()
+        return manager.state(run_id)
+
+    @app.post("/api/runs/{run_id}/resume", response_model=RunState, dependencies=auth, tags=["runs"],
+              summary="Continue an interrupted, cancelled or failed run, as `forage resume` does",
+              description="Finished ingestion and foraging are kept. The run's events go on on the same "
+                          "WebSocket, numbered after the ones it already has.",
+              responses={404: {"model": Message}, 409: {"model": Message}})
+    async def resume(run_id: str) -> RunState:
+        await manager.resume(run_id)
         return manager.state(run_id)
 
     @app.get("/api/runs/{run_id}/report", response_class=PlainTextResponse, dependencies=auth, tags=["reports"],
@@ -636,28 +740,87 @@ def create_app(settings: Settings, *, llm: Any | None = None, token: str | None 
                 await websocket.close(code=1008 if rundir is None else 4404)
                 return
         reader = asyncio.create_task(_read_client(websocket))
+        streamer: asyncio.Task[None] | None = None
         try:
             if run is None:
                 for ev in manager._disk_events(run_id, after):
                     await websocket.send_text(json.dumps({"type": "event", "event": ev.model_dump(mode="json")}))
                     after = ev.seq
-                state = manager.rundir(run_id).read_state()
-                await websocket.send_json({"type": "end", "status": state.get("status", "unknown"),
-                                           "last_seq": after})
+                rundir = manager.rundir(run_id)
+                state = _read_json(rundir.run_json)
+                await websocket.send_json({"type": "end", "status": shown_status(state, False, rundir),
+                                           "last_seq": after, "resumable": resumable(state, False, rundir)})
             else:
-                await _stream(websocket, run, after)
+                streamer = asyncio.create_task(_stream(websocket, run, after))
+                await asyncio.wait({streamer, reader}, return_when=asyncio.FIRST_COMPLETED)
+                if not streamer.done():
+                    return  # the client went away: stop waiting for events on its behalf (the run goes on)
+                streamer.result()
             await websocket.close()
         except (WebSocketDisconnect, RuntimeError, OSError):
             pass  # the client went away: the run goes on
         finally:
-            reader.cancel()
+            for task in (streamer, reader):
+                if task is not None:
+                    task.cancel()
+                    if task.done() and not task.cancelled():
+                        task.exception()  # retrieved: a send to a closed socket is no error of ours
 
     @app.get("/", include_in_schema=False)
     async def index() -> FileResponse:
         return FileResponse(STATIC / "index.html", media_type="text/html; charset=utf-8")
 
+    @app.get("/openapi.json", include_in_schema=False, dependencies=auth)
+    async def openapi() -> JSONResponse:
+        return JSONResponse(app.openapi())
+
+    @app.get("/docs", include_in_schema=False, dependencies=[Depends(authorize_page)])
+    async def docs() -> HTMLResponse:
+        return _docs_page()
+
+    @app.get("/redoc", include_in_schema=False, dependencies=[Depends(authorize_page)])
+    async def redoc(request: Request) -> RedirectResponse:
+        query = f"?{request.url.query}" if request.url.query else ""
+        return RedirectResponse(f"/docs{query}")
+
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
+    app.mount(DOCS_ASSETS, StaticFiles(directory=_docs_assets()), name="docs-assets")
     return app
+
+
+def _docs_assets() -> Path:
+    """Swagger UI as the fastapi-offline package ships it (swagger-ui-bundle.js, swagger-ui.css, favicon.png)."""
+    import fastapi_offline
+
+    return Path(fastapi_offline.__file__).resolve().parent / "static"
+
+
+# only this gateway: the browser itself refuses anything from elsewhere (Swagger UI styles inline)
+DOCS_CSP = ("default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data: blob:; "
+            "font-src 'self' data:; connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'none'")
+
+
+def _docs_page() -> HTMLResponse:
+    """The API docs page: Swagger UI from the gateway's own assets; gateway/static/docs.js fetches
+    /openapi.json (with the token when there is one) and renders it."""
+    html = f"""<!doctype html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>Forage gateway API</title>
+<link rel="icon" href="{DOCS_ASSETS}/favicon.png">
+<link rel="stylesheet" href="{DOCS_ASSETS}/swagger-ui.css">
+</head>
+<body>
+<div id="api-docs"><p>Loading the API schema…</p></div>
+<script src="{DOCS_ASSETS}/swagger-ui-bundle.js"></script>
+<script src="/static/docs.js"></script>
+</body>
+</html>
+"""
+    return HTMLResponse(html, headers={"Content-Security-Policy": DOCS_CSP, "Referrer-Policy": "no-referrer",
+                                       "Cache-Control": "no-store"})
 
 
 def _check_loopback_host(host: str) -> None:
@@ -690,9 +853,11 @@ def _ws_allowed(websocket: WebSocket, token: str | None) -> bool:
 def status_of(run: ManagedRun) -> str:
     """The run's status; once its events have ended, run.json (checkpointed before the last event) decides."""
     if run.ended and run.status not in ("planning", "awaiting_approval", "cancelled"):
-        disk = _read_json(Path(run.settings.run.runs_dir).expanduser().resolve() / run.run_id / "run.json")
-        if disk.get("status") not in (None, "running", "awaiting_approval"):
-            return str(disk["status"])
+        rundir = RunDir(run.settings.run.runs_dir, run.run_id)
+        disk = _read_json(rundir.run_json)
+        shown = shown_status(disk, False, rundir)  # "interrupted" when it ended while run.json says running
+        if disk.get("status") not in (None, "running", "awaiting_approval") or shown == "interrupted":
+            return shown
     return run.status
 
 

@@ -3,20 +3,23 @@
 A :class:`ResearchSession` starts (or joins) Ray with privacy-safe settings, creates the run's
 StatusHub and Orchestrator actors, asks for requirements, and after approval runs the loop while
 handing every status event to a callback, in order. It returns when the run has finished — it
-waits on the run's future and the hub's long poll, never on sleeps.
+waits on the run's future and the hub's long poll, never on sleeps. :func:`resume_plan` turns a run's
+run.json back into its settings and approved plan, for `forage resume` and the gateway's resume.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from actors.options import driver_node, llm_slot_resources, options_for
 from actors.orchestrator import Orchestrator
 from actors.status_hub import StatusHub
 from actors.steps.rundir import RunDir, new_run_id
+from infra.errors import ConfigError
 from infra.settings import Settings
-from messages.plan import PlanRequest, RequirementsPlan, ResearchQuery
+from messages.plan import PlanRequest, Requirement, RequirementsPlan, ResearchQuery, SearchQuery
 from messages.status import RunSummary, Stage, StatusEvent
 
 
@@ -83,6 +86,40 @@ class ResearchSession:
                 ray.kill(actor, no_restart=True)
             except Exception:  # noqa: BLE001 — already gone
                 pass
+
+
+def resume_plan(settings: Settings, run_id: str, state: dict[str, Any], *,
+                address: str | None = None) -> tuple[Settings, RequirementsPlan]:
+    """The settings and approved plan that continue run ``run_id`` from its run.json ``state``.
+
+    The run's own settings come from run.json (preset, coverage goal, iterations, LLM and embedder
+    backends, store, library; online when it had approved search strings), the rest from ``settings``.
+    ``address``: the Ray cluster to run on. ConfigError when the run is finished or was never approved.
+    """
+    if state.get("status") == "finished":
+        raise ConfigError(f"run {run_id} is already finished")
+    if not state.get("requirements"):
+        raise ConfigError(f"run {run_id} never started (no approved requirements); start a new run")
+    recorded = state.get("settings") or {}
+    searches = tuple(SearchQuery.model_validate(q) for q in state.get("search_queries") or ())
+    changes: dict[str, dict[str, Any]] = {
+        "run": {k: recorded[k] for k in ("min_coverage", "max_iterations") if k in recorded},
+        "search": {"library": Path(state["library"]) if state.get("library") else None},
+        "net": {"offline": not searches},
+    }
+    if state.get("store_path"):
+        changes["store"] = {"path": Path(state["store_path"])}
+    if recorded.get("llm"):
+        changes["llm"] = {"backend": recorded["llm"]}
+    if recorded.get("embedder"):
+        changes["embed"] = {"backend": recorded["embedder"]}
+    if address:
+        changes["ray"] = {"address": address}
+    settings = settings.updated(preset=recorded.get("preset", settings.preset), **changes)
+    query = ResearchQuery(run_id=run_id, text=state["query"])
+    plan = RequirementsPlan(run_id=run_id, query=query, approved=True, search_queries=searches,
+                            requirements=tuple(Requirement.model_validate(r) for r in state["requirements"]))
+    return settings, plan
 
 
 def _cluster_node_ip(settings: Settings) -> str | None:

@@ -10,6 +10,7 @@ const state = { runId: null, ws: null, lastSeq: 0, ended: false, evidence: null,
   if (m) { sessionStorage.setItem("forage-token", decodeURIComponent(m[1])); history.replaceState(null, "", location.pathname); }
 })();
 const token = () => sessionStorage.getItem("forage-token");
+if (token()) $("api-docs-link").href = "/docs?token=" + encodeURIComponent(token());  // the page needs it too
 
 async function api(path, options = {}) {
   const headers = Object.assign({}, options.headers || {});
@@ -88,14 +89,18 @@ async function openRun(runId) {
   connect();
 }
 
-async function refreshState() {
+async function refreshState(proposed = false) {
   const runId = state.runId;
-  const s = await api(`/api/runs/${runId}`);
+  // proposed: the requirements event came, but the gateway may not have taken the plan yet; its long poll
+  // answers once planning is over (a run this gateway does not hold has no proposal to wait for: 404)
+  const s = proposed ? await api(`/api/runs/${runId}/proposal?wait=60`).catch(() => api(`/api/runs/${runId}`))
+                     : await api(`/api/runs/${runId}`);
   if (runId !== state.runId) return s;
   $("run-title").textContent = s.query || runId;
   const badge = $("run-status"); badge.textContent = s.status; badge.className = "badge " + s.status;
   $("run-error").textContent = s.error || "";
   $("cancel").hidden = !["planning", "awaiting_approval", "running"].includes(s.status);
+  $("resume").hidden = !s.resumable;  // interrupted (its gateway or driver stopped), cancelled or failed
   $("n-egress").textContent = s.egress_requests;
   for (const r of (s.requirements || [])) coverageRow(r.id, r.text);
   for (const [rid, c] of Object.entries(s.coverage || {})) setCoverage(rid, c);
@@ -159,6 +164,21 @@ $("approve").addEventListener("click", async () => {
 $("cancel").addEventListener("click", async () => {
   try { await api(`/api/runs/${state.runId}/cancel`, { method: "POST" }); refreshState(); }
   catch (e) { $("run-error").textContent = String(e.message || e); }
+});
+
+$("resume").addEventListener("click", async () => {
+  const runId = state.runId;
+  $("resume").disabled = true;
+  try {
+    await api(`/api/runs/${runId}/resume`, { method: "POST" });
+    if (runId !== state.runId) return;
+    // the run's events go on after the ones already shown: listen again from there
+    if (state.ws) { state.ws.onclose = null; state.ws.close(); }
+    state.ended = false;
+    connect();
+    refreshState(); loadRuns();
+  } catch (e) { $("run-error").textContent = String(e.message || e); }
+  finally { $("resume").disabled = false; }
 });
 
 // -- live events ---------------------------------------------------------------------------------------------
@@ -233,7 +253,7 @@ function onEvent(ev) {
   switch (ev.stage) {
     case "plan":
       step("orchestrator", ev.kind === "requirements" ? "requirements proposed" : "planning");
-      if (ev.kind === "requirements") refreshState();
+      if (ev.kind === "requirements") refreshState(true);
       break;
     case "run":
       if (ev.kind === "iteration") step("orchestrator", `iteration ${ev.iteration}`);

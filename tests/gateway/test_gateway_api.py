@@ -239,3 +239,81 @@ def test_restarted_gateway_replays_from_events_jsonl(token_gateway, watched_run)
 def test_gateway_settings_are_small() -> None:
     s = gateway_settings(__import__("pathlib").Path("/tmp/x"))
     assert s.run.max_iterations == 1 and s.run.max_requirements == 2 and s.net.offline
+
+
+# -- resume after a gateway restart ---------------------------------------------------------------------------
+def test_a_run_interrupted_by_a_gateway_restart_resumes_in_the_next_gateway(gateway, watched_run, tmp_path) -> None:
+    """A gateway stops while its run forages (its manager closes the run's session: Orchestrator and StatusHub
+    are killed); the next gateway over the same runs folder lists the run as interrupted and resumable, and
+    POST .../resume finishes it without ingesting again, its events going on after the first gateway's.
+    (The store is the one the watched run filled, so ingestion only finds the documents already stored.)"""
+    import re
+
+    import psutil
+    import websockets
+
+    from gateway.client import GatewayClient
+    from gateway.server import create_app
+    from infra.llm.fakes import FunctionLLM
+    from tests.e2e import brain as brain_module
+
+    settings = gateway.app.state.manager.settings.updated(run={"runs_dir": tmp_path / "runs"})
+    first = LiveServer(create_app(settings, llm=FunctionLLM(brain_module.brain)))
+    try:
+        with GatewayClient(first.url) as gw:
+            run_id = gw.create_run("Anticoagulation after trauma").run_id
+            gw.wait_for_proposal(run_id)
+            gw.approve(run_id)
+        assert re.fullmatch(r"\d{8}-\d{6}-[0-9a-f]{16}", run_id)
+
+        async def until_foraging() -> int:
+            url = first.url.replace("http", "ws") + f"/ws/runs/{run_id}"
+            async with websockets.connect(url, proxy=None, max_size=None) as ws:
+                async for raw in ws:
+                    frame = json.loads(raw)
+                    assert frame["type"] == "event", frame  # the run must not end before it is interrupted
+                    if frame["event"]["stage"] == "forage":  # ingestion is over and checkpointed
+                        return frame["event"]["seq"]
+            raise AssertionError("the stream closed without an end frame")
+
+        asyncio.run(asyncio.wait_for(until_foraging(), 600))
+        first.app.state.manager.shutdown()  # what a gateway restart does to its runs
+    finally:
+        first.stop()
+    rundir = tmp_path / "runs" / run_id
+    owner = json.loads((rundir / "owner").read_text())  # the Orchestrator process that claimed the run
+    try:
+        psutil.Process(owner["pid"]).wait(timeout=120)  # killed by the shutdown: wait until it is gone
+    except psutil.NoSuchProcess:
+        pass
+    disk = json.loads((rundir / "run.json").read_text())
+    assert disk["status"] == "running" and disk["ingested"]["iteration"] == 1, disk.get("status")
+    before = len((rundir / "events.jsonl").read_text().splitlines())
+
+    second = LiveServer(create_app(settings, llm=FunctionLLM(brain_module.brain)))
+    try:
+        with GatewayClient(second.url) as gw, httpx.Client(base_url=second.url, trust_env=False, timeout=120) as http:
+            state = gw.state(run_id)
+            assert (state.status, state.resumable, state.live) == ("interrupted", True, False)
+            assert [(r.status, r.resumable) for r in gw.runs() if r.run_id == run_id] == [("interrupted", True)]
+            assert http.post(f"/api/runs/{run_id}/cancel").status_code == 409  # nothing runs it to cancel
+            resumed = http.post(f"/api/runs/{run_id}/resume")
+            assert resumed.status_code == 200, resumed.text
+            assert (resumed.json()["status"], resumed.json()["live"], resumed.json()["resumable"]) == (
+                "running", True, False)
+            again = http.post(f"/api/runs/{run_id}/resume")
+            assert again.status_code == 409 and "running" in again.json()["detail"]
+            events = list(gw.events(run_id, after=before))  # the same WebSocket, after what the first one had
+            assert gw.last_end["status"] == "finished"
+            state = gw.state(run_id)
+    finally:
+        second.stop()
+    assert [e.seq for e in events] == list(range(before + 1, before + len(events) + 1))
+    started = [e for e in events if e.stage == "run" and e.kind == "started"]
+    assert len(started) == 1 and started[0].payload["resumed_after_iteration"] == 0
+    assert not [e for e in events if e.stage == "ingest"]  # finished ingestion is not redone
+    assert events[-1].stage == "run" and events[-1].kind == "finished"
+    assert state.status == "finished" and not state.resumable and state.report_ready
+    assert state.documents.ingested == 4
+    resumes = json.loads((rundir / "run.json").read_text())["resumed"]
+    assert resumes == [{"after_iteration": 0, "status_was": "running"}]

@@ -92,3 +92,20 @@ def test_dashboard_start_approve_watch_read_cite(browser, gateway) -> None:
     # every request went to the gateway (blob: URLs are the page's own copies of the charts it fetched)
     outside = [u for u in requests if not (u.startswith(gateway.url) or u.startswith("blob:" + gateway.url))]
     assert requests and not outside, outside
+
+
+def test_api_docs_render_offline(browser, gateway) -> None:
+    """/docs renders every operation with Swagger UI from the gateway's own assets: no request goes elsewhere."""
+    page = browser.new_page()
+    requests: list[str] = []
+    problems: list[str] = []
+    page.on("request", lambda r: requests.append(r.url))
+    page.on("console", lambda m: problems.append(m.text) if m.type == "error" else None)
+    page.on("pageerror", lambda e: problems.append(str(e)))
+    page.goto(f"{gateway.url}/docs")
+    page.wait_for_selector(".opblock")
+    paths = page.locator(".opblock-summary-path").all_inner_texts()
+    assert {"/api/runs", "/api/runs/{run_id}/resume"} <= {p.replace("\u200b", "") for p in paths}, paths
+    assert not problems, problems
+    assert requests and all(u.startswith(gateway.url + "/") for u in requests), requests
+    page.close()

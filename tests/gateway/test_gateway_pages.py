@@ -1,0 +1,173 @@
+"""The gateway without Ray: the API docs page is served offline under the token rule, resume rebuilds a run's
+plan from run.json as `forage resume` does, and run ids are unguessable. (No run is started: no Ray here.)"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import pytest
+
+BASE = "http://127.0.0.1:8765"
+
+
+def app_for(tmp: Path, token: str | None = None):
+    from gateway.server import create_app
+    from infra.settings import Settings
+
+    settings = Settings.load("quick").updated(run={"runs_dir": tmp / "runs"}, store={"path": tmp / "store"})
+    return create_app(settings, token=token)
+
+
+@pytest.fixture()
+def client(tmp_path):
+    from fastapi.testclient import TestClient
+
+    with TestClient(app_for(tmp_path), base_url=BASE) as c:
+        yield c
+
+
+def test_api_docs_page_loads_nothing_from_elsewhere(client) -> None:
+    resp = client.get("/docs")
+    assert resp.status_code == 200 and resp.headers["content-type"].startswith("text/html")
+    html = resp.text
+    # no URL of another host anywhere in the page, and the browser is told to load from this gateway only
+    assert not [u for u in re.findall(r"(?:https?:)?//[^\s\"'<>)]+", html)
+                if urlsplit(u).hostname not in (None, "127.0.0.1", "localhost")]
+    assert "default-src 'self'" in resp.headers["content-security-policy"]
+    refs = re.findall(r'(?:src|href)="([^"]+)"', html)
+    scripts = re.findall(r'<script src="([^"]+)"', html)
+    assert "/static/docs.js" in scripts and len(scripts) == 2  # the UI bundle, then the page's own script
+    for ref in refs:  # every asset it references is served by the gateway itself, from this package
+        assert ref.startswith("/"), ref
+        asset = client.get(ref)
+        assert asset.status_code == 200, ref
+        assert len(asset.content) > 500, ref
+    bundle = client.get(scripts[0]).text
+    assert "SwaggerUIBundle" in bundle
+    # the page's script fetches the schema from this gateway only
+    js = client.get("/static/docs.js").text
+    assert '"/openapi.json"' in js and not re.findall(r"https?://", js)
+    spec = client.get("/openapi.json").json()
+    assert "/api/runs/{run_id}/resume" in spec["paths"]
+    # FastAPI's CDN ReDoc page is gone: /redoc leads to /docs
+    redoc = client.get("/redoc", follow_redirects=False)
+    assert redoc.status_code == 307 and redoc.headers["location"] == "/docs"
+
+
+def test_api_docs_obey_the_loopback_host_rule(client) -> None:
+    for path in ("/docs", "/redoc", "/openapi.json"):
+        assert client.get(path, headers={"Host": "evil.example"}).status_code == 403, path
+
+
+def test_api_docs_need_the_token_off_loopback(tmp_path) -> None:
+    from fastapi.testclient import TestClient
+
+    with TestClient(app_for(tmp_path, token="s3cret"), base_url="http://10.0.0.1:8765") as c:
+        for path in ("/docs", "/redoc", "/openapi.json"):
+            assert c.get(path).status_code == 401, path
+            assert c.get(path, headers={"Authorization": "Bearer wrong"}).status_code == 401, path
+            assert c.get(path + "?token=wrong").status_code == 401, path
+            ok = c.get(path, headers={"Authorization": "Bearer s3cret"}, follow_redirects=False)
+            assert ok.status_code in (200, 307), path
+        # a browser opens the pages without headers: ?token= there; the schema itself needs the header
+        assert c.get("/docs?token=s3cret").status_code == 200
+        redoc = c.get("/redoc?token=s3cret", follow_redirects=False)
+        assert redoc.status_code == 307 and redoc.headers["location"] == "/docs?token=s3cret"
+        assert c.get("/openapi.json?token=s3cret").status_code == 401
+
+
+def test_run_states_resume_and_cancel_without_the_run(client, tmp_path) -> None:
+    """What the gateway shows and allows for runs it does not hold, by run.json and the run's owner process."""
+    import subprocess
+    import sys
+
+    from actors.steps.rundir import RunDir
+
+    runs = tmp_path / "runs"
+    req = [{"id": "R1", "text": "Something to find"}]
+    ids = {name: f"20260101-000000-00000000000000{n:02x}" for n, name in enumerate(
+        ("finished", "proposed", "dead", "alive", "unclaimed", "cancelled"), start=0xa0)}
+    for name, state in (("finished", {"status": "finished", "requirements": req}),
+                        ("proposed", {"status": "awaiting_approval", "proposed_requirements": req}),
+                        ("dead", {"status": "running", "requirements": req}),
+                        ("alive", {"status": "running", "requirements": req}),
+                        ("unclaimed", {"status": "running", "requirements": req}),
+                        ("cancelled", {"status": "cancelled", "requirements": req})):
+        RunDir(runs, ids[name]).save_state({"run_id": ids[name], "query": "q", **state})
+    # "dead": claimed by a process that has exited (its driver or gateway stopped); "alive": by this one
+    subprocess.run([sys.executable, "-c", "import sys; from actors.steps.rundir import RunDir; "
+                    "RunDir(sys.argv[1], sys.argv[2]).claim()", str(runs), ids["dead"]],
+                   check=True, cwd=Path(__file__).resolve().parents[2])
+    RunDir(runs, ids["alive"]).claim()
+
+    listed = {r["run_id"]: (r["status"], r["resumable"]) for r in client.get("/api/runs").json()}
+    assert [listed[ids[n]] for n in ("finished", "proposed", "dead", "alive", "unclaimed", "cancelled")] == [
+        ("finished", False), ("awaiting_approval", False), ("interrupted", True),
+        ("running", False),  # another process drives it
+        ("running", True),  # no owner to be seen: resuming takes it over
+        ("cancelled", True)]
+    state = client.get(f"/api/runs/{ids['dead']}").json()
+    assert (state["status"], state["resumable"], state["live"]) == ("interrupted", True, False)
+
+    r = client.post(f"/api/runs/{ids['finished']}/resume")
+    assert r.status_code == 409 and "finished" in r.json()["detail"]
+    r = client.post(f"/api/runs/{ids['proposed']}/resume")
+    assert r.status_code == 409 and "approved requirements" in r.json()["detail"]
+    assert client.post(f"/api/runs/{ids['alive']}/resume").status_code == 409
+    assert client.post("/api/runs/20260101-000000-0000000000000000/resume").status_code == 404
+    assert client.post("/api/runs/..%2F..%2Fetc/resume").status_code == 404
+
+    # nothing drives an interrupted run, so there is nothing to cancel; one another process drives reads the flag
+    r = client.post(f"/api/runs/{ids['dead']}/cancel")
+    assert r.status_code == 409 and f"/api/runs/{ids['dead']}/resume" in r.json()["detail"]
+    assert not RunDir(runs, ids["dead"]).cancel_requested()
+    assert client.post(f"/api/runs/{ids['alive']}/cancel").status_code == 200
+    assert RunDir(runs, ids["alive"]).cancel_requested()
+
+
+def test_resume_plan_rebuilds_the_run_from_run_json(tmp_path) -> None:
+    from gateway.session import resume_plan
+    from infra.errors import ConfigError
+    from infra.settings import Settings
+
+    state = {"status": "running", "query": "How do zebrafish fins regrow?",
+             "requirements": [{"id": "R1", "text": "Speed of fin regrowth in zebrafish"}],
+             "search_queries": [{"text": "zebrafish fin regeneration", "requirement_ids": ["R1"]}],
+             "settings": {"preset": "deep", "min_coverage": 0.7, "max_iterations": 4, "llm": "ollama"},
+             "store_path": str(tmp_path / "store"), "library": str(tmp_path / "lib")}
+    settings, plan = resume_plan(Settings.load("quick"), "20260101-000000-00000000000000cc", state,
+                                 address="ray://head:10001")
+    assert plan.approved and plan.run_id == "20260101-000000-00000000000000cc"
+    assert plan.query.text == state["query"] and [r.id for r in plan.requirements] == ["R1"]
+    assert [q.text for q in plan.search_queries] == ["zebrafish fin regeneration"]
+    assert settings.preset == "deep" and settings.run.min_coverage == 0.7 and settings.run.max_iterations == 4
+    assert settings.store.path == tmp_path / "store" and settings.search.library == tmp_path / "lib"
+    assert settings.net.offline is False  # it had approved search strings
+    assert settings.ray.address == "ray://head:10001"
+    for bad in ({**state, "status": "finished"}, {**state, "requirements": []}):
+        with pytest.raises(ConfigError):
+            resume_plan(Settings.load("quick"), "r", bad)
+
+
+def test_run_ids_are_unguessable() -> None:
+    """Sortable by time, then 64 random bits (16 hex digits from the OS's CSPRNG): no two alike, even when
+    made in the same second, and the random part is never a counter or a clock."""
+    from actors.steps.rundir import new_run_id
+
+    ids = [new_run_id() for _ in range(5000)]
+    assert len(set(ids)) == len(ids)
+    shape = re.compile(r"^(\d{8}-\d{6})-([0-9a-f]{16})$")
+    parts = [shape.match(i) for i in ids]
+    assert all(parts), [i for i, m in zip(ids, parts, strict=True) if not m][:3]
+    randoms = [m.group(2) for m in parts if m]
+    assert len(set(randoms)) == len(randoms)
+    assert len(randoms[0]) * 4 >= 64
+    # every hex digit takes every value at every position (a clock or counter would pin the leading ones)
+    for pos in range(16):
+        assert len({r[pos] for r in randoms}) == 16, pos
+    # and the gateway only accepts ids of a safe shape for a folder name
+    from gateway.server import _RUN_ID
+
+    assert all(_RUN_ID.match(i) for i in ids[:10])
