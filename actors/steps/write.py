@@ -20,8 +20,9 @@ sentence cites are numbered after them. The report records which numbers each se
 
 Then the cited papers are compared (:mod:`actors.steps.compare`, ``## Comparison of the Cited
 Papers``) and charts drawn (:mod:`actors.steps.charts`, ``## Figures``, files in ``figures/``).
-If the LLM fails for a section, the section is written deterministically from the evidence and the
-failure recorded in ``failed_steps``. :func:`check_citations` re-checks a finished report.
+If the LLM fails for a section (invalid output, a timeout or a server that keeps failing, after the
+retries), the section is written deterministically from the evidence and the failure recorded in
+``failed_steps``. :func:`check_citations` re-checks a finished report.
 
 A small model writes garbage, so every model-written text goes through :func:`tidy` first: repetition
 loops are collapsed, text cut off at the schema's length limit is trimmed back to whole words, and
@@ -54,7 +55,7 @@ from actors.steps.schemas import (
     OverviewDraft,
     SectionDraft,
 )
-from infra.errors import LLMOutputError, LLMTimeout
+from infra.errors import LLMOutputError, LLMTimeout, LLMUnavailable
 from infra.llm.base import LLM, ChatMessage
 from infra.settings import Settings
 from infra.store.base import ChunkRecord, Store
@@ -88,6 +89,10 @@ _MD_SPECIAL = re.compile(r"([\\`*_\[\]<>|#])")
 _WORD = re.compile(r"[^\W\d_]{2,}")  # an alphabetic word (two letters or more)
 _FINAL_PUNCT = re.compile(r"[.!?…][\"'”’)\]]*$")
 _SENTENCE_SPLIT = re.compile(r"(?<=[.!?])\s+")
+
+# what a model call may end in after its retries; the Writer falls back and records it, so a server that fails
+# while the report is written (HTTP 500 on every retry, a timeout, garbage) costs prose, never the finished run
+LLM_FAILURES = (LLMOutputError, LLMTimeout, LLMUnavailable)
 
 MIN_SENTENCE_WORDS = 3  # alphabetic words a model-written sentence needs
 MIN_LETTER_SHARE = 0.5  # letters among its non-space characters ("2022-01-01T00:00:00Z" has 0.1)
@@ -502,7 +507,7 @@ class WriteStep:
         self.llm_calls += 1
         try:
             draft = await self.llm.structured(messages, SectionDraft)
-        except (LLMOutputError, LLMTimeout) as exc:
+        except LLM_FAILURES as exc:
             reason = f"section {req.id}: {type(exc).__name__}: {_excerpt(str(exc), 200)}; written from the evidence"
             failed.append(reason)
             self.emit(Stage.WRITE, "step_failed", reason, requirement_id=req.id)
@@ -520,7 +525,7 @@ class WriteStep:
                 {"role": "user", "content": "Write the section again. " + " ".join(feedback)}]
             try:
                 second = self._apply(await self.llm.structured(retry, SectionDraft), shown)
-            except (LLMOutputError, LLMTimeout) as exc:
+            except LLM_FAILURES as exc:
                 failed.append(f"section {req.id}: the regeneration failed ({type(exc).__name__}); the first draft "
                               "was kept with its faults removed")
             else:
@@ -632,7 +637,7 @@ class WriteStep:
                                              f"{block('FINDINGS', chr(10).join(lines))}\n\n"
                                              "Write the overview paragraph and the topic title.")}],
                 OverviewDraft)
-        except (LLMOutputError, LLMTimeout) as exc:
+        except LLM_FAILURES as exc:
             failed.append(f"overview: {type(exc).__name__}: {_excerpt(str(exc), 200)}; written deterministically")
             return query_title(request.query.text), self._overview_fallback(request, sections)
         overview = escape_md(tidy(draft.overview, OVERVIEW_CHARS, drop_unfinished=True))
