@@ -89,6 +89,10 @@ class GatewayClient:
     def cancel(self, run_id: str) -> RunState:
         return RunState.model_validate(self._call("POST", f"/api/runs/{run_id}/cancel").json())
 
+    def resume(self, run_id: str) -> RunState:
+        """Continue a run that a gateway restart (or a dead driver) interrupted; 409 if it is running or over."""
+        return RunState.model_validate(self._call("POST", f"/api/runs/{run_id}/resume").json())
+
     def report(self, run_id: str) -> str:
         return self._call("GET", f"/api/runs/{run_id}/report").text
 

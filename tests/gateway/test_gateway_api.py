@@ -252,7 +252,7 @@ def test_a_run_interrupted_by_a_gateway_restart_resumes_in_the_next_gateway(gate
     import psutil
     import websockets
 
-    from gateway.client import GatewayClient
+    from gateway.client import GatewayClient, GatewayError
     from gateway.server import create_app
     from infra.llm.fakes import FunctionLLM
     from tests.e2e import brain as brain_module
@@ -297,12 +297,11 @@ def test_a_run_interrupted_by_a_gateway_restart_resumes_in_the_next_gateway(gate
             assert (state.status, state.resumable, state.live) == ("interrupted", True, False)
             assert [(r.status, r.resumable) for r in gw.runs() if r.run_id == run_id] == [("interrupted", True)]
             assert http.post(f"/api/runs/{run_id}/cancel").status_code == 409  # nothing runs it to cancel
-            resumed = http.post(f"/api/runs/{run_id}/resume")
-            assert resumed.status_code == 200, resumed.text
-            assert (resumed.json()["status"], resumed.json()["live"], resumed.json()["resumable"]) == (
-                "running", True, False)
-            again = http.post(f"/api/runs/{run_id}/resume")
-            assert again.status_code == 409 and "running" in again.json()["detail"]
+            resumed = gw.resume(run_id)
+            assert (resumed.status, resumed.live, resumed.resumable) == ("running", True, False)
+            with pytest.raises(GatewayError) as again:
+                gw.resume(run_id)
+            assert again.value.status == 409 and "running" in again.value.detail
             events = list(gw.events(run_id, after=before))  # the same WebSocket, after what the first one had
             assert gw.last_end["status"] == "finished"
             state = gw.state(run_id)
