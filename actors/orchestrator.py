@@ -228,6 +228,7 @@ class Orchestrator:
                     "status": {c.requirement.id: c.status for c in coverages},
                     "llm_calls": {c.requirement.id: c.llm_calls for c in coverages},
                     "answering_papers": {c.requirement.id: c.answering_papers for c in coverages},
+                    "errors": {c.requirement.id: c.error for c in coverages if c.status == "failed"},
                 })
                 self.state["last_coverages"] = [c.model_dump(mode="json") for c in coverages]  # for resume
                 self.state.pop("foraging", None)  # the iteration's record above replaces the partial one

@@ -115,6 +115,7 @@ def test_failed_requirement_counts_zero_and_run_still_writes(tmp_path) -> None:
     summary, state, _ = run(crew, tmp_path, max_iterations=1)
     assert summary.status == "finished"
     assert state["failed_requirements"] == {"R2": "boom"}
+    assert state["iterations"][0]["errors"] == {"R2": "boom"}  # why, per iteration, not only for the last one
     assert state["final_coverage"] == 0.5
     assert len(crew.written) == 1
 
