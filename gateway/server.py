@@ -136,6 +136,9 @@ class Approval(_Model):
 class Proposal(_Model):
     requirements: list[dict[str, Any]]
     search_queries: list[dict[str, Any]] = Field(description="The exact strings that would leave the machine.")
+    search_filters: list[list[str]] = Field(
+        default=[], description="Per search string, in the same order, the filters sent with it in words (years, "
+                                "open access, with a PDF, authors, venue, lookups): shown at approval.")
     degraded: list[str] = []
 
 
@@ -459,6 +462,7 @@ class RunManager:
             if run.plan is not None and run.status == "awaiting_approval":
                 proposal = Proposal(requirements=[r.model_dump() for r in run.plan.requirements],
                                     search_queries=[q.model_dump(mode="json") for q in run.plan.search_queries],
+                                    search_filters=[list(q.filters()) for q in run.plan.search_queries],
                                     degraded=list(run.plan.degraded))
         docs = disk.get("documents") or {}
         failures = {k: str(d.get("reason") or "") for k, d in docs.items() if d.get("status") == "failed"}

@@ -223,8 +223,9 @@ class RayOptions(Section):
                     "so at most this many calls run at once. None: Foragers call their LLM directly.")
     llm_order: Literal["fifo", "progress"] = Field(
         default="fifo",
-        description="With llm_slots: who gets a slot that frees up. 'fifo': the call that asked first (Ray's own "
-                    "order). 'progress': the requirement that has completed the most LLM calls in this iteration "
+        description="With llm_slots: who gets a slot that frees up. 'fifo': Ray's own order, first come first served "
+                    "per calling process (a Forager whose call holds a slot runs its own queued calls on it first). "
+                    "'progress': the requirement that has completed the most LLM calls in this iteration "
                     "first, through one priority queue per cluster (actors/llm_gate.py); measured slower than fifo "
                     "on the 2-core bench (docs/foraging.md), so not the default.")
     lab_network: str | None = Field(

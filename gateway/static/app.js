@@ -124,9 +124,11 @@ function reqRow(id, text) {
   const del = el("button", { class: "small", text: "×" }); del.addEventListener("click", () => li.remove());
   li.append(del); return li;
 }
-function searchRow(q) {
+function searchRow(q, filters) {
   const li = el("li", {}, el("input", { class: "search-text", value: q.text || "" }),
                 el("input", { class: "req-ids", value: (q.requirement_ids || []).join(","), placeholder: "R1,R2" }));
+  // what is sent with the string besides its words (years, open access, authors, venue, ...)
+  if (filters && filters.length) li.append(el("span", { class: "search-filters muted", text: filters.join(", ") }));
   li.dataset.extra = JSON.stringify(Object.fromEntries(Object.entries(q).filter(([k]) => !["text", "requirement_ids"].includes(k))));
   const del = el("button", { class: "small", text: "×" }); del.addEventListener("click", () => { li.remove(); noSearch(); });
   li.append(del); return li;
@@ -136,7 +138,7 @@ function noSearch() { $("no-search").hidden = $("search-edit").children.length >
 function showProposal(p) {
   if (!$("approval").hidden) return;  // keep the researcher's edits
   $("req-edit").replaceChildren(...p.requirements.map((r) => reqRow(r.id, r.text)));
-  $("search-edit").replaceChildren(...p.search_queries.map(searchRow));
+  $("search-edit").replaceChildren(...p.search_queries.map((q, i) => searchRow(q, (p.search_filters || [])[i])));
   $("degraded").textContent = p.degraded.length ? "note: " + p.degraded.join("; ") : "";
   noSearch();
   $("approval").hidden = false;

@@ -171,3 +171,28 @@ def test_run_ids_are_unguessable() -> None:
     from gateway.server import _RUN_ID
 
     assert all(_RUN_ID.match(i) for i in ids[:10])
+
+
+def test_the_proposal_shows_every_filter_sent_with_a_search_string(tmp_path) -> None:
+    """The dashboard's approval panel shows, beside each string, what else would leave the machine with it."""
+    from fastapi.testclient import TestClient
+
+    from gateway.server import ManagedRun
+    from messages.plan import Requirement, RequirementsPlan, ResearchQuery, SearchQuery
+
+    app = app_for(tmp_path)
+    run_id = "20260101-000000-00000000000000b0"
+    plan = RequirementsPlan(run_id=run_id, query=ResearchQuery(run_id=run_id, text="q"),
+                            requirements=(Requirement(id="R1", text="Heat stress in wheat"),),
+                            search_queries=(
+                                SearchQuery(text="wheat heat stress", requirement_ids=("R1",), year_from=2020,
+                                            open_access=True, has_pdf=True, authors=("Ada Lovelace",),
+                                            venue="Field Crops Research"),
+                                SearchQuery(text="grain filling", requirement_ids=("R1",))))
+    with TestClient(app, base_url=BASE) as client:
+        app.state.manager.runs[run_id] = ManagedRun(run_id=run_id, query="q", settings=app.state.manager.settings,
+                                                    status="awaiting_approval", plan=plan)
+        proposal = client.get(f"/api/runs/{run_id}").json()["proposal"]
+    assert [q["text"] for q in proposal["search_queries"]] == ["wheat heat stress", "grain filling"]
+    assert proposal["search_filters"] == [
+        ["years 2020–…", "open access only", "with a PDF", "by Ada Lovelace", "in Field Crops Research"], []]
