@@ -80,7 +80,7 @@ def forage_each(crew: Crew, requests: Sequence[ForageRequest]) -> AsyncGenerator
 
 async def _as_completed(aws: Sequence[Awaitable[T]]) -> AsyncGenerator[T, None]:
     """Yield the results of ``aws`` as each completes; closing the generator early (or a failure) cancels the
-    rest and waits until they have stopped."""
+    rest here and waits for them (a Ray actor call already sent goes on in its actor: only the wait is dropped)."""
     tasks = [asyncio.ensure_future(a) for a in aws]
     try:
         for next_done in asyncio.as_completed(tasks):
@@ -306,6 +306,10 @@ class Orchestrator:
     def _resume_from(self, previous: dict[str, Any]) -> tuple[list[RequirementCoverage], bool]:
         """Take over what an earlier process of this run recorded (documents ingested, iterations
         foraged, the last coverages), so they are not done again. ([], False) for a new run."""
+        if previous.get("status") in ("running", "cancelled", "failed"):
+            # an earlier process of this run started it: this is a resume, so a cancel asked of that process is
+            # over (also when it was asked before any progress was recorded)
+            self.rundir.cancel_flag.unlink(missing_ok=True)
         if not (previous.get("documents") or previous.get("iterations") or previous.get("searched")):
             return [], False
         for key in ("iterations", "documents", "search_skipped", "acquisition", "last_coverages", "ingested",
@@ -314,7 +318,6 @@ class Orchestrator:
                 self.state[key] = previous[key]
         self.state["resumed"] = [*previous.get("resumed", []), {"after_iteration": len(previous.get("iterations", [])),
                                                                 "status_was": previous.get("status")}]
-        self.rundir.cancel_flag.unlink(missing_ok=True)
         return [RequirementCoverage.model_validate(c) for c in previous.get("last_coverages", [])], True
 
     def _inherit(self, from_run: str) -> None:
@@ -441,19 +444,15 @@ class Orchestrator:
         for r in requirements:
             if r.id in recorded:
                 cov = RequirementCoverage.model_validate(recorded[r.id])
-                if cov.requirement == r:
+                if cov.requirement == r and cov.status == "ok":  # a failed one (its Forager died) is tried again
                     done[r.id] = cov
         self.state["foraging"] = {"iteration": iteration,
                                   "done": {rid: recorded[rid] for rid in done}}
         for cov in done.values():  # what their Foragers reported before the resume, for this process's view
             rid = cov.requirement.id
-            if cov.status == "failed":
-                self.emit(Stage.FORAGE, "failed", f"{cov.error} (before the resume)", iteration=iteration,
-                          requirement_id=rid, taken_over=True)
-            else:
-                self.emit(Stage.FORAGE, "coverage", f"{rid}: coverage {cov.coverage:.2f} (foraged before the "
-                          "resume)", iteration=iteration, requirement_id=rid, coverage=cov.coverage,
-                          llm_calls=cov.llm_calls, answering_papers=cov.answering_papers, taken_over=True)
+            self.emit(Stage.FORAGE, "coverage", f"{rid}: coverage {cov.coverage:.2f} (foraged before the "
+                      "resume)", iteration=iteration, requirement_id=rid, coverage=cov.coverage,
+                      llm_calls=cov.llm_calls, answering_papers=cov.answering_papers, taken_over=True)
         scope, seeds = self._follow_up_scope()
         todo = [ForageRequest(run_id=self.run_id, iteration=iteration, requirement=r, doc_ids=scope,
                               seed_chunk_ids=seeds) for r in requirements if r.id not in done]

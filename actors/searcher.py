@@ -70,9 +70,11 @@ class Searcher:
         if self._web is None:
             llm = self._llm
             if llm is None:
+                from actors.llm_gate import with_slots
                 from infra.llm import build_llm
 
-                llm = build_llm(self.settings)
+                # screening calls hold an llm_slot and go to the node's own Ollama, like every LLM call of a run
+                llm = with_slots(build_llm(self.settings), self.settings)
             self._web = build_web_search(self.settings, self.run_id, llm, self._emit)
         return self._web
 

@@ -60,3 +60,7 @@ class StoreError(ForageError):
 
 class SourceError(ForageError):
     """A document source (library folder, API) failed."""
+
+
+LLM_FAILURES = (LLMOutputError, LLMTimeout, LLMUnavailable)
+"""What an LLM call can fail with after its own retries: a step that has a fallback catches these."""

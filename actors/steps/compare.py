@@ -21,7 +21,7 @@ from pydantic import Field, create_model
 
 from actors.steps.forage import block
 from actors.steps.schemas import RECORD_CHARS, ContributionDraft, DifferenceDraft, OverlapDraft
-from infra.errors import LLMOutputError, LLMTimeout, LLMUnavailable
+from infra.errors import LLM_FAILURES
 from infra.llm.base import LLM
 from infra.settings import Settings
 from infra.store.base import Store
@@ -128,7 +128,7 @@ class ComparisonStep:
                         f"{block('EVIDENCE', (notes or {}).get(src.doc_id, '') or '(none)')}\n\n"
                         f"Problem labels: {'; '.join(w.problem_labels)}\nMethod labels: {'; '.join(w.method_labels)}")}],
                     schema)
-            except (LLMOutputError, LLMTimeout, LLMUnavailable) as exc:
+            except LLM_FAILURES as exc:
                 failed.append(f"record [{src.n}]: {type(exc).__name__}; left empty")
                 records.append(ContributionRecord(n=src.n, doc_id=src.doc_id, title=src.title))
                 continue
@@ -150,7 +150,7 @@ class ComparisonStep:
             try:
                 odraft = await self.llm.structured([{"role": "system", "content": _OVERLAP_SYSTEM},
                                                     {"role": "user", "content": user}], OverlapDraft)
-            except (LLMOutputError, LLMTimeout, LLMUnavailable) as exc:
+            except LLM_FAILURES as exc:
                 failed.append(f"overlap pass: {type(exc).__name__}; no overlaps listed")
             else:
                 seen: set[tuple[tuple[int, ...], str]] = set()
@@ -166,7 +166,7 @@ class ComparisonStep:
             try:
                 ddraft = await self.llm.structured([{"role": "system", "content": _DIFFERENCE_SYSTEM},
                                                     {"role": "user", "content": user}], DifferenceDraft)
-            except (LLMOutputError, LLMTimeout, LLMUnavailable) as exc:
+            except LLM_FAILURES as exc:
                 failed.append(f"differentiation pass: {type(exc).__name__}; no differences listed")
             else:
                 said: dict[int, str] = {}

@@ -114,8 +114,7 @@ _SYSTEM = (
 
 
 _NAME = r"(?:[A-Z][\w&.'\-]*)(?:\s+(?:of|on|and|for|in|the|&|[A-Z][\w&.'\-]*))*"
-_VENUE = (re.compile(r"\b(?:published|appearing|appeared|presented)\s+(?:in|at)\s+(?:[Tt]he\s+)?"
-                     r"(?:[Jj]ournal\s+|[Pp]roceedings\s+of\s+(?:[Tt]he\s+)?)?(" + _NAME + ")"),
+_VENUE = (re.compile(r"\b(?:published|appearing|appeared|presented)\s+(?:in|at)\s+(?:[Tt]he\s+)?(" + _NAME + ")"),
           re.compile(r"\b(?:in|from)\s+the\s+(?:journal|conference)\s+(" + _NAME + ")"),
           re.compile(r"\b(?:journal|venue)\s*:\s*(" + _NAME + ")"))
 _HAS_PDF = re.compile(
@@ -123,11 +122,16 @@ _HAS_PDF = re.compile(
     r"|\b(?:full[- ]?texts?|pdfs?)\s+(?:available|only|accessible|access)\b", re.IGNORECASE)
 
 
+# "published in English": a language is not a venue
+_NOT_VENUES = frozenset({"english", "chinese", "spanish", "german", "french", "portuguese", "japanese", "russian",
+                         "korean", "italian", "arabic", "dutch", "english-language"})
+
+
 def _venue_in(query: str) -> str | None:
     for pattern in _VENUE:
         if m := pattern.search(query):
             name = re.sub(r"(?:\s+(?:of|on|and|for|in|the|&))+$", "", m.group(1)).strip()
-            if len(name) >= 2:
+            if len(name) >= 2 and name.casefold() not in _NOT_VENUES:
                 return name
     return None
 

@@ -55,7 +55,7 @@ from actors.steps.schemas import (
     OverviewDraft,
     SectionDraft,
 )
-from infra.errors import LLMOutputError, LLMTimeout, LLMUnavailable
+from infra.errors import LLM_FAILURES
 from infra.llm.base import LLM, ChatMessage
 from infra.settings import Settings
 from infra.store.base import ChunkRecord, Store
@@ -90,9 +90,8 @@ _WORD = re.compile(r"[^\W\d_]{2,}")  # an alphabetic word (two letters or more)
 _FINAL_PUNCT = re.compile(r"[.!?…][\"'”’)\]]*$")
 _SENTENCE_SPLIT = re.compile(r"(?<=[.!?])\s+")
 
-# what a model call may end in after its retries; the Writer falls back and records it, so a server that fails
-# while the report is written (HTTP 500 on every retry, a timeout, garbage) costs prose, never the finished run
-LLM_FAILURES = (LLMOutputError, LLMTimeout, LLMUnavailable)
+# LLM_FAILURES (what a model call may end in after its retries): the Writer falls back and records it, so a server
+# that fails while the report is written (HTTP 500 on every retry, a timeout, garbage) costs prose, never the run
 
 MIN_SENTENCE_WORDS = 3  # alphabetic words a model-written sentence needs
 MIN_LETTER_SHARE = 0.5  # letters among its non-space characters ("2022-01-01T00:00:00Z" has 0.1)

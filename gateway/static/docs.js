@@ -5,7 +5,12 @@
 
 (async function apiDocs() {
   const root = document.getElementById("api-docs");
-  const token = new URLSearchParams(location.search).get("token") || sessionStorage.getItem("forage-token");
+  const fromUrl = new URLSearchParams(location.search).get("token");
+  if (fromUrl) {  // kept for this tab, and out of the address bar and the browser's history
+    sessionStorage.setItem("forage-token", fromUrl);
+    history.replaceState(null, "", location.pathname);
+  }
+  const token = fromUrl || sessionStorage.getItem("forage-token");
   const auth = (headers) => { if (token) headers["Authorization"] = "Bearer " + token; return headers; };
   let spec;
   try {

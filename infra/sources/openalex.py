@@ -105,8 +105,8 @@ class OpenAlexSource:
     def venue_sources(self, venue: str) -> tuple[str, ...]:
         """Ids of the OpenAlex sources (journals, conferences, repositories) named ``venue``.
 
-        The sources whose name (or alternate title, or abbreviation) holds every word of ``venue``;
-        when none does, OpenAlex's best match. () when OpenAlex knows no source of that name.
+        The sources whose name (or alternate title, or abbreviation) holds every word of ``venue``; ()
+        when none does (OpenAlex's nearest match could be another journal, and would narrow the search to it).
         """
         key = " ".join(venue.split()).casefold()
         if key not in self._venues:
@@ -117,7 +117,7 @@ class OpenAlexSource:
             named = [s for s in found if wanted <= set(_words(" ".join(
                 [s.get("display_name") or "", s.get("abbreviated_title") or "", *(s.get("alternate_titles") or [])])))]
             self._venues[key] = tuple(dict.fromkeys(
-                sid for s in (named or found[:1]) if (sid := _source_id(s.get("id")))))[:_VENUE_SOURCES]
+                sid for s in named if (sid := _source_id(s.get("id")))))[:_VENUE_SOURCES]
         return self._venues[key]
 
     def work(self, openalex_id: str) -> Candidate:

@@ -202,6 +202,32 @@ def test_a_recorded_result_for_a_changed_requirement_is_foraged_again(tmp_path) 
     assert second.foraged_requirements[:2] == [(1, "R1"), (1, "R2")]
 
 
+def test_a_recorded_failed_result_is_foraged_again_on_resume(tmp_path) -> None:
+    class FailingFirst(EachCrew):  # R1's Forager died in iteration 1, then the driver died
+        def _coverage(self, r: ForageRequest) -> RequirementCoverage:
+            cov = super()._coverage(r)
+            if r.requirement.id == "R1":
+                return cov.model_copy(update={"status": "failed", "coverage": 0.0, "error": "forager died"})
+            return cov
+
+    with pytest.raises(SystemExit):
+        asyncio.run(orchestrator(tmp_path, FailingFirst(die_after=(1, 2))).run(plan(3)))
+    assert sorted(state(tmp_path)["foraging"]["done"]) == ["R1", "R2"]
+    second = EachCrew()
+    asyncio.run(orchestrator(tmp_path, second).run(plan(3)))
+    assert second.foraged_requirements[:2] == [(1, "R1"), (1, "R3")]  # R2's result taken over, R1's failure not
+
+
+def test_a_run_cancelled_before_any_progress_resumes(tmp_path) -> None:
+    RunDir(tmp_path, RUN).request_cancel()  # asked right after approval, before the first stage boundary
+    first = Crew()
+    assert asyncio.run(orchestrator(tmp_path, first).run(plan())).status == "cancelled"
+    assert first.searched == [] and state(tmp_path)["status"] == "cancelled"
+    second = Crew()
+    summary = asyncio.run(orchestrator(tmp_path, second).run(plan()))  # what forage resume / the gateway do
+    assert summary.status == "finished" and second.written
+
+
 def test_cancel_cli_and_resume_refusals(tmp_path) -> None:
     from gateway import cli
 

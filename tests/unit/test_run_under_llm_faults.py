@@ -18,7 +18,6 @@ import asyncio
 import hashlib
 import json
 import re
-import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TypeVar
@@ -156,12 +155,10 @@ def recorded(state: dict[str, Any], schema: str, user: str, scenario: str) -> bo
 @pytest.fixture(scope="module")
 def chaos_run(tmp_path_factory) -> dict[str, Any]:
     settings = world(tmp_path_factory.mktemp("chaos"))
-    started = time.monotonic()
     server = ChaosOllama(lambda i, _: ORDER[i % len(ORDER)], models=(MODEL,), hang_limit_s=3.0)
     with server:
         summary, llm = run_under_chaos(settings, server)
-    return {"settings": settings, "summary": summary, "server": server, "llm": llm,
-            "seconds": time.monotonic() - started}
+    return {"settings": settings, "summary": summary, "server": server, "llm": llm}
 
 
 def test_a_whole_run_finishes_through_every_fault_and_records_what_degraded(chaos_run) -> None:
@@ -200,7 +197,6 @@ def test_a_whole_run_finishes_through_every_fault_and_records_what_degraded(chao
     missing = [(schema, scenario) for schema, user, scenario in persistent
                if not recorded(state, schema, user, scenario)]
     assert not missing, (missing, state["degraded"], state["iterations"])
-    assert chaos_run["seconds"] < 60, chaos_run["seconds"]
 
 
 def test_the_writer_with_its_server_down_writes_the_report_from_the_evidence(chaos_run) -> None:

@@ -108,8 +108,9 @@ def test_edited_search_lines_round_trip():
 
 @pytest.mark.parametrize("query, venue, has_pdf", [
     ("soil carbon papers published in Nature Communications since 2020", "Nature Communications", False),
-    ("work presented at the Proceedings of the ACM on Programming Languages", "ACM on Programming Languages",
-     False),
+    ("work presented at the Proceedings of the ACM on Programming Languages",
+     "Proceedings of the ACM on Programming Languages", False),
+    ("soil carbon studies published in English since 2015", None, False),  # a language, not a venue
     ("soil carbon in the journal Geoderma, with full text", "Geoderma", True),
     ("soil carbon studies, only those with PDFs", None, True),
     ("full-text search engines for soil data", None, False),  # a topic, not a constraint
