@@ -89,6 +89,20 @@ ARXIV_EMPTY = "query_idlist_0000.0000_no_results.xml"
 ARXIV_ERROR = "query_idlist_abc_error_http400.xml"
 
 
+
+def read_body(handler: BaseHTTPRequestHandler) -> bytes:
+    """A request's whole body, with Content-Length or chunked (the canary test reads every byte sent)."""
+    if "chunked" in (handler.headers.get("Transfer-Encoding") or "").lower():
+        chunks = []
+        while (size := int(handler.rfile.readline().split(b";")[0].strip() or b"0", 16)) > 0:
+            chunks.append(handler.rfile.read(size))
+            handler.rfile.readline()
+        while handler.rfile.readline() not in (b"\r\n", b"\n", b""):
+            pass  # trailers
+        return b"".join(chunks)
+    length = int(handler.headers.get("Content-Length") or 0)
+    return handler.rfile.read(length) if length else b""
+
 @dataclass(frozen=True)
 class Request:
     method: str
@@ -436,23 +450,11 @@ class LoopbackSources:
             def do_DELETE(self) -> None:  # noqa: N802
                 self._receive("DELETE")
 
-            def _read_body(self) -> bytes:
-                if "chunked" in (self.headers.get("Transfer-Encoding") or "").lower():
-                    chunks = []
-                    while (size := int(self.rfile.readline().split(b";")[0].strip() or b"0", 16)) > 0:
-                        chunks.append(self.rfile.read(size))
-                        self.rfile.readline()
-                    while self.rfile.readline() not in (b"\r\n", b"\n", b""):
-                        pass  # trailers
-                    return b"".join(chunks)
-                length = int(self.headers.get("Content-Length") or 0)
-                return self.rfile.read(length) if length else b""
-
             def _receive(self, method: str) -> None:
                 parts = urlsplit(self.path)
                 req = Request(method, unquote(parts.path) if not parts.path.startswith("/works/") else parts.path,
                               parse_qs(parts.query, keep_blank_values=True), parts.query,
-                              {k.lower(): v for k, v in self.headers.items()}, time.monotonic(), self._read_body())
+                              {k.lower(): v for k, v in self.headers.items()}, time.monotonic(), read_body(self))
                 with owner._lock:
                     owner.in_flight += 1
                     owner.max_in_flight = max(owner.max_in_flight, owner.in_flight)

@@ -44,6 +44,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, unquote_plus, urlencode, urlsplit
 
+from tests.loopback_sources import read_body
+
 KEY_ALPHABET = "23456789ABCDEFGHIJKLMNPQRSTUVWXYZ"
 
 # Documented field lists (zotero.org/support/dev/web_api/v3/types_and_fields; schema.json) for the
@@ -307,18 +309,6 @@ class _Handler(BaseHTTPRequestHandler):
     def do_HEAD(self) -> None:  # noqa: N802
         self._route("HEAD")
 
-    def _read_body(self) -> bytes:
-        if "chunked" in (self.headers.get("Transfer-Encoding") or "").lower():
-            chunks = []
-            while (size := int(self.rfile.readline().split(b";")[0].strip() or b"0", 16)) > 0:
-                chunks.append(self.rfile.read(size))
-                self.rfile.readline()
-            while self.rfile.readline() not in (b"\r\n", b"\n", b""):
-                pass  # trailers
-            return b"".join(chunks)
-        length = int(self.headers.get("Content-Length") or 0)
-        return self.rfile.read(length) if length else b""
-
     @property
     def owner(self) -> LoopbackZotero:
         return self.server.owner  # type: ignore[attr-defined]
@@ -328,7 +318,7 @@ class _Handler(BaseHTTPRequestHandler):
         owner = self.owner
         parts = urlsplit(self.path)
         query = {k: v[-1] for k, v in parse_qs(parts.query, keep_blank_values=True).items()}
-        body = self._read_body()
+        body = read_body(self)
         self._method = method
         with owner._lock:
             owner.requests.append(RecordedRequest(method, parts.path, query, dict(self.headers.items()), body,
