@@ -110,16 +110,15 @@ def resume(run_id: Annotated[str, typer.Argument(help="The run to continue (see 
     """Continue a run whose driver died, was cancelled or failed, without redoing finished work."""
     from gateway import cli as base
     from gateway.session import ResearchSession, resume_plan
+    from infra.errors import ConfigError
 
     settings, rundir, state = _load(run_id, runs_dir)
-    if state.get("status") == "finished":
-        base.err.print(f"[red]error:[/red] run {run_id} is already finished: {rundir.report_md}")
-        raise typer.Exit(2)
-    if not state.get("requirements"):
-        base.err.print(f"[red]error:[/red] run {run_id} never started (no approved requirements); "
-                       "start a new run with `forage research`")
-        raise typer.Exit(2)
-    settings, plan = resume_plan(settings, run_id, state, address=address)
+    try:  # refuses a finished run and one never approved
+        settings, plan = resume_plan(settings, run_id, state, address=address)
+    except ConfigError as exc:
+        finished = f": {rundir.report_md}" if state.get("status") == "finished" else ""
+        base.err.print(f"[red]error:[/red] {exc}{finished}")
+        raise typer.Exit(2) from None
     base.console.print(f"resuming run [bold]{run_id}[/bold] after {len(state.get('iterations', []))} "
                        f"iteration(s), {len(state.get('documents', {}))} document(s) already ingested")
     session = ResearchSession(settings, run_id=run_id, quiet=True)

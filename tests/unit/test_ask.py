@@ -128,17 +128,25 @@ def passage_titles(prompt: str) -> set[str]:
     return {line.split("] ", 1)[1].rsplit(" — ", 1)[0] for line in prompt.splitlines() if re.match(r"\[\d+\] ", line)}
 
 
+def answering_model(titles: list[set[str]]):
+    """A model that takes the question as a question and answers from passage [1], recording the titles
+    of the passages each answer call was shown."""
+    def model(messages, schema):
+        if schema is AskIntent:
+            return {"intent": "question", "reply": ""}
+        titles.append(passage_titles(messages[-1]["content"]))
+        return {"sufficient": True,
+                "sentences": [{"sentence": "The Calvin cycle fixes carbon dioxide.", "sources": [1]}]}
+
+    return model
+
+
 def test_library_limits_the_passages_to_that_folder(lab, embedder, tmp_path):
     from actors.steps.ask import library_filter
 
     seen: list[set[str]] = []
 
-    def model(messages, schema):
-        if schema is AskIntent:
-            return {"intent": "question", "reply": ""}
-        seen.append(passage_titles(messages[-1]["content"]))
-        return {"sufficient": True,
-                "sentences": [{"sentence": "The Calvin cycle fixes carbon dioxide.", "sources": [1]}]}
+    model = answering_model(seen)
 
     scope = library_filter(tmp_path / "lab")
     scoped = asyncio.run(AskStep(lab, embedder, FunctionLLM(model), scope=scope).ask(QUESTION))
@@ -156,12 +164,7 @@ def test_cli_ask_library_answers_from_it_and_refuses_a_library_with_no_papers(la
 
     titles: list[set[str]] = []
 
-    def model(messages, schema):
-        if schema is AskIntent:
-            return {"intent": "question", "reply": ""}
-        titles.append(passage_titles(messages[-1]["content"]))
-        return {"sufficient": True,
-                "sentences": [{"sentence": "The Calvin cycle fixes carbon dioxide.", "sources": [1]}]}
+    model = answering_model(titles)
 
     monkeypatch.setattr(infra.llm, "build_llm", lambda settings: FunctionLLM(model))
     monkeypatch.chdir(tmp_path)  # a relative --library is resolved like forage research's

@@ -165,23 +165,25 @@ class RecordingSession:
         pass
 
 
-def research_with_searches(tmp_path, library, monkeypatch, *flags: str):
+def research_with_searches(tmp_path, library, monkeypatch, *flags: str,
+                           lines: str = "soil moisture sensing | 2019- | pdf | author: Jane Doe | venue: Water Research",
+                           exit_code: int = 0):
+    """`forage research --searches FILE` with a session that records the plan it is handed; (output, plans)."""
     monkeypatch.setattr("gateway.session.ResearchSession", RecordingSession)
     RecordingSession.ran = []
     searches = tmp_path / "searches.txt"
-    searches.write_text("soil moisture sensing | 2019- | pdf | author: Jane Doe | venue: Water Research\n")
+    searches.write_text(lines + "\n")
     with LoopbackOllama() as server:
         result, out = invoke("research", "soil moisture?", "--library", str(library), "--yes", "--llm", "ollama",
                              "--searches", str(searches), "--runs-dir", str(tmp_path / "runs"), *flags,
                              env={"FORAGE_LLM__HOST": server.url, "FORAGE_NET__OFFLINE": "false",
                                   "COLUMNS": "200"})  # a table row on one line
-    assert result.exit_code == 0, result.output
-    [ran] = RecordingSession.ran
-    return out, ran
+    assert result.exit_code == exit_code, result.output
+    return out, RecordingSession.ran
 
 
 def test_offline_searches_file_says_nothing_is_sent(tmp_path, library, monkeypatch) -> None:
-    out, ran = research_with_searches(tmp_path, library, monkeypatch, "--offline")
+    out, [ran] = research_with_searches(tmp_path, library, monkeypatch, "--offline")
     assert "Search strings sent" not in out
     assert "the 1 search string(s) in" in out and "are not sent; nothing leaves this machine" in out
     assert "Nothing leaves this machine" in out
@@ -189,7 +191,7 @@ def test_offline_searches_file_says_nothing_is_sent(tmp_path, library, monkeypat
 
 
 def test_online_searches_file_shows_every_filter_that_is_sent(tmp_path, library, monkeypatch) -> None:
-    out, ran = research_with_searches(tmp_path, library, monkeypatch)
+    out, [ran] = research_with_searches(tmp_path, library, monkeypatch)
     assert "Search strings sent to the online databases" in out
     for shown in ("soil moisture sensing", "years 2019–…", "with a PDF", "by Jane Doe", "in Water Research"):
         assert shown in out
@@ -198,12 +200,6 @@ def test_online_searches_file_shows_every_filter_that_is_sent(tmp_path, library,
 
 
 def test_a_bad_searches_file_is_refused_before_a_run_starts(tmp_path, library, monkeypatch) -> None:
-    monkeypatch.setattr("gateway.session.ResearchSession", RecordingSession)
-    RecordingSession.ran = []
-    searches = tmp_path / "searches.txt"
-    searches.write_text("soil moisture | sometimes\n")
-    with LoopbackOllama() as server:
-        result, out = invoke("research", "q?", "--library", str(library), "--yes", "--llm", "ollama",
-                             "--searches", str(searches), env={"FORAGE_LLM__HOST": server.url})
-    assert result.exit_code == 2 and "unknown filter 'sometimes'" in out
-    assert "→" not in out and RecordingSession.ran == []
+    out, ran = research_with_searches(tmp_path, library, monkeypatch, lines="soil moisture | sometimes", exit_code=2)
+    assert "unknown filter 'sometimes'" in out
+    assert "→" not in out and ran == []
