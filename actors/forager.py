@@ -29,9 +29,9 @@ class Forager:
             from infra.llm import build_llm
             from infra.store import build_store
 
-            from actors.llm_gate import with_slots
+            from actors.llm_endpoint import with_slots
 
-            # every LLM call holds one Ray llm_slot when ray.llm_slots is set
+            # with ray.llm_slots every LLM call is made by a node's LLM endpoint, holding one of its slots
             llm = with_slots(self._llm or build_llm(self.settings), self.settings)
             self._step = ForageStep(self.settings, build_store(self.settings),
                                     self._embedder or build_embedder(self.settings), llm, emit=self._emit)
@@ -47,8 +47,6 @@ class Forager:
                    iteration=request.iteration, requirement_id=request.requirement.id, pid=os.getpid(), node=node)
         try:
             step = self._ensure()
-            if hasattr(step.llm, "new_round"):  # slot priority counts this iteration's calls only
-                step.llm.new_round()
             return await step.forage(request)
         except Exception as exc:  # noqa: BLE001 — the boundary where a requirement fails alone
             reason = f"{type(exc).__name__}: {exc}"

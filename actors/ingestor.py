@@ -27,11 +27,11 @@ class Ingestor:
 
     def _context_llm(self) -> Any | None:
         """The LLM that writes chunk contexts, only when ``ingest.contextual`` is on (as a Forager's:
-        the one given, else built from the settings; each call holds a Ray llm_slot when
+        the one given, else built from the settings; each call is made by a node's LLM endpoint when
         ``ray.llm_slots`` is set). None when the setting is off: no LLM is built."""
         if not self.settings.ingest.contextual:
             return None
-        from actors.llm_gate import with_slots
+        from actors.llm_endpoint import with_slots
         from infra.llm import build_llm
 
         return with_slots(self._llm or build_llm(self.settings), self.settings)

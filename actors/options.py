@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 from infra.settings import Settings
 
-Role = Literal["orchestrator", "status_hub", "searcher", "ingestor", "forager", "writer", "llm_gate"]
+Role = Literal["orchestrator", "status_hub", "searcher", "ingestor", "forager", "writer", "llm_endpoint"]
 
 LLM_SLOT = "llm_slot"  # the Ray custom resource of one LLM endpoint's capacity
 
@@ -25,7 +25,8 @@ _IDEMPOTENT: dict[tuple[str, str], bool] = {
 
 
 def options_for(role: Role, settings: Settings, *, name: str | None = None,
-                cluster_gpus: float | None = None, home_node: str | None = None) -> dict[str, Any]:
+                cluster_gpus: float | None = None, home_node: str | None = None,
+                endpoint_node: str | None = None, endpoint_slots: int = 1) -> dict[str, Any]:
     """Options for ``ray.remote(cls).options(...)`` of one role.
 
     ``cluster_gpus``: GPUs the Ray cluster has (default: asked from the running Ray; 0 without one);
@@ -39,6 +40,9 @@ def options_for(role: Role, settings: Settings, *, name: str | None = None,
 
     Foragers are spread over the nodes (Ray's SPREAD strategy): on a lab cluster each machine hosts
     some, rather than the first machine all of them; their LLM calls go wherever a slot is free.
+
+    ``endpoint_node`` / ``endpoint_slots``: an LLM endpoint (:mod:`actors.llm_endpoint`) is pinned to its
+    node (hard affinity) and holds all ``endpoint_slots`` of the node's ``llm_slot`` units.
     """
     ray = settings.ray
     opts: dict[str, Any] = {"num_cpus": 0}
@@ -62,10 +66,16 @@ def options_for(role: Role, settings: Settings, *, name: str | None = None,
             from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
             opts["scheduling_strategy"] = NodeAffinitySchedulingStrategy(node_id=home_node, soft=False)
-    if role == "llm_gate":
-        # one per cluster, shared by every run's Foragers and Ingestors: found by name, restarted if it dies
-        # (its callers fall back to unordered calls meanwhile), kept when the driver that created it exits
-        opts.update(max_restarts=-1, max_concurrency=10_000, lifetime="detached", get_if_exists=True)
+    if role == "llm_endpoint":
+        # one per node with llm_slot resources, shared by every run's LLM callers: found by name, kept when the
+        # driver that created it exits; not restarted (pinned to its node: it goes when the node goes, and
+        # callers make their call again on another endpoint)
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        opts.update(max_restarts=0, max_concurrency=10_000, lifetime="detached", get_if_exists=True,
+                    resources={LLM_SLOT: float(endpoint_slots)})
+        if endpoint_node is not None:
+            opts["scheduling_strategy"] = NodeAffinitySchedulingStrategy(node_id=endpoint_node, soft=False)
     if name is not None:
         opts["name"] = name
     return opts
@@ -125,16 +135,6 @@ def llm_slot_resources(settings: Settings) -> dict[str, float] | None:
     """Custom resources a local Ray declares at start: ``{"llm_slot": ray.llm_slots}``, or None."""
     slots = settings.ray.llm_slots
     return {LLM_SLOT: float(slots)} if slots else None
-
-
-def llm_call_options(settings: Settings) -> dict[str, Any] | None:
-    """Options of the Ray task that makes ONE LLM call of a Forager while holding one ``llm_slot``
-    (:class:`infra.llm.slotted.SlottedLLM`); None when ``ray.llm_slots`` is not set (the Forager
-    then calls its LLM directly). Per call, not per actor: Foragers outlive iterations and keep
-    their state, and calls of all requirements share the slots as they come."""
-    if not settings.ray.llm_slots:
-        return None
-    return {"num_cpus": 0, "resources": {LLM_SLOT: 1}, "max_retries": 0}
 
 
 def method_options(role: Role, method: str, settings: Settings) -> dict[str, Any]:

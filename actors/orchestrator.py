@@ -150,10 +150,10 @@ class Orchestrator:
 
     def _model(self) -> Any:
         """The Orchestrator's own LLM (requirements, search strings, re-planning), built once. With
-        ``ray.llm_slots`` each call holds one llm_slot like a Forager's and goes to the Ollama of the node it
-        runs on (``ray.ollama_hosts``): the driver's node, where the Orchestrator lives, needs no model server."""
+        ``ray.llm_slots`` each call is made like a Forager's by a node's LLM endpoint, to that node's Ollama
+        (``ray.ollama_hosts``): the driver's node, where the Orchestrator lives, needs no model server."""
         if self._llm is None:
-            from actors.llm_gate import with_slots
+            from actors.llm_endpoint import with_slots
             from infra.llm import build_llm
 
             self._llm = with_slots(build_llm(self.settings), self.settings)

@@ -70,10 +70,10 @@ class Searcher:
         if self._web is None:
             llm = self._llm
             if llm is None:
-                from actors.llm_gate import with_slots
+                from actors.llm_endpoint import with_slots
                 from infra.llm import build_llm
 
-                # screening calls hold an llm_slot and go to the node's own Ollama, like every LLM call of a run
+                # screening calls go through a node's LLM endpoint to its own Ollama, like every LLM call of a run
                 llm = with_slots(build_llm(self.settings), self.settings)
             self._web = build_web_search(self.settings, self.run_id, llm, self._emit)
         return self._web

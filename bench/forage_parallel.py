@@ -16,11 +16,11 @@ LanceDB folder (vectors from the stand-in's ``/api/embed``).
 For each slot count a fresh local Ray is started declaring that many ``llm_slot`` resources
 (``ray.llm_slots``), fresh Forager actors are created and warmed up (store, clients), then ONE
 forage iteration of all 8 requirements runs through :class:`actors.orchestrator.RayCrew`: all
-Foragers run at once and each LLM call holds one ``llm_slot`` (:class:`infra.llm.slotted.SlottedLLM`,
-a Ray task per call), so at most ``slots`` calls are at the stand-in at a time. ``--order`` picks who
-gets a slot that frees up (``ray.llm_order``): ``fifo`` is Ray's own order (first asked, first
-served), ``progress`` the cluster's LLM gate (actors/llm_gate.py: the requirement with the most
-calls completed in this iteration first). Printed: wall time, LLM calls per requirement,
+Foragers run at once and each LLM call is made by the node's LLM endpoint actor, which holds the
+``llm_slot`` units (:class:`infra.llm.slotted.SlottedLLM`, :mod:`actors.llm_endpoint`), so at most
+``slots`` calls are at the stand-in at a time. ``--order`` picks who gets a slot that frees up
+(``ray.llm_order``): ``fifo`` serves calls in the order they reach the endpoint, ``progress`` the
+requirement with the most calls completed in this iteration first. Printed: wall time, LLM calls per requirement,
 the critical-path bound (LLM calls of the longest requirement × delay), the slot bound
 (max(critical path, all calls × delay / slots): no schedule on that many slots can be faster), and
 the speed-up over 1 slot. Goals (issue 5): wall ≤ 1.15 × the critical path (printed as wall/critical; with fewer
@@ -111,43 +111,31 @@ def tail(requirements: list[Requirement], started: float, wall: float, delay: fl
             if text and r.text.startswith(text[:60]):
                 last[r.id] = max(last.get(r.id, 0.0), at - started + delay)
     ends = sorted(last.values())
-    return "ends " + " ".join(f"{e:.1f}" for e in ends) + f" (wall {wall:.1f})" if ends else ""
+    if not ends:
+        return ""
+    final = max(at for at, _ in ARRIVALS) - started + delay  # any call, also those that name no requirement
+    return "ends " + " ".join(f"{e:.1f}" for e in ends) + f" (last call {final:.1f}, wall {wall:.1f})"
 
 
 async def one_run(settings: Settings, requirements: list[Requirement], slots: int,
                   delay: float) -> tuple[float, list[int], str]:
-    import ray
-
-    from actors.options import LLM_SLOT
+    from actors.llm_endpoint import llm_endpoints
     from actors.orchestrator import RayCrew
 
     crew = RayCrew(settings, f"bench-{slots}", hub=None)
     try:
         await crew.start_foragers([r.id for r in requirements])
-
-        @ray.remote(num_cpus=0, resources={LLM_SLOT: 1})
-        def warm(seconds: float) -> int:  # start the workers the slot-holding LLM calls will run in
-            import infra.llm.ollama  # noqa: F401
-
-            time.sleep(seconds)
-            return 0
-
-        await asyncio.gather(*(warm.remote(0.5) for _ in range(slots)))
-        gate = None
-        if settings.ray.llm_order == "progress":
-            from actors.llm_gate import llm_gate
-
-            gate = llm_gate(settings)
-            await gate.stats.remote()  # started before the clock
+        endpoints = llm_endpoints(settings)  # the endpoint actor that makes every LLM call, started before the clock
+        await asyncio.gather(*(e.handle.stats.remote() for e in endpoints))
         requests = [ForageRequest(run_id=f"bench-{slots}", iteration=1, requirement=r) for r in requirements]
         ARRIVALS.clear()
         started = time.perf_counter()
         coverages = await crew.forage(requests)
         wall = time.perf_counter() - started
         schedule = tail(requirements, started, wall, delay) + "; "
-        if gate is not None:
-            stats = await gate.stats.remote()
-            schedule += f"gate: {stats['queued']}/{stats['admitted']} calls waited, peak {stats['max_in_use']}"
+        stats = [await e.handle.stats.remote() for e in endpoints]
+        schedule += "endpoint: " + ", ".join(f"{s['queued']}/{s['admitted']} calls waited, peak {s['max_in_use']}"
+                                             for s in stats)
     finally:
         await crew.close()
     failed = [c.error for c in coverages if c.status != "ok"]
@@ -161,7 +149,7 @@ def main() -> int:
     parser.add_argument("--beir", type=Path, default=REPO.parent / "shared" / "data" / "beir-scifact")
     parser.add_argument("--delay", type=float, default=0.3, help="seconds the stand-in takes per LLM call")
     parser.add_argument("--slots", type=int, nargs="+", default=[1, 2, 4])
-    parser.add_argument("--order", nargs="+", choices=["fifo", "progress"], default=["fifo", "progress"],
+    parser.add_argument("--order", nargs="+", choices=["chain", "fifo"], default=["chain", "fifo"],
                         help="who gets a freed slot (ray.llm_order); each order runs every slot count")
     parser.add_argument("--requirements", type=int, default=8)
     parser.add_argument("--docs", type=int, default=80)

@@ -219,15 +219,14 @@ class RayOptions(Section):
     llm_slots: int | None = Field(
         default=None, ge=1,
         description="LLM slots: a local Ray declares this many of the custom resource 'llm_slot' (a cluster "
-                    "declares one per LLM endpoint with `ray start --resources`); each LLM call of a Forager holds one, "
-                    "so at most this many calls run at once. None: Foragers call their LLM directly.")
-    llm_order: Literal["fifo", "progress"] = Field(
-        default="fifo",
-        description="With llm_slots: who gets a slot that frees up. 'fifo': Ray's own order, first come first served "
-                    "per calling process (a Forager whose call holds a slot runs its own queued calls on it first). "
-                    "'progress': the requirement that has completed the most LLM calls in this iteration "
-                    "first, through one priority queue per cluster (actors/llm_gate.py); measured slower than fifo "
-                    "on the 2-core bench (docs/foraging.md), so not the default.")
+                    "declares one per LLM endpoint with `ray start --resources`); every LLM call is made by a node's "
+                    "endpoint actor, at most this many at once. None: actors call their LLM directly.")
+    llm_order: Literal["chain", "fifo"] = Field(
+        default="chain",
+        description="With llm_slots: which waiting call a node's LLM endpoint serves when a slot frees up "
+                    "(actors/llm_endpoint.py). 'chain': the call with the most rounds of dependent calls still ahead "
+                    "of its requirement first, background calls (summaries nothing waits for) last, then arrival. "
+                    "'fifo': arrival only. docs/foraging.md has both measured.")
     lab_network: str | None = Field(
         default=None, description="Multi-node cluster: the lab network (CIDR, e.g. '10.0.0.0/24'); each node's Ray "
                                   "binds to its address in it (`python -m infra.cluster`, ray_cluster.yaml). None: "

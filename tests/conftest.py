@@ -56,6 +56,7 @@ def ray_cluster():
 
     from infra.ray_runtime import start_ray
 
-    start_ray(num_cpus=2)
+    # two llm_slot units, as ``ray.llm_slots = 2`` declares: the LLM endpoint tests use them, nothing else asks
+    start_ray(num_cpus=2, resources={"llm_slot": 2})
     yield ray
     ray.shutdown()

@@ -1,15 +1,10 @@
-"""Who gets the next free LLM slot: a priority queue in front of the Ray ``llm_slot`` resource.
+"""Which waiting LLM call gets the next free slot: the queue of each node's LLM endpoint.
 
-Ray hands a free resource to whichever waiting task asked first; it has no task priorities. With
-many Foragers sharing few slots that can be the wrong order at the end of an iteration: the
-requirement with the longest chain of dependent calls (judge → summaries → gate → section choice →
-judge → ...) queues behind every other requirement's calls at each step and may finish alone, long
-after the others. (Measured on the 2-core bench, the progress order below was slower than Ray's own,
-so it is opt-in: docs/foraging.md.) :class:`PriorityGate` admits at most ``capacity`` callers at once and serves waiters by
-priority (lower first), then by arrival; :class:`infra.llm.slotted.SlottedLLM` asks with
-``-(calls this requirement has completed in this forage)``, so a requirement that is further along
-its chain goes first ("progress" order, ``ray.llm_order``). The gate is a plain asyncio object,
-unit-tested without Ray; :class:`actors.llm_gate.LLMGate` makes it one cluster-wide actor.
+:class:`PriorityGate` admits at most ``capacity`` callers at once and serves waiters by priority (lower
+first), then by arrival. Each node's :class:`actors.llm_endpoint.LLMEndpoint` queues its calls in one; the
+priority a call carries comes from :mod:`infra.llm.slotted` ("chain" order: the call with more rounds of
+dependent calls ahead of its requirement first, background calls last; "fifo": all equal, so arrival).
+A plain asyncio object, unit-tested without Ray.
 """
 
 from __future__ import annotations

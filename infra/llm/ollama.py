@@ -7,7 +7,7 @@ is retried with short exponential backoff (tenacity) and then raised as :class:`
 :class:`LLMUnavailable`; a missing model is reported at once with the ``ollama pull`` to run.
 
 A fresh ``ollama.AsyncClient`` is opened per round trip, so one instance works from any event
-loop (Ray actors, the per-call Ray tasks of :mod:`infra.llm.slotted`, ``asyncio.run`` in scripts
+loop (Ray actors, the LLM endpoint actors of :mod:`actors.llm_endpoint`, ``asyncio.run`` in scripts
 and tests). The clients share one TLS context per process (:func:`tls_context`): building it is
 what made opening a client expensive (53 ms of CPU per call on the 2-core CI machine, more than
 the rest of a call's client-side work; 1 ms with the shared context).

@@ -1,21 +1,26 @@
-"""An LLM whose every call holds one Ray ``llm_slot`` (a custom resource per LLM endpoint).
+"""An LLM whose every call is made by an LLM endpoint actor holding one ``llm_slot`` of its node.
 
 :class:`SlottedLLM` wraps another LLM (an :class:`~infra.llm.ollama.OllamaLLM`: a small, picklable
-client) and runs each ``structured`` call as a Ray task that asks for one unit of the custom
-resource ``llm_slot``. Ray runs at most as many such calls at once as ``llm_slot`` units exist, and
-runs each on a node that has a free unit — so a cluster whose GPU nodes each declare their LLM
-endpoint's capacity (``ray start --resources '{"llm_slot": 1}'``) keeps every endpoint busy, and no
-endpoint gets more calls than it has slots, however many Foragers ask. Foragers themselves all run
-at once; waiting for a slot happens per call, so calls of different requirements interleave.
+client) and sends each ``structured`` call to one of the cluster's
+:class:`actors.llm_endpoint.LLMEndpoint` actors — one per node that declares ``llm_slot`` resources
+(``ray start --resources '{"llm_slot": 1}'``, or ``ray.llm_slots`` for a local Ray). The endpoint
+admits at most as many calls at once as its node has slots and makes them to its node's LLM server,
+so however many Foragers ask, no server gets more calls than it has slots, and every endpoint of a
+lab is kept busy. Foragers themselves all run at once; waiting for a slot happens per call, in the
+endpoint's queue, so calls of different requirements interleave in the order they arrive.
 
-With a gate (:class:`actors.llm_gate.LLMGate`, ``ray.llm_order = "progress"``; not the default), calls
-waiting for a slot are served in priority order rather than first come, first served: a call's
-priority is how many calls this LLM (one Forager's) has completed since :meth:`SlottedLLM.new_round`,
-so a requirement further along its chain of dependent calls goes first and the longest chain does
-not finish alone at the end (``bench/forage_parallel.py --order fifo progress`` measures both; on the
-2-core bench machine progress was the slower of the two, see docs/foraging.md). If
-the gate is gone (killed, its node lost) a call runs as a plain slot-holding task instead: it is
-never lost, only unordered.
+Which endpoint: the one with the fewest calls per slot held or waiting, counting this caller's own
+calls in flight there and the load each endpoint reported with its last answer (no extra round
+trip); ties go to the caller's own node, then the first listed. An endpoint that is gone (its node
+left the cluster) is dropped and the call is made again on another one, after looking the endpoints
+up again; the list is also looked up again every ``refresh_s`` seconds so a node that joins is used.
+
+``order``: "chain" (the default) sends each call's priority from the caller's context: a Forager marks
+its calls with the rounds of dependent calls still ahead of its requirement (:func:`rounds_ahead`), so the
+endpoint serves the longest chain first and it does not finish alone at the end of an iteration, and marks
+summaries nothing waits for as background (:func:`background_calls`), served only when no other call
+waits; calls without a mark (the Orchestrator's, the Writer's, ...) rank as 0 rounds ahead. "fifo":
+arrival only. Measured with ``bench/forage_parallel.py --order chain fifo`` (docs/foraging.md).
 
 Errors of the wrapped LLM (LLMOutputError, LLMTimeout, ...) reach the caller as themselves (Ray's
 task error is also an instance of the original exception class).
@@ -23,75 +28,103 @@ task error is also an instance of the original exception class).
 
 from __future__ import annotations
 
-import asyncio
-import functools
-from collections.abc import Sequence
+import contextlib
+import contextvars
+import sys
+import time
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
+from infra.errors import LLMUnavailable
 from infra.llm.base import LLM, ChatMessage, T
 
 
-def _call(llm: LLM, messages: list[ChatMessage], schema: type[T], hosts: dict[str, str] | None = None) -> T:
-    """The body of the slot-holding Ray task: one structured call, in the task's own event loop,
-    to the LLM endpoint of the node the task runs on (``hosts``: :func:`infra.cluster.on_this_node`)."""
-    if hosts:
-        from infra.cluster import on_this_node
-
-        llm = on_this_node(llm, hosts)
-    return asyncio.run(llm.structured(messages, schema))
+BACKGROUND = 1e9  # a background call's priority: served only when no other call waits
+_priority: contextvars.ContextVar[float] = contextvars.ContextVar("forage_llm_priority", default=0.0)
 
 
-@functools.cache
-def _task() -> Any:
-    import ray
+@contextlib.contextmanager
+def call_priority(value: float) -> Iterator[None]:
+    """LLM calls made inside (and in asyncio tasks started inside) wait at an endpoint by ``value`` (lower
+    first, then arrival) when the order is "chain"."""
+    token = _priority.set(value)
+    try:
+        yield
+    finally:
+        _priority.reset(token)
 
-    return ray.remote(_call)
+
+def rounds_ahead(rounds: int) -> contextlib.AbstractContextManager[None]:
+    """Calls that ``rounds`` rounds of dependent calls (this one included) still follow: the more, the sooner
+    served — the longest chain first, so it does not finish alone at the end of an iteration."""
+    return call_priority(-float(rounds))
 
 
-async def start_call(llm: LLM, messages: list[ChatMessage], schema: type[T], hosts: dict[str, str] | None,
-                     options: dict[str, Any]) -> T:
-    """Run one call as a Ray task with ``options`` (which ask for one ``llm_slot``) and wait for it."""
-    return await _task().options(**options).remote(llm, messages, schema, hosts or None)
+def background_calls() -> contextlib.AbstractContextManager[None]:
+    """Calls nothing waits for before its next call (e.g. summaries no deep dive reads): served only when no
+    other call waits, they fill the slots the chains of dependent calls leave free."""
+    return call_priority(BACKGROUND)
 
 
 class SlottedLLM:
-    """``inner``'s calls, each as a Ray task holding one ``llm_slot`` (options from
-    :func:`actors.options.llm_call_options`)."""
+    """``inner``'s calls, each made by an endpoint actor from ``find()`` (:func:`actors.llm_endpoint.llm_endpoints`)."""
 
     queues_calls = True  # a call waits for a slot before it reaches a server: callers may issue many at once
 
-    def __init__(self, inner: LLM, options: dict[str, Any], hosts: dict[str, str] | None = None,
-                 gate: Any | None = None, lease_s: float = 600.0) -> None:
+    def __init__(self, inner: LLM, find: Callable[[], list[Any]], hosts: dict[str, str] | None = None,
+                 order: str = "fifo", refresh_s: float = 30.0) -> None:
         self.inner = inner
-        self.options = dict(options)
+        self.find = find
         self.hosts = dict(hosts or {})  # node name or IP -> endpoint (ray.ollama_hosts)
-        self.gate = gate  # an LLMGate actor handle, or None: first come, first served
-        self.lease_s = lease_s  # the gate takes a place back after this long if it is not given back
+        self.order = order
+        self.refresh_s = refresh_s
         self.name = f"{inner.name} (ray llm_slot)"
         self.calls = 0
-        self.completed = 0  # calls answered (or failed) since new_round
-        self.ungated = 0  # calls that ran without the gate because it was gone
+        self.rerouted = 0  # calls made again on another endpoint because theirs was gone
+        self._endpoints: list[Any] = []
+        self._found_at = float("-inf")
+        self._node: str | None = None
 
-    def new_round(self) -> None:
-        """A new forage iteration: this requirement's priority starts again from zero."""
-        self.completed = 0
+    def endpoints(self, *, again: bool = False) -> list[Any]:
+        """The endpoints to choose from: looked up on first use, every ``refresh_s`` seconds, and when ``again``.
+        A looked-up endpoint keeps this caller's counts if it was known before."""
+        now = time.monotonic()
+        if again or not self._endpoints or now - self._found_at > self.refresh_s:
+            known = {e.node_id: e for e in self._endpoints}
+            self._endpoints = [known.get(e.node_id, e) for e in self.find()]
+            self._found_at = now
+        return self._endpoints
+
+    def _pick(self, endpoints: list[Any]) -> Any:
+        if self._node is None:
+            ray = sys.modules.get("ray")  # never starts a Ray (get_runtime_context would): no Ray, no preference
+            self._node = ray.get_runtime_context().get_node_id() if ray and ray.is_initialized() else ""
+        return min(endpoints, key=lambda e: ((e.load + e.mine) / e.slots, e.node_id != self._node))
 
     async def structured(self, messages: Sequence[ChatMessage], schema: type[T]) -> T:
-        self.calls += 1
-        lease = None
-        try:
-            if self.gate is not None:
-                import ray
+        import ray
 
-                try:
-                    lease = await self.gate.acquire.remote(-self.completed, self.lease_s)
-                except ray.exceptions.RayActorError:  # the gate died: unordered, but the call still runs
-                    self.ungated += 1
-            return await start_call(self.inner, list(messages), schema, self.hosts, self.options)
-        finally:
-            self.completed += 1
-            if lease is not None:
-                self.gate.release.remote(lease)  # not awaited: the answer need not wait for the bookkeeping
+        self.calls += 1
+        priority = _priority.get() if self.order == "chain" else 0.0
+        again = False
+        for _ in range(3):  # an endpoint that is gone: look them up again and try another
+            endpoints = self.endpoints(again=again)
+            if not endpoints:
+                raise LLMUnavailable("no LLM endpoint: no node of the Ray cluster declares an 'llm_slot' "
+                                     "resource (ray.llm_slots, or `ray start --resources`)", retryable=True)
+            endpoint = self._pick(endpoints)
+            endpoint.mine += 1
+            try:
+                answer, endpoint.load = await endpoint.handle.call.remote(
+                    self.inner, list(messages), schema, self.hosts or None, priority)
+                return answer
+            except (ray.exceptions.RayActorError, ray.exceptions.ActorUnschedulableError):
+                self._endpoints = [e for e in self._endpoints if e is not endpoint]
+                self.rerouted += 1
+                again = True
+            finally:
+                endpoint.mine -= 1
+        raise LLMUnavailable("every LLM endpoint tried was gone (their nodes left the cluster)", retryable=True)
 
     async def check(self) -> None:
         await self.inner.check()

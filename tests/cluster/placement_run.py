@@ -1,7 +1,7 @@
 """Run by tests/cluster/test_placement.py in its own process: a simulated lab cluster
 (ray.cluster_utils.Cluster: a head without LLM slots and three "GPU nodes", each with one
 llm_slot and the label forage-node=gpuN) and one loopback Ollama per node. Forager LLM calls go
-through the real SlottedLLM + OllamaLLM; prints what happened as JSON on the last line."""
+through the real SlottedLLM, LLM endpoint actors and OllamaLLM; prints what happened as JSON on the last line."""
 
 from __future__ import annotations
 
@@ -47,32 +47,32 @@ def main() -> dict[str, object]:
     try:
         # a default host where nothing listens: a call that is not redirected to its node's Ollama fails
         inner = OllamaLLM(host="http://127.0.0.1:9", timeout_s=30, max_retries=0)
-        options = {"num_cpus": 0, "resources": {"llm_slot": 1}, "max_retries": 0}
-        llm = SlottedLLM(inner, options, hosts=hosts)
-        ask = [{"role": "user", "content": "say ok"}]
-
-        async def calls(n: int) -> list[str]:
-            return [r.text for r in await asyncio.gather(*(llm.structured(ask, Echo) for _ in range(n)))]
-
-        # nine calls, three slots on three nodes: Ray must use every node to run them
-        result["answers"] = asyncio.run(calls(9))
-        result["first"] = {name: len(s.chat_requests) for name, s in servers.items()}
-
-        # the same through the cluster's LLM gate (ray.llm_order = progress): it admits as many calls at
-        # once as the cluster has llm_slot resources, and they still spread over every node
-        from actors.llm_gate import llm_gate
+        from actors.llm_endpoint import llm_endpoints
         from infra.settings import Settings
 
-        gate = llm_gate(Settings.load())
-        gated = SlottedLLM(inner, options, hosts=hosts, gate=gate)
+        settings = Settings.load()
+        llm = SlottedLLM(inner, lambda: llm_endpoints(settings), hosts=hosts)
+        ask = [{"role": "user", "content": "say ok"}]
+
+        async def calls(n: int, slotted: SlottedLLM = llm) -> list[str]:
+            return [r.text for r in await asyncio.gather(*(slotted.structured(ask, Echo) for _ in range(n)))]
+
+        # nine calls, three slots on three nodes: every node's endpoint must take some
+        result["answers"] = asyncio.run(calls(9))
+        result["first"] = {name: len(s.chat_requests) for name, s in servers.items()}
+        result["endpoints"] = len(llm.endpoints())
+
+        # the same with priorities (chain order, calls marked as a long chain): the endpoints' queues order by
+        # priority, calls still spread
+        from infra.llm.slotted import rounds_ahead
+
+        chained = SlottedLLM(inner, lambda: llm_endpoints(settings), hosts=hosts, order="chain")
         before = {name: len(s.chat_requests) for name, s in servers.items()}
-        result["gated_answers"] = [r.text for r in asyncio.run(
-            _gather(*(gated.structured(ask, Echo) for _ in range(9))))]
-        result["gated"] = {name: len(s.chat_requests) - before[name] for name, s in servers.items()}
-        result["gate_idle"] = ray.get(gate.idle.remote(30.0))  # every lease given back
-        result["gate"] = ray.get(gate.stats.remote())
-        result["gated_ungated"] = gated.ungated
-        ray.kill(gate, no_restart=True)
+        with rounds_ahead(5):
+            result["chain_answers"] = asyncio.run(calls(9, chained))
+        result["chained"] = {name: len(s.chat_requests) - before[name] for name, s in servers.items()}
+        stats = [ray.get(e.handle.stats.remote()) for e in chained.endpoints()]
+        result["endpoint_stats"] = stats
 
         # which endpoint a task on each node resolves, pinned to that node
         @ray.remote(num_cpus=0)
@@ -90,20 +90,18 @@ def main() -> dict[str, object]:
         result["resolved"] = resolved
         result["hosts"] = hosts
 
-        # a node leaves mid-run: later calls run on the nodes that are left
+        # a node leaves mid-run: later calls run on the nodes that are left (a call sent to gpu2's endpoint,
+        # gone with its node, is made again on another)
         cluster.remove_node(nodes["gpu2"])
         result["after_removal"] = asyncio.run(calls(4))
         result["second"] = {name: len(s.chat_requests) for name, s in servers.items()}
+        result["rerouted"] = llm.rerouted
     finally:
         ray.shutdown()
         cluster.shutdown()
         for server in servers.values():
             server.stop()
     return result
-
-
-async def _gather(*calls):
-    return await asyncio.gather(*calls)
 
 
 if __name__ == "__main__":

@@ -643,6 +643,62 @@ def test_a_certain_reformulation_runs_beside_the_deep_dive_when_the_llm_queues_c
     assert {e.doc_id: e.summary for e in cov.evidence} == {e.doc_id: e.summary for e in alone.evidence}
 
 
+class ChainOrder:
+    """The Oracle, recording each call's place in the endpoint's queue order (infra.llm.slotted's priority, as
+    SlottedLLM reads it); a background summary answers only once a Reformulation has been asked, so a
+    reformulation that waited for it would wait for ever."""
+
+    def __init__(self, oracle: Oracle) -> None:
+        self.oracle = oracle
+        self.asked: list[tuple[str, str, float]] = []
+        self.reformulating = asyncio.Event()
+
+    async def __call__(self, messages, schema):
+        from infra.llm.slotted import BACKGROUND, _priority
+
+        title = next(m["content"] for m in messages if m["role"] == "user").splitlines()[0]
+        self.asked.append((schema.__name__, title, _priority.get()))
+        if schema is Reformulation:
+            self.reformulating.set()
+        if _priority.get() == BACKGROUND:
+            await asyncio.wait_for(self.reformulating.wait(), timeout=10)
+        return self.oracle(messages, schema)
+
+
+def test_calls_carry_their_chains_rounds_ahead_and_summaries_nobody_waits_for_are_background(store, embedder):
+    from infra.llm.slotted import BACKGROUND
+
+    def oracle() -> Oracle:
+        return Oracle({"photosystem II": "interesting", "Sun leaves": "answers"}, sections=["Methods"],
+                      query="leaf energy budget canopy")
+
+    # FOREST answers, PHOTO is only interesting: one dive (PHOTO), FOREST's summary is read by nothing; with
+    # min_papers=2 the dive may bring the second paper, so a reformulation can only follow it (it does not:
+    # the dive's chunks are unrelated) and PHOTO's chain is dive + reformulation long
+    options = {"vector_k": N_BODY_CHUNKS, "max_deep_dives": 1, "min_papers": 2}
+    fn = ChainOrder(oracle())
+    llm = FunctionLLM(fn)
+    llm.queues_calls = True
+    cov = forage(ForageStep(settings(**options), store, embedder, llm))
+    rounds = [(schema, title.removeprefix("Title: ").removeprefix("Requirement: ")[:30], priority)
+              for schema, title, priority in fn.asked]
+    assert rounds[0][0] == "BatchVerdict" and rounds[0][2] == -8  # judge, then dive (4) and reformulation (3)
+    by_call = {(schema, title): priority for schema, title, priority in rounds}
+    assert by_call[("DocumentGist", "Light Reactions of Photosynthe")] == -7  # the dive's summary: 4 + 3 ahead
+    assert by_call[("DocumentGist", "Forest Canopy Ecology")] == BACKGROUND
+    chain = [(schema, priority) for schema, _, priority in rounds if schema not in ("DocumentGist", "BatchVerdict")]
+    # (the chosen section's chunks were all judged at the start: no dive judging call)
+    assert chain[:3] == [("RelevanceGate", -6), ("SectionChoice", -5), ("Reformulation", -3)]
+    # the reformulation was asked while FOREST's background summary was still waiting
+    assert fn.reformulating.is_set()
+    # the same calls and decisions as one after another
+    one = FunctionLLM(oracle())
+    alone = forage(ForageStep(settings(**options), store, embedder, one))
+    assert sorted(llm.schemas_asked()) == sorted(one.schemas_asked())
+    assert decisions(cov) == decisions(alone)
+    assert {e.doc_id: e.summary for e in cov.evidence} == {e.doc_id: e.summary for e in alone.evidence}
+
+
 def test_a_summary_being_made_is_waited_for_not_asked_again(store, embedder):
     from actors.steps.forage import _Iteration
 

@@ -1,38 +1,339 @@
-"""LLM slots: the Ray custom resource ``llm_slot`` per LLM endpoint, taken per LLM call.
+"""LLM slots: every slotted LLM call is made by its node's LLM endpoint actor, at most ``llm_slot`` calls at once.
 
-The session Ray (tests/conftest.py) declares no ``llm_slot``, so the Ray test runs SlottedLLM with
-options that need none: it checks the call path (answer and errors through a Ray task); the
-bench (bench/forage_parallel.py) measures the slots themselves.
+The waiting order (:class:`infra.llm.gate.PriorityGate`), the endpoint's admission and the caller's choice of
+endpoint are tested as plain asyncio; the Ray tests run the real endpoint actors of the session Ray (which
+declares two ``llm_slot`` units, tests/conftest.py). The speed this buys is measured by
+``bench/forage_parallel.py``; placement over several nodes by tests/cluster/test_placement.py.
 """
 
 from __future__ import annotations
 
 import asyncio
+from types import SimpleNamespace
 
 import pytest
 
-from actors.options import LLM_SLOT, llm_call_options, llm_slot_resources
+from actors.llm_endpoint import ENDPOINT_PREFIX, Endpoint, LLMEndpoint, llm_endpoints, with_slots
+from actors.options import LLM_SLOT, llm_slot_resources, options_for
 from actors.steps.schemas import DocumentGist
-from infra.errors import LLMOutputError
-from infra.llm.fakes import ScriptedLLM
-from infra.llm.slotted import SlottedLLM
+from infra.errors import LLMOutputError, LLMUnavailable
+from infra.llm.fakes import FunctionLLM, ScriptedLLM
+from infra.llm.gate import PriorityGate
+from infra.llm.slotted import BACKGROUND, SlottedLLM, background_calls, rounds_ahead
 from infra.settings import Settings
 
+ASK = [{"role": "user", "content": "leaves"}]
 
-def test_slots_come_from_settings() -> None:
-    assert llm_slot_resources(Settings.load()) is None and llm_call_options(Settings.load()) is None
-    settings = Settings.load().updated(ray={"llm_slots": 4})
-    assert llm_slot_resources(settings) == {LLM_SLOT: 4.0}
-    assert llm_call_options(settings) == {"num_cpus": 0, "resources": {LLM_SLOT: 1}, "max_retries": 0}
+
+async def _served_order(capacity: int, priorities: list[float]) -> list[int]:
+    """Fill the gate, queue one waiter per priority (in list order), then free places one by one."""
+    gate = PriorityGate(capacity)
+    for _ in range(capacity):
+        await gate.acquire()
+    order: list[int] = []
+
+    async def waiter(i: int, priority: float) -> None:
+        await gate.acquire(priority)
+        order.append(i)
+
+    tasks = [asyncio.create_task(waiter(i, p)) for i, p in enumerate(priorities)]
+    await asyncio.sleep(0)  # every waiter is queued
+    assert gate.waiting() == len(priorities) and gate.in_use == capacity
+    for _ in priorities:
+        gate.release()
+        await asyncio.sleep(0)
+    await asyncio.gather(*tasks)
+    return order
+
+
+def test_waiters_are_served_by_priority_then_arrival() -> None:
+    # -completed calls: the requirement with 5 done goes before the ones with 2, then 0; ties by arrival
+    assert asyncio.run(_served_order(1, [0, -2, -5, -2, 0])) == [2, 1, 3, 0, 4]
+    assert asyncio.run(_served_order(2, [0, 0, 0])) == [0, 1, 2]  # equal priorities: first come, first served
+
+
+def test_never_more_holders_than_capacity() -> None:
+    async def main() -> PriorityGate:
+        gate = PriorityGate(3)
+        inside = 0
+        peak = 0
+
+        async def call(i: int) -> None:
+            nonlocal inside, peak
+            async with gate.held(-(i % 4)):
+                inside += 1
+                peak = max(peak, inside)
+                await asyncio.sleep(0)
+                inside -= 1
+
+        await asyncio.gather(*(call(i) for i in range(40)))
+        assert peak == 3
+        return gate
+
+    gate = asyncio.run(main())
+    assert asyncio.run(gate.idle(0.01))  # nobody holds a place
+    assert gate.stats() == {"in_use": 0, "waiting": 0, "admitted": 40, "queued": 37, "max_in_use": 3,
+                            "capacity": 3}
+
+
+def test_a_cancelled_waiter_or_holder_leaks_no_place() -> None:
+    async def main() -> None:
+        gate = PriorityGate(1)
+        await gate.acquire()
+        waiting = asyncio.create_task(gate.acquire(-9))
+        await asyncio.sleep(0)
+        waiting.cancel()  # gave up while queued (its Forager died): skipped, not admitted
+        with pytest.raises(asyncio.CancelledError):
+            await waiting
+        later = asyncio.create_task(gate.acquire(0))
+        await asyncio.sleep(0)
+        gate.release()
+        await later  # the place went to the next live waiter
+        assert gate.in_use == 1
+
+        async def holder() -> None:
+            async with gate.held():
+                await asyncio.Event().wait()
+
+        held = asyncio.create_task(holder())
+        await asyncio.sleep(0)
+        gate.release()
+        await asyncio.sleep(0)
+        assert gate.in_use == 1  # the holder got it
+        held.cancel()  # cancelled while holding: the place comes back
+        with pytest.raises(asyncio.CancelledError):
+            await held
+        assert gate.in_use == 0 and gate.waiting() == 0
+
+    asyncio.run(main())
+
+
+def test_capacity_is_read_again_so_new_slots_admit_waiters() -> None:
+    async def main() -> None:
+        slots = [1]
+        gate = PriorityGate(lambda: slots[0])
+        await gate.acquire()
+        second = asyncio.create_task(gate.acquire())
+        await asyncio.sleep(0)
+        assert not second.done()
+        slots[0] = 2  # a node with one more slot joined
+        third = asyncio.create_task(gate.acquire())  # the new place goes to the queue, in order
+        await asyncio.sleep(0)
+        gate.release()
+        await asyncio.gather(second, third)
+        assert gate.in_use == 2
+
+
+
+def test_slots_and_endpoint_options_come_from_settings() -> None:
+    assert llm_slot_resources(Settings.load()) is None
+    assert llm_slot_resources(Settings.load().updated(ray={"llm_slots": 4})) == {LLM_SLOT: 4.0}
     with pytest.raises(ValueError):
         Settings.load().updated(ray={"llm_slots": 0})
+    with pytest.raises(ValueError):
+        Settings.load().updated(ray={"llm_order": "random"})
+    plain = ScriptedLLM([])
+    assert with_slots(plain, Settings.load()) is plain  # no slots: the LLM is called directly
+    slotted = with_slots(plain, Settings.load().updated(ray={"llm_slots": 2, "llm_order": "fifo"}))
+    assert isinstance(slotted, SlottedLLM) and slotted.inner is plain and slotted.order == "fifo"
+    assert Settings.load().ray.llm_order == "chain"  # measured faster (docs/foraging.md)
+
+    opts = options_for("llm_endpoint", Settings.load(), name="e", endpoint_node="ab" * 28, endpoint_slots=3)
+    assert opts["resources"] == {LLM_SLOT: 3.0} and opts["num_cpus"] == 0  # all of its node's slots
+    assert opts["scheduling_strategy"].node_id == "ab" * 28 and opts["scheduling_strategy"].soft is False
+    assert opts["lifetime"] == "detached" and opts["get_if_exists"] and opts["max_restarts"] == 0
+    assert opts["max_concurrency"] >= 1000 and opts["name"] == "e"
 
 
-def test_slotted_llm_calls_through_a_ray_task(ray_cluster) -> None:
-    llm = SlottedLLM(ScriptedLLM([{"summary": "About leaves."}]), {"num_cpus": 0, "max_retries": 0})
-    answer = asyncio.run(llm.structured([{"role": "user", "content": "leaves"}], DocumentGist))
-    assert isinstance(answer, DocumentGist) and answer.summary == "About leaves."
-    assert llm.calls == 1
-    bad = SlottedLLM(ScriptedLLM(["not json"], max_retries=0), {"num_cpus": 0, "max_retries": 0})
-    with pytest.raises(LLMOutputError):  # the wrapped LLM's error, as itself
-        asyncio.run(bad.structured([{"role": "user", "content": "x"}], DocumentGist))
+def _held_calls(slots: int, n: int, priorities: list[float] | None = None):
+    """n calls into one LLMEndpoint whose LLM answers only when told; returns (endpoint, peak, order answered)."""
+
+    async def main() -> tuple[LLMEndpoint, int, list[int]]:
+        endpoint = LLMEndpoint(slots)
+        inside, peak, order = 0, 0, []
+        go = asyncio.Event()
+
+        async def answer(messages, schema):
+            nonlocal inside, peak
+            inside += 1
+            peak = max(peak, inside)
+            await go.wait()
+            inside -= 1
+            return {"summary": messages[-1]["content"]}
+
+        llm = FunctionLLM(answer)
+
+        async def call(i: int) -> None:
+            got, _ = await endpoint.call(llm, [{"role": "user", "content": str(i)}], DocumentGist,
+                                         priority=(priorities or [0.0] * n)[i])
+            order.append(int(got.summary))
+
+        tasks = []
+        for i in range(n):  # arrive one after another
+            tasks.append(asyncio.create_task(call(i)))
+            await asyncio.sleep(0)
+        assert endpoint.load() == n and endpoint.stats()["in_use"] == slots
+        go.set()
+        await asyncio.gather(*tasks)
+        assert endpoint.load() == 0 and await endpoint.idle(1.0)
+        return endpoint, peak, order
+
+    return asyncio.run(main())
+
+
+def test_an_endpoint_holds_at_most_its_slots_and_serves_in_arrival_order() -> None:
+    endpoint, peak, order = _held_calls(2, 7)
+    assert peak == 2 and order[:2] == [0, 1] and sorted(order[2:]) == [2, 3, 4, 5, 6]
+    stats = endpoint.stats()
+    assert stats["admitted"] == 7 and stats["queued"] == 5 and stats["max_in_use"] == 2
+    # with priorities (lower first): the first call holds the slot, then -3, -1, 0 (two at 0: by arrival)
+    _, _, order = _held_calls(1, 5, [0.0, 0.0, -3.0, -1.0, 0.0])
+    assert order == [0, 2, 3, 1, 4]
+
+
+class _Local:
+    """An LLMEndpoint in this process behind the shape of a Ray actor handle (``handle.call.remote``)."""
+
+    def __init__(self, endpoint: LLMEndpoint | None) -> None:
+        self.endpoint = endpoint
+        self.call = SimpleNamespace(remote=self._call)
+
+    async def _call(self, *args):
+        if self.endpoint is None:
+            import ray
+
+            raise ray.exceptions.RayActorError()  # its node left the cluster
+        return await self.endpoint.call(*args)
+
+
+def test_calls_go_to_the_endpoint_with_the_fewest_calls_per_slot() -> None:
+    served: dict[str, int] = {"a": 0, "b": 0}
+
+    def endpoints() -> list[Endpoint]:
+        return [Endpoint(_Local(LLMEndpoint(1)), 1, "a"), Endpoint(_Local(LLMEndpoint(2)), 2, "b")]
+
+    found = endpoints()
+
+    async def answer(messages, schema):
+        await asyncio.sleep(0.01)
+        return {"summary": "ok"}
+
+    llm = SlottedLLM(FunctionLLM(answer), lambda: found)
+
+    async def main() -> None:
+        await asyncio.gather(*(llm.structured(ASK, DocumentGist) for _ in range(6)))
+
+    asyncio.run(main())
+    for e in found:
+        served[e.node_id] = e.handle.endpoint.stats()["admitted"]
+    assert served == {"a": 2, "b": 4}  # 6 calls at once over 1 + 2 slots: two per slot, nobody waits twice
+    assert all(e.mine == 0 for e in found) and llm.calls == 6
+
+
+def test_the_chain_order_serves_more_rounds_ahead_first_and_background_last() -> None:
+    async def run(order: str) -> tuple[list[str], list[float]]:
+        endpoint = LLMEndpoint(1)
+        seen: list[float] = []
+        original = endpoint.call
+
+        async def call(llm, messages, schema, hosts, priority):
+            seen.append(priority)
+            return await original(llm, messages, schema, hosts, priority)
+
+        handle = SimpleNamespace(call=SimpleNamespace(remote=call))
+        go = asyncio.Event()
+        answered: list[str] = []
+
+        async def answer(messages, schema):
+            await go.wait()
+            answered.append(messages[-1]["content"])
+            return {"summary": "ok"}
+
+        llm = SlottedLLM(FunctionLLM(answer), lambda: [Endpoint(handle, 1, "n")], order=order)
+
+        async def ask(text: str, rounds: int | None) -> None:
+            if rounds is None:
+                with background_calls():
+                    await llm.structured([{"role": "user", "content": text}], DocumentGist)
+            else:
+                with rounds_ahead(rounds):
+                    await llm.structured([{"role": "user", "content": text}], DocumentGist)
+
+        tasks = []
+        for text, rounds in [("first", 1), ("leaf", None), ("short", 1), ("long", 6), ("middle", 3)]:
+            tasks.append(asyncio.create_task(ask(text, rounds)))
+            await asyncio.sleep(0)
+        while endpoint.load() < 5:  # every call has reached the endpoint
+            await asyncio.sleep(0)
+        go.set()
+        await asyncio.gather(*tasks)
+        return answered, seen
+
+    answered, seen = asyncio.run(run("chain"))
+    assert answered == ["first", "long", "middle", "short", "leaf"]  # "first" already held the slot
+    assert seen == [-1.0, BACKGROUND, -1.0, -6.0, -3.0]
+    answered, seen = asyncio.run(run("fifo"))
+    assert answered == ["first", "leaf", "short", "long", "middle"] and seen == [0.0] * 5
+
+
+def test_a_call_to_an_endpoint_that_is_gone_is_made_on_another() -> None:
+    gone = Endpoint(_Local(None), 4, "gone")
+    alive = Endpoint(_Local(LLMEndpoint(1)), 1, "alive")
+    lookups = []
+
+    def find() -> list[Endpoint]:
+        lookups.append(1)
+        return [gone, alive] if len(lookups) == 1 else [alive]  # the node's departure shows on the next lookup
+
+    llm = SlottedLLM(ScriptedLLM([{"summary": "About leaves."}]), find)
+    answer = asyncio.run(llm.structured(ASK, DocumentGist))  # 4 free slots: "gone" is tried first
+    assert answer.summary == "About leaves." and llm.rerouted == 1 and len(lookups) == 2
+    assert llm.endpoints() == [alive]
+
+    nobody = SlottedLLM(ScriptedLLM([]), lambda: [])
+    with pytest.raises(LLMUnavailable, match="llm_slot") as caught:
+        asyncio.run(nobody.structured(ASK, DocumentGist))
+    assert caught.value.retryable
+
+
+def test_endpoints_are_looked_up_again_after_refresh_s() -> None:
+    lists = [[Endpoint(_Local(LLMEndpoint(1)), 1, "a")]]
+    llm = SlottedLLM(ScriptedLLM([]), lambda: lists[-1], refresh_s=3600)
+    first = llm.endpoints()
+    first[0].load = 5  # what it said last
+    lists.append([Endpoint(_Local(LLMEndpoint(1)), 1, "a"), Endpoint(_Local(LLMEndpoint(1)), 1, "b")])
+    assert llm.endpoints() == first  # not yet
+    llm.refresh_s = 0.0
+    again = llm.endpoints()
+    assert [e.node_id for e in again] == ["a", "b"] and again[0] is first[0]  # a known endpoint keeps its counts
+
+
+def test_slotted_calls_through_the_session_rays_endpoint(ray_cluster) -> None:
+    import ray
+
+    settings = Settings.load().updated(ray={"llm_slots": 2})
+    first, second = llm_endpoints(settings), llm_endpoints(settings)
+    assert len(first) == 1 and first[0].slots == 2  # one node, declaring two llm_slot units
+    node = ray.get_runtime_context().get_node_id()
+    named = ray.get_actor(ENDPOINT_PREFIX + node[:16], namespace="forage")
+    assert first[0].handle._actor_id == second[0].handle._actor_id == named._actor_id  # one per node, shared
+
+    llm = with_slots(ScriptedLLM([{"summary": "About leaves."}]), settings)
+
+    async def many() -> list[DocumentGist]:
+        return list(await asyncio.gather(*(llm.structured(ASK, DocumentGist) for _ in range(5))))
+
+    assert [a.summary for a in asyncio.run(many())] == ["About leaves."] * 5
+    stats = ray.get(named.stats.remote())
+    assert stats["max_in_use"] <= 2 and stats["in_use"] == 0 and stats["admitted"] >= 5
+
+    bad = with_slots(ScriptedLLM(["not json"], max_retries=0), settings)
+    with pytest.raises(LLMOutputError):  # the wrapped LLM's error, as itself, through the actor
+        asyncio.run(bad.structured(ASK, DocumentGist))
+    assert ray.get(named.idle.remote(30.0))  # a failed call gives its place back
+
+    ray.kill(named)  # the endpoint is gone: the call is made again on a new one
+    answer = asyncio.run(llm.structured(ASK, DocumentGist))
+    assert answer.summary == "About leaves." and llm.rerouted == 1
+    renewed = ray.get_actor(ENDPOINT_PREFIX + node[:16], namespace="forage")
+    assert renewed._actor_id != named._actor_id
