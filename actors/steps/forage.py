@@ -6,7 +6,8 @@ actor). Each iteration it runs these nodes:
 * **start** — two-stage retrieval, new chunks only (never reference sections), deduplicated:
   papers first (hybrid search over title and abstract chunks — BM25 there also reads each chunk's
   title line — topped up by the best-scoring chunks' papers when few papers have an abstract
-  chunk: the top ``forage.paper_k`` papers),
+  chunk; fused by reciprocal rank with the papers this requirement has summarized, ranked by their
+  summary's similarity to the query: the top ``forage.paper_k`` papers),
   then ``forage.paper_chunks`` chunks of each of those papers (hybrid search inside the paper),
   plus the chunk search over the whole store (BM25 top ``forage.bm25_k`` and vector top
   ``forage.vector_k``).
@@ -48,6 +49,7 @@ iteration. Any other exception propagates; the Forager actor marks the requireme
 from __future__ import annotations
 
 import asyncio
+import math
 import re
 from collections.abc import Coroutine, Sequence
 from dataclasses import dataclass, field
@@ -114,6 +116,23 @@ def _norm_path(path: str) -> str:
     return " ".join(path.casefold().split())
 
 
+def _cosine(a: Sequence[float], b: Sequence[float]) -> float:
+    norm = math.sqrt(sum(x * x for x in a)) * math.sqrt(sum(y * y for y in b))
+    return sum(x * y for x, y in zip(a, b, strict=True)) / norm if norm else 0.0
+
+
+def fuse_papers(by_text: Sequence[str], by_summary: Sequence[str], k: int, c: int = 60) -> list[str]:
+    """The top ``k`` papers of two rankings — by title and abstract (the store's hybrid search) and by the
+    summaries this requirement made — fused by reciprocal rank (score 1/(c + rank) summed over both lists);
+    ties keep the title-and-abstract order."""
+    score: dict[str, float] = {}
+    for ranking in (by_text, by_summary):
+        for rank, doc_id in enumerate(ranking, start=1):
+            score[doc_id] = score.get(doc_id, 0.0) + 1.0 / (c + rank)
+    order = {d: i for i, d in enumerate(dict.fromkeys([*by_text, *by_summary]))}
+    return sorted(score, key=lambda d: (-score[d], order[d]))[:k]
+
+
 def _failure(exc: Exception) -> str:
     return f"{type(exc).__name__}: {_clip(' '.join(str(exc).split()), 200)}"
 
@@ -164,6 +183,7 @@ class ForageStep:
         self._judgements: dict[str, ChunkJudgement] = {}  # chunk_id -> judgement, in judging order
         self._docs: dict[str, _Doc] = {}
         self._summaries: dict[str, str] = {}
+        self._summary_vectors: dict[str, list[float]] = {}  # doc id -> its summary's embedding (paper stage)
         self._summarizing: dict[str, asyncio.Future[None]] = {}  # doc_id -> its summary being made now
         self._gate: dict[str, bool] = {}  # doc_id -> the relevance gate's answer
         self._dived: set[str] = set()  # deep dive finished (gate said no, or sections judged)
@@ -335,10 +355,13 @@ class ForageStep:
 
     async def _retrieve(self, req: Requirement, query: str, vector: list[float] | None,
                         it: _Iteration) -> list[ChunkRecord]:
-        """Chunks for ``query``: papers by title and abstract → chunks of the top papers, plus BM25 and
-        vector hits over all chunks; new chunks only, no references, deduplicated (first seen kept)."""
+        """Chunks for ``query``: papers by title, abstract and summary → chunks of the top papers, plus BM25
+        and vector hits over all chunks; new chunks only, no references, deduplicated (first seen kept)."""
         flt = ChunkFilter(exclude_chunk_ids=tuple(self._judgements), doc_ids=self._scope)
         alpha = self.settings.store.hybrid_alpha
+        scope = set(self._scope) if self._scope is not None else None
+        summaries = {d: s for d, s in self._summaries.items() if scope is None or d in scope}  # a snapshot
+        by_summary: list[str] = []
 
         def search() -> tuple[list[Hit], list[str]]:
             hits: list[Hit] = []
@@ -349,7 +372,9 @@ class ForageStep:
                                           ChunkFilter(exclude_kinds=PAPER_KINDS, doc_ids=self._scope))
                 if len({h.chunk.doc_id for h in found}) < self.cfg.paper_k:  # few abstracts: papers by best chunk
                     found += self.store.hybrid(query, vector, pool, alpha, ChunkFilter(doc_ids=self._scope))
-                papers = list(dict.fromkeys(h.chunk.doc_id for h in found))[: self.cfg.paper_k]
+                by_summary[:] = self._papers_by_summary(summaries, vector)
+                papers = fuse_papers(list(dict.fromkeys(h.chunk.doc_id for h in found)), by_summary,
+                                     self.cfg.paper_k)
                 for doc_id in papers:
                     hits += self.store.hybrid(query, vector, self.cfg.paper_chunks, alpha,
                                               flt.model_copy(update={"doc_ids": (doc_id,)}))
@@ -368,8 +393,18 @@ class ForageStep:
             fresh.setdefault(chunk.chunk_id, chunk)
         self.emit(Stage.FORAGE, "retrieved", f"{req.id}: {len(fresh)} new chunks from {len(papers)} top papers "
                                              f"and the chunk search", iteration=it.number, requirement_id=req.id,
-                  query=query, papers=papers, candidates=len(found), new_chunks=len(fresh))
+                  query=query, papers=papers, papers_by_summary=by_summary[: self.cfg.paper_k],
+                  candidates=len(found), new_chunks=len(fresh))
         return list(fresh.values())
+
+    def _papers_by_summary(self, summaries: dict[str, str], vector: Sequence[float]) -> list[str]:
+        """The papers this requirement has summarized, most similar summary to the query first (each summary
+        embedded once, when first needed)."""
+        new = [d for d in summaries if d not in self._summary_vectors]
+        if new:
+            for doc_id, embedded in zip(new, self.embedder.embed([summaries[d] for d in new]), strict=True):
+                self._summary_vectors[doc_id] = list(embedded)
+        return sorted(summaries, key=lambda d: -_cosine(self._summary_vectors[d], vector))
 
     # -- classify --------------------------------------------------------------------------------------
     async def _judge_all(self, req: Requirement, chunks: Sequence[ChunkRecord], stage: str,

@@ -531,6 +531,53 @@ def test_papers_first_then_their_chunks(tmp_path, embedder):
     assert len(ids_) == len(set(ids_)) and cid(leaf, 2) in ids_ and cov.coverage == 1.0
 
 
+class CountingEmbedder:
+    """The real embedder, remembering every text it embedded."""
+
+    def __init__(self, inner) -> None:
+        self.inner = inner
+        self.texts: list[str] = []
+
+    def __getattr__(self, name: str):
+        return getattr(self.inner, name)
+
+    def embed(self, texts):
+        self.texts += list(texts)
+        return self.inner.embed(texts)
+
+
+def test_paper_rankings_fuse_by_reciprocal_rank():
+    from actors.steps.forage import fuse_papers
+
+    # A: 1/61; B: 1/62 + 1/61; C: 1/63 + 1/62; D: 1/63 (only summarized)
+    assert fuse_papers(["A", "B", "C"], ["B", "C", "D"], 4) == ["B", "C", "A", "D"]
+    assert fuse_papers(["A", "B"], [], 1) == ["A"]  # no summaries yet: the title-and-abstract order
+    assert fuse_papers(["A", "B"], ["B"], 1) == ["B"]  # a summary close to the query lifts its paper
+    assert fuse_papers(["A"], ["B"], 2) == ["A", "B"]  # a tie keeps the title-and-abstract paper first
+
+
+def test_later_retrievals_rank_papers_by_their_summaries_too(tmp_path, embedder):
+    from infra.store.lancedb import LanceStore
+
+    store = LanceStore(tmp_path / "store", dim=384)
+    for doc in (PHOTO, FOREST, BREAD):
+        add(store, embedder, doc)
+    emit = RecordingEmit(RUN)
+    counting = CountingEmbedder(embedder)
+    step = ForageStep(settings(bm25_k=0, vector_k=0, paper_k=1, paper_chunks=1), store, counting,
+                      FunctionLLM(Oracle({"Chlorophyll": "interesting", "photosystem II": "interesting"})), emit=emit)
+    forage(step)
+    first = [e.payload for e in emit.events if e.kind == "retrieved"]
+    assert first[0]["papers_by_summary"] == []  # nothing summarized before the first retrieval
+    summary = step._summaries[PHOTO[0].doc_id]
+    assert summary not in counting.texts
+    forage(step, 2)
+    second = [e.payload for e in emit.events if e.kind == "retrieved"][len(first):]
+    assert second[0]["papers_by_summary"] == [PHOTO[0].doc_id] and second[0]["papers"] == [PHOTO[0].doc_id]
+    forage(step, 3)
+    assert counting.texts.count(summary) == 1  # embedded when first needed, once
+
+
 def test_too_few_answering_papers_reformulates_once(store, embedder):
     emit = RecordingEmit(RUN)
     oracle = Oracle({"split water": "answers", "Sun leaves": "answers"}, query="leaf energy budget canopy")
