@@ -19,8 +19,8 @@ forage iteration of all 8 requirements runs through :class:`actors.orchestrator.
 Foragers run at once and each LLM call is made by the node's LLM endpoint actor, which holds the
 ``llm_slot`` units (:class:`infra.llm.slotted.SlottedLLM`, :mod:`actors.llm_endpoint`), so at most
 ``slots`` calls are at the stand-in at a time. ``--order`` picks who gets a slot that frees up
-(``ray.llm_order``): ``fifo`` serves calls in the order they reach the endpoint, ``progress`` the
-requirement with the most calls completed in this iteration first. Printed: wall time, LLM calls per requirement,
+(``ray.llm_order``): ``chain`` the call with the most rounds of dependent calls still ahead of its
+requirement first and summaries nothing waits for last, ``fifo`` the order calls reach the endpoint. Printed: wall time, LLM calls per requirement,
 the critical-path bound (LLM calls of the longest requirement × delay), the slot bound
 (max(critical path, all calls × delay / slots): no schedule on that many slots can be faster), and
 the speed-up over 1 slot. Goals (issue 5): wall ≤ 1.15 × the critical path (printed as wall/critical; with fewer

@@ -22,7 +22,9 @@ actor). Each iteration it runs these nodes:
   Independent calls (the judging batches of one round, the summaries, the deep dives of different
   documents, and a reformulation that will run whatever the deep dives find) run concurrently when
   the LLM queues calls for a slot (``ray.llm_slots``), each document's deep dive right after its own
-  summary; else one after another, stage by stage.
+  summary; else one after another, stage by stage. Queued calls carry the rounds of dependent calls
+  still ahead of the requirement (the endpoint serves the longest chain first) and summaries no
+  later call reads are background work, which nothing waits for (``infra.llm.slotted``).
 * **deep dive** — up to ``forage.max_deep_dives`` documents with interesting chunks: a relevance
   gate; if it says go on, the LLM picks up to ``forage.deep_dive_sections`` of the document's real
   section paths (invented ones are ignored) and up to ``forage.deep_dive_chunks`` chunks of each
@@ -243,7 +245,8 @@ class ForageStep:
         """Summarize, deep dive and reformulate with an LLM that queues calls: the same calls as one
         after another, started as soon as what they need is known. Each document to dive into is
         summarized and then dived into on its own chain (its gate reads its summary, not the other
-        documents'); the other useful documents are summarized meanwhile; and when the deep dives
+        documents'); the other useful documents are summarized meanwhile, as background calls that
+        nothing below waits for; and when the deep dives
         cannot bring enough answering papers (answering papers + documents to dive into that have no
         answer < ``forage.min_papers``) the reformulation runs at the same time, since it will run
         whatever they find. The chain of dependent calls of one requirement is then 5 calls long

@@ -7,7 +7,7 @@ client) and sends each ``structured`` call to one of the cluster's
 admits at most as many calls at once as its node has slots and makes them to its node's LLM server,
 so however many Foragers ask, no server gets more calls than it has slots, and every endpoint of a
 lab is kept busy. Foragers themselves all run at once; waiting for a slot happens per call, in the
-endpoint's queue, so calls of different requirements interleave in the order they arrive.
+endpoint's queue, so calls of different requirements interleave.
 
 Which endpoint: the one with the fewest calls per slot held or waiting, counting this caller's own
 calls in flight there and the load each endpoint reported with its last answer (no extra round
@@ -72,7 +72,7 @@ class SlottedLLM:
     queues_calls = True  # a call waits for a slot before it reaches a server: callers may issue many at once
 
     def __init__(self, inner: LLM, find: Callable[[], list[Any]], hosts: dict[str, str] | None = None,
-                 order: str = "fifo", refresh_s: float = 30.0) -> None:
+                 order: str = "chain", refresh_s: float = 30.0) -> None:
         self.inner = inner
         self.find = find
         self.hosts = dict(hosts or {})  # node name or IP -> endpoint (ray.ollama_hosts)
