@@ -263,8 +263,11 @@ def test_the_chain_order_serves_more_rounds_ahead_first_and_background_last() ->
         for text, rounds in [("first", 1), ("leaf", None), ("short", 1), ("long", 6), ("middle", 3)]:
             tasks.append(asyncio.create_task(ask(text, rounds)))
             await asyncio.sleep(0)
-        while endpoint.load() < 5:  # every call has reached the endpoint
+        for _ in range(1000):  # until every call has reached the endpoint (a few turns of the loop)
+            if endpoint.load() == 5:
+                break
             await asyncio.sleep(0)
+        assert endpoint.load() == 5
         go.set()
         await asyncio.gather(*tasks)
         return answered, seen
