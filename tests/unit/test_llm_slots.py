@@ -181,7 +181,7 @@ def _held_calls(slots: int, n: int, priorities: list[float] | None = None):
     return asyncio.run(main())
 
 
-def test_an_endpoint_holds_at_most_its_slots_and_serves_in_arrival_order() -> None:
+def test_an_endpoint_holds_at_most_its_slots_and_serves_waiters_by_priority_then_arrival() -> None:
     endpoint, peak, order = _held_calls(2, 7)
     assert peak == 2 and order[:2] == [0, 1] and sorted(order[2:]) == [2, 3, 4, 5, 6]
     stats = endpoint.stats()
@@ -189,6 +189,8 @@ def test_an_endpoint_holds_at_most_its_slots_and_serves_in_arrival_order() -> No
     # with priorities (lower first): the first call holds the slot, then -3, -1, 0 (two at 0: by arrival)
     _, _, order = _held_calls(1, 5, [0.0, 0.0, -3.0, -1.0, 0.0])
     assert order == [0, 2, 3, 1, 4]
+    _, _, order = _held_calls(1, 4)  # equal priorities: arrival
+    assert order == [0, 1, 2, 3]
 
 
 class _Local:
