@@ -562,18 +562,28 @@ def test_later_retrievals_rank_papers_by_their_summaries_too(tmp_path, embedder)
     store = LanceStore(tmp_path / "store", dim=384)
     for doc in (PHOTO, FOREST, BREAD):
         add(store, embedder, doc)
+    oracle = Oracle({"Sun leaves": "interesting"})  # PHOTO's chunks are unrelated: it gets no summary
+
+    def answer(messages, schema):
+        user = next(m["content"] for m in messages if m["role"] == "user")
+        if schema is DocumentGist and user.startswith(f"Title: {FOREST[0].title}"):
+            return {"summary": "How leaves convert absorbed light energy into chemical energy."}  # close to REQ
+        return oracle(messages, schema)
+
     emit = RecordingEmit(RUN)
     counting = CountingEmbedder(embedder)
-    step = ForageStep(settings(bm25_k=0, vector_k=0, paper_k=1, paper_chunks=1), store, counting,
-                      FunctionLLM(Oracle({"Chlorophyll": "interesting", "photosystem II": "interesting"})), emit=emit)
+    step = ForageStep(settings(bm25_k=0, vector_k=N_BODY_CHUNKS, paper_k=1, paper_chunks=1), store, counting,
+                      FunctionLLM(answer), emit=emit)
     forage(step)
-    first = [e.payload for e in emit.events if e.kind == "retrieved"]
-    assert first[0]["papers_by_summary"] == []  # nothing summarized before the first retrieval
-    summary = step._summaries[PHOTO[0].doc_id]
-    assert summary not in counting.texts
+    [first] = [e.payload for e in emit.events if e.kind == "retrieved"]
+    # nothing summarized before the first retrieval: the paper is the best by title and abstract
+    assert first["papers_by_summary"] == [] and first["papers"] == [PHOTO[0].doc_id]
+    summary = step._summaries[FOREST[0].doc_id]
+    assert PHOTO[0].doc_id not in step._summaries and summary not in counting.texts
     forage(step, 2)
-    second = [e.payload for e in emit.events if e.kind == "retrieved"][len(first):]
-    assert second[0]["papers_by_summary"] == [PHOTO[0].doc_id] and second[0]["papers"] == [PHOTO[0].doc_id]
+    [second] = [e.payload for e in emit.events if e.kind == "retrieved"][1:]
+    # FOREST's summary lifts it above PHOTO (1/62 + 1/61 against 1/61)
+    assert second["papers_by_summary"] == [FOREST[0].doc_id] and second["papers"] == [FOREST[0].doc_id]
     forage(step, 3)
     assert counting.texts.count(summary) == 1  # embedded when first needed, once
 
