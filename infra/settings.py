@@ -178,8 +178,8 @@ class ForageSettings(Section):
     max_deep_dives: int = Field(default=2, ge=0, description="Documents deep-dived per requirement per iteration.")
     judge_batch: int = Field(default=6, ge=1, le=12, description="Chunks judged together in one LLM call "
                                                                  "(1: one call per chunk).")
-    paper_k: int = Field(default=3, ge=0, description="Papers found first by title and abstract, and by the summaries the requirement has made "
-                                               "(two-stage start).")
+    paper_k: int = Field(default=3, ge=0, description="Papers found first by title and abstract, and by the "
+                                                      "summaries the requirement has made (two-stage start).")
     paper_chunks: int = Field(default=2, ge=0, description="Chunks drawn from each of those papers.")
     min_papers: int = Field(default=2, ge=0, description="Below this many distinct answering papers, reformulate "
                                                          "the query once per iteration and retrieve again (0: never).")
