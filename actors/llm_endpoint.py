@@ -36,8 +36,7 @@ class LLMEndpoint:
     def __init__(self, slots: int) -> None:
         import infra.llm.ollama  # noqa: F401 - the production client, imported now rather than during the first call
 
-        self.slots = max(1, int(slots))
-        self.gate = PriorityGate(self.slots)
+        self.gate = PriorityGate(slots)
 
     async def call(self, llm: LLM, messages: Sequence[ChatMessage], schema: type[T],
                    hosts: dict[str, str] | None = None, priority: float = 0.0) -> tuple[T, int]:

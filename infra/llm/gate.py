@@ -13,18 +13,14 @@ import asyncio
 import contextlib
 import heapq
 import itertools
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 
 
 class PriorityGate:
-    """At most ``capacity()`` holders at once; waiters are served by (priority, arrival).
+    """At most ``capacity`` holders at once (at least 1); waiters are served by (priority, arrival)."""
 
-    ``capacity`` is read again whenever a place may be handed out, so a cluster that gains slots
-    (a node joins) admits more callers at once without a restart.
-    """
-
-    def __init__(self, capacity: int | Callable[[], int]) -> None:
-        self._capacity = capacity if callable(capacity) else (lambda: capacity)
+    def __init__(self, capacity: int) -> None:
+        self.capacity = max(1, int(capacity))
         self._waiting: list[tuple[float, int, asyncio.Future[None]]] = []
         self._arrival = itertools.count()
         self.in_use = 0
@@ -35,7 +31,7 @@ class PriorityGate:
         self._idle.set()
 
     def _room(self) -> bool:
-        return self.in_use < max(1, int(self._capacity()))
+        return self.in_use < self.capacity
 
     def _admit(self) -> None:
         self.in_use += 1
@@ -92,4 +88,4 @@ class PriorityGate:
 
     def stats(self) -> dict[str, int]:
         return {"in_use": self.in_use, "waiting": self.waiting(), "admitted": self.admitted, "queued": self.queued,
-                "max_in_use": self.max_in_use, "capacity": max(1, int(self._capacity()))}
+                "max_in_use": self.max_in_use, "capacity": self.capacity}
