@@ -73,7 +73,7 @@ from infra.errors import LLMOutputError, LLMTimeout
 from infra.llm.base import LLM, ChatMessage, T
 from infra.llm.slotted import background_calls, rounds_ahead
 from infra.settings import Settings
-from infra.store.base import ChunkFilter, ChunkRecord, Hit, Store
+from infra.store.base import RRF_K, ChunkFilter, ChunkRecord, Hit, Store
 from messages.forage import ChunkJudgement, Evidence, ForageRequest, RequirementCoverage
 from messages.plan import Requirement
 from messages.status import Stage
@@ -123,7 +123,7 @@ def _cosine(a: Sequence[float], b: Sequence[float]) -> float:
     return sum(x * y for x, y in zip(a, b, strict=True)) / norm if norm else 0.0
 
 
-def fuse_papers(by_text: Sequence[str], by_summary: Sequence[str], k: int, c: int = 60) -> list[str]:
+def fuse_papers(by_text: Sequence[str], by_summary: Sequence[str], k: int, c: int = RRF_K) -> list[str]:
     """The top ``k`` papers of two rankings — by title and abstract (the store's hybrid search) and by the
     summaries this requirement made — fused by reciprocal rank (score 1/(c + rank) summed over both lists);
     ties keep the title-and-abstract order."""
@@ -364,18 +364,18 @@ class ForageStep:
         alpha = self.settings.store.hybrid_alpha
         scope = set(self._scope) if self._scope is not None else None
         summaries = {d: s for d, s in self._summaries.items() if scope is None or d in scope}  # a snapshot
-        by_summary: list[str] = []
 
-        def search() -> tuple[list[Hit], list[str]]:
+        def search() -> tuple[list[Hit], list[str], list[str]]:
             hits: list[Hit] = []
             papers: list[str] = []
+            by_summary: list[str] = []
             if self._paper_stage() and vector is not None:
                 pool = self.cfg.paper_k * 4
                 found = self.store.hybrid(query, vector, pool, alpha,
                                           ChunkFilter(exclude_kinds=PAPER_KINDS, doc_ids=self._scope))
                 if len({h.chunk.doc_id for h in found}) < self.cfg.paper_k:  # few abstracts: papers by best chunk
                     found += self.store.hybrid(query, vector, pool, alpha, ChunkFilter(doc_ids=self._scope))
-                by_summary[:] = self._papers_by_summary(summaries, vector)
+                by_summary = self._papers_by_summary(summaries, vector)
                 papers = fuse_papers(list(dict.fromkeys(h.chunk.doc_id for h in found)), by_summary,
                                      self.cfg.paper_k)
                 for doc_id in papers:
@@ -385,9 +385,9 @@ class ForageStep:
                 hits += self.store.bm25(query, self.cfg.bm25_k, flt)
             if self.cfg.vector_k > 0 and vector is not None:
                 hits += self.store.vector(vector, self.cfg.vector_k, flt)
-            return hits, papers
+            return hits, papers, by_summary
 
-        found, papers = await asyncio.to_thread(search)
+        found, papers, by_summary = await asyncio.to_thread(search)
         fresh: dict[str, ChunkRecord] = {}
         for hit in found:
             chunk = hit.chunk

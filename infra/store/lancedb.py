@@ -61,7 +61,7 @@ from lancedb.table import Table
 from tenacity import before_sleep_log, retry, retry_if_exception, stop_after_attempt, wait_random_exponential
 
 from infra.errors import StoreError
-from infra.store.base import ChunkFilter, ChunkRecord, DocumentRecord, Hit
+from infra.store.base import RRF_K, ChunkFilter, ChunkRecord, DocumentRecord, Hit
 
 if TYPE_CHECKING:
     from infra.store.meta import LibraryMeta
@@ -73,7 +73,6 @@ Fusion = Literal["relative_score", "rrf"]
 
 CHUNKS = "chunks"
 DOCUMENTS = "documents"
-RRF_K = 60  # the usual constant of reciprocal-rank fusion
 LOCK_DIR = "_locks"
 LOCK_STRIPES = 64
 LIBRARY_META = "library.json"  # the embedding model and size (infra.store.meta)
