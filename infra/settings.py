@@ -119,6 +119,11 @@ class IngestSettings(Section):
                     "title, abstract and section path); it is put before the chunk for embedding and BM25, stored "
                     "apart from the chunk text, cached by chunk hash next to the store.")
     contextual_batch: int = Field(default=8, ge=1, le=32, description="Chunks per contextual-retrieval LLM call.")
+    cache_dir: Path | None = Field(
+        default=None,
+        description="Cache of parsed PDFs and chunk vectors, keyed by content (file sha256 + parser; chunk text + "
+                    "embedder): the same paper ingested into another store is neither parsed nor embedded again "
+                    "(infra/ingest_cache.py). Unset: no cache.")
 
 
 class SearchSettings(Section):

@@ -35,6 +35,7 @@ from actors.steps.events import Emit, null_emit
 from actors.steps.sections import outline
 from infra.embed.base import Embedder
 from infra.errors import ForageError, PDFError
+from infra.ingest_cache import IngestCache
 from infra.llm.base import LLM
 from infra.pdf.base import ParsedDocument, PDFParser
 from infra.settings import Settings
@@ -108,6 +109,8 @@ class IngestStep:
         self.parser = parser
         self.emit = emit
         self.max_tokens, self.overlap = window_for(settings, embedder)
+        cache_dir = settings.ingest.cache_dir
+        self.cache = IngestCache(cache_dir) if cache_dir is not None else None
         self.contextualizer: Contextualizer | None = None
         if settings.ingest.contextual:
             if llm is None:
@@ -170,7 +173,11 @@ class IngestStep:
         previous = self.store.document_by_key(candidate.key)
 
         t = perf_counter()
-        parsed = self.parser.parse(path)
+        if self.cache is not None:
+            parsed, cached = self.cache.parse(self.parser, path, doc_id)
+            timings["parse_cached"] = float(cached)
+        else:
+            parsed = self.parser.parse(path)
         timings["parse_s"] = perf_counter() - t
 
         self._progress(candidate.key, "chunking")
@@ -356,22 +363,40 @@ class IngestStep:
                 for c in chunks], flags
 
     def _embed(self, items: Sequence[_Prepared]) -> list[list[list[float]]]:
-        """One embedder call for the chunks of all ``items``; the vectors of each item, in order."""
-        inputs = [text for item in items for text in item.inputs]
-        if not inputs:
-            return []
-        t = perf_counter()
-        vectors = self.embedder.embed(inputs)
-        seconds = perf_counter() - t
-        if len(vectors) != len(inputs):
-            raise ForageError(f"embedder {self.embedder.name} returned {len(vectors)} vectors for "
-                              f"{len(inputs)} chunks", retryable=False)
+        """One embedder call for the chunks of all ``items`` (those whose vectors the ingest cache does not
+        hold); the vectors of each item, in order."""
+        cached: dict[int, list[list[float]]] = {}
+        keys: dict[int, str] = {}
+        if self.cache is not None:
+            for i, item in enumerate(items):
+                keys[i] = self.cache.vectors_key(self.embedder.name, item.inputs)
+                hit = self.cache.get_vectors(keys[i], len(item.inputs))
+                if hit is not None:
+                    cached[i] = hit
+                    item.timings["embed_cached"] = 1.0
+        todo = [item for i, item in enumerate(items) if i not in cached]
+        inputs = [text for item in todo for text in item.inputs]
+        vectors: list[list[float]] = []
+        if inputs:
+            t = perf_counter()
+            vectors = self.embedder.embed(inputs)
+            seconds = perf_counter() - t
+            if len(vectors) != len(inputs):
+                raise ForageError(f"embedder {self.embedder.name} returned {len(vectors)} vectors for "
+                                  f"{len(inputs)} chunks", retryable=False)
+            for item in todo:
+                item.timings["embed_s"] = seconds * len(item.inputs) / len(inputs)  # the item's share of the call
         out: list[list[list[float]]] = []
         start = 0
-        for item in items:
-            out.append(vectors[start:start + len(item.inputs)])
+        for i, item in enumerate(items):
+            if i in cached:
+                out.append(cached[i])
+                continue
+            mine = vectors[start:start + len(item.inputs)]
             start += len(item.inputs)
-            item.timings["embed_s"] = seconds * len(item.inputs) / len(inputs)  # the item's share of the call
+            if self.cache is not None and mine:
+                self.cache.put_vectors(keys[i], mine)
+            out.append(mine)
         return out
 
     def _store_batch(self, items: Sequence[_Prepared], vectors: Sequence[Sequence[Sequence[float]]]) -> bool:

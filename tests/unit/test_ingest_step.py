@@ -245,3 +245,93 @@ def test_real_paper_with_minilm_is_searchable(tmp_path: Path, shared_pdfs: list[
     hits = store.hybrid("Bose-Einstein statistics acoustic peaks", query, k=3)
     assert hits and all(h.chunk.doc_id == result.doc_id for h in hits)
     assert any("Bose" in h.chunk.text for h in hits)
+
+
+# ---------------------------------------------------------------- the ingest cache (ingest.cache_dir)
+
+
+def cached_step(tmp_path: Path, server: LoopbackOllama, store_name: str, cache: Path):
+    settings = Settings.load(embed={"backend": "ollama"}, store={"path": str(tmp_path / store_name)},
+                             ingest={"cache_dir": str(cache)})
+    store = LanceStore(tmp_path / store_name, dim=768)
+    parser = CountingParser()
+    emit = RecordingEmit()
+    step = IngestStep(settings, store, OllamaEmbedder(host=server.url, timeout_s=10), parser, emit=emit)
+    return step, store, parser, emit
+
+
+def stored(store: LanceStore) -> tuple:
+    """(document, its chunks, their vectors) of the store's one document."""
+    (item,) = store.export_documents()
+    return item
+
+
+def test_the_cache_serves_another_store_without_parsing_or_embedding(server: LoopbackOllama, tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+    path = make_pdf(tmp_path / "wheat.pdf", paper_html())
+    first, store_a, parser_a, emit_a = cached_step(tmp_path, server, "a", cache)
+    r1 = first.ingest(request(path))
+    assert r1.status == "stored" and parser_a.calls == 1
+    embeds = len(embedded_inputs(server))
+    assert embeds == r1.n_chunks > 0
+    done = summaries(emit_a)[-1].payload
+    assert done["parse_cached"] == 0.0 and "embed_cached" not in done
+
+    second, store_b, parser_b, emit_b = cached_step(tmp_path, server, "b", cache)
+    r2 = second.ingest(request(path))
+    assert r2.status == "stored" and r2.doc_id == r1.doc_id and r2.n_chunks == r1.n_chunks
+    assert parser_b.calls == 0 and len(embedded_inputs(server)) == embeds  # neither parsed nor embedded again
+    done = summaries(emit_b)[-1].payload
+    assert done["parse_cached"] == 1.0 and done["embed_cached"] == 1.0
+    assert phases(emit_b) == phases(emit_a)  # the same phases are reported
+    (doc_a, chunks_a, vectors_a), (doc_b, chunks_b, vectors_b) = stored(store_a), stored(store_b)
+    assert doc_b.markdown == doc_a.markdown and doc_b.title == doc_a.title and doc_b.authors == doc_a.authors
+    assert chunks_b == chunks_a
+    assert vectors_b == vectors_a  # the vectors the embedder gave, as stored the first time
+
+    # user-only files, whatever the umask
+    for p in [cache, *cache.rglob("*")]:
+        assert (p.stat().st_mode & 0o777) == (0o700 if p.is_dir() else 0o600), p
+
+
+def test_a_changed_file_or_chunking_misses_and_a_damaged_entry_is_parsed_again(server: LoopbackOllama,
+                                                                               tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+    path = make_pdf(tmp_path / "wheat.pdf", paper_html())
+    step, _, parser, _ = cached_step(tmp_path, server, "a", cache)
+    step.ingest(request(path))
+    changed = make_pdf(tmp_path / "wheat2.pdf", paper_html(extra=" Drought makes it worse."))
+    step2, _, parser2, _ = cached_step(tmp_path, server, "b", cache)
+    before = len(embedded_inputs(server))
+    assert step2.ingest(request(changed)).status == "stored"
+    assert parser2.calls == 1 and len(embedded_inputs(server)) > before  # another file: parsed and embedded
+
+    # smaller chunks: the parse is reused, the new chunks are embedded
+    settings = Settings.load(embed={"backend": "ollama", "chunk_tokens": 64, "chunk_overlap": 8},
+                             store={"path": str(tmp_path / "c")}, ingest={"cache_dir": str(cache)})
+    parser3 = CountingParser()
+    step3 = IngestStep(settings, LanceStore(tmp_path / "c", dim=768), OllamaEmbedder(host=server.url, timeout_s=10),
+                       parser3)
+    before = len(embedded_inputs(server))
+    r3 = step3.ingest(request(path))
+    assert r3.status == "stored" and parser3.calls == 0
+    assert len(embedded_inputs(server)) - before == r3.n_chunks
+
+    # a damaged parsed entry is a miss: parsed again and rewritten
+    for entry in (cache / "parsed").glob("*.json"):
+        entry.write_text("{not json")
+    step4, _, parser4, _ = cached_step(tmp_path, server, "d", cache)
+    assert step4.ingest(request(path)).status == "stored" and parser4.calls == 1
+    step5, _, parser5, _ = cached_step(tmp_path, server, "e", cache)
+    assert step5.ingest(request(path)).status == "stored" and parser5.calls == 0
+
+
+def test_a_broken_file_is_not_cached(server: LoopbackOllama, tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+    bad = tmp_path / "bad.pdf"
+    bad.write_text("<html>not a pdf</html>")
+    step, _, parser, _ = cached_step(tmp_path, server, "a", cache)
+    for _ in range(2):
+        result = step.ingest(request(bad))
+        assert result.status == "failed" and "not a PDF" in (result.reason or "")
+    assert parser.calls == 2 and not list(cache.rglob("*.json"))
