@@ -50,6 +50,15 @@ def shared_pdfs(shared_data: Path) -> list[Path]:
 
 
 @pytest.fixture(scope="session")
+def ingest_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One ingest cache (``ingest.cache_dir``: parsed PDFs and chunk vectors, by content) for the session's
+    real runs: a shared paper is parsed and embedded once per session, by whichever test ingests it first,
+    and every later run still stores it in its own store. Tests about parsing or embedding themselves (a
+    killed or hung Ingestor) do not use it."""
+    return tmp_path_factory.mktemp("ingest-cache")
+
+
+@pytest.fixture(scope="session")
 def ray_cluster():
     """One local Ray for the whole session (Ray takes ~6 s to start): loopback only, no usage stats."""
     import ray

@@ -193,19 +193,33 @@ def _strace_cmd() -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def forage_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    """start_ray() with a caller proxy set, without strace."""
+def forage_scenario(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], str | None, str]:
+    """start_ray() with a caller proxy Ray must not use, once: under strace -f where strace can trace
+    (the listener and environment checks read the same run's result), else without it. Returns the
+    result, the trace (None without strace) and why there is no trace."""
     env = _child_env(http_proxy=CALLER_PROXY)
-    result, _ = _run_scenario(tmp_path_factory.mktemp("forage"), "forage", env)
-    return result
+    try:
+        cmd: list[str] | None = _strace_cmd()
+        why = ""
+    except pytest.skip.Exception as exc:
+        cmd, why = None, str(exc.msg)
+    result, trace = _run_scenario(tmp_path_factory.mktemp("forage_strace"), "forage", env, cmd)
+    return result, (trace if cmd is not None else None), why
 
 
 @pytest.fixture(scope="module")
-def forage_trace(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], str]:
-    """start_ray() under strace -f, with a caller proxy Ray must not use."""
-    cmd = _strace_cmd()
-    env = _child_env(http_proxy=CALLER_PROXY)
-    return _run_scenario(tmp_path_factory.mktemp("forage_strace"), "forage", env, cmd)
+def forage_run(forage_scenario: tuple[dict[str, Any], str | None, str]) -> dict[str, Any]:
+    """What start_ray() left: listeners, usage stats, the driver's and a worker's environment."""
+    return forage_scenario[0]
+
+
+@pytest.fixture(scope="module")
+def forage_trace(forage_scenario: tuple[dict[str, Any], str | None, str]) -> tuple[dict[str, Any], str]:
+    """start_ray() under strace -f (skipped, with the reason, where strace cannot trace)."""
+    result, trace, why = forage_scenario
+    if trace is None:
+        pytest.skip(why)
+    return result, trace
 
 
 @pytest.fixture(scope="module")

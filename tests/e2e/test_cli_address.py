@@ -21,7 +21,7 @@ from tests.e2e.test_kill_driver import LIMIT_S, QUERY, child_env, end_group, for
 pytestmark = [pytest.mark.ray, pytest.mark.slow, pytest.mark.timeout(900)]
 
 
-def test_research_attaches_to_the_cluster_at_address(ray_cluster, shared_data, tmp_path: Path) -> None:
+def test_research_attaches_to_the_cluster_at_address(ray_cluster, shared_data, ingest_cache, tmp_path: Path) -> None:
     from tests.e2e import brain as brain_module
     from tests.e2e.test_kill_driver import Gate
     from tests.loopback_ollama import LoopbackOllama
@@ -29,7 +29,7 @@ def test_research_attaches_to_the_cluster_at_address(ray_cluster, shared_data, t
     address = ray_cluster.get_runtime_context().gcs_address
     lib = library(tmp_path, shared_data)
     with LoopbackOllama(responder=Gate().responder(brain_module), hang_limit_s=LIMIT_S) as llm:
-        env = child_env(llm.url)
+        env = child_env(llm.url, ingest_cache)
         env["FORAGE_RUN__MAX_ITERATIONS"] = "1"
         proc = forage([*research_args(lib, tmp_path), "--address", address], env, tmp_path / "research.log")
         try:

@@ -36,8 +36,8 @@ def responder(messages: list[dict[str, str]], fmt: object) -> dict:
     return asyncio.run(brain(messages, SimpleNamespace(__name__=name)))
 
 
-def test_eval_suite_runs_each_query_through_ray_and_judges_it(ray_cluster, shared_pdfs, tmp_path: Path,
-                                                               monkeypatch) -> None:
+def test_eval_suite_runs_each_query_through_ray_and_judges_it(ray_cluster, shared_pdfs, ingest_cache,
+                                                               tmp_path: Path, monkeypatch) -> None:
     from gateway.cli import app
     from tests.loopback_ollama import LoopbackOllama
 
@@ -51,7 +51,8 @@ def test_eval_suite_runs_each_query_through_ray_and_judges_it(ray_cluster, share
     with LoopbackOllama(models=("lab-model", "judge-model"), responder=responder) as server:
         for key, value in {"FORAGE_LLM__BACKEND": "ollama", "FORAGE_LLM__HOST": server.url,
                            "FORAGE_LLM__MODEL": "lab-model", "FORAGE_STORE__PATH": str(tmp_path / "store"),
-                           "FORAGE_RUN__MAX_ITERATIONS": "2", "FORAGE_INGEST__POOL_SIZE": "1"}.items():
+                           "FORAGE_RUN__MAX_ITERATIONS": "2", "FORAGE_INGEST__POOL_SIZE": "1",
+                           "FORAGE_INGEST__CACHE_DIR": str(ingest_cache)}.items():
             monkeypatch.setenv(key, value)
         result = CliRunner().invoke(app, ["eval", "suite", str(suite), "--judge", "judge-model", "--library",
                                           str(library), "--runs-dir", str(tmp_path / "runs"),

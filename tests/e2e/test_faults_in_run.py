@@ -24,7 +24,7 @@ DVT_TITLE = "deep venous thrombosis prophylaxis"  # in the DVT paper's title
 
 
 @pytest.fixture(scope="module")
-def faulty_run(ray_cluster, shared_pdfs, tmp_path_factory):
+def faulty_run(ray_cluster, shared_pdfs, tmp_path_factory, ingest_cache):
     from infra.llm.fakes import FunctionLLM
     from infra.settings import Settings
     from tests.e2e import brain as brain_module
@@ -43,7 +43,7 @@ def faulty_run(ray_cluster, shared_pdfs, tmp_path_factory):
         settings = Settings.load("quick").updated(
             run={"runs_dir": tmp / "runs", "max_iterations": 2, "min_coverage": 0.85},
             store={"path": tmp / "store"}, search={"library": library},
-            ingest={"pool_size": 2, "parser": "pymupdf", "contextual": True},
+            ingest={"pool_size": 2, "parser": "pymupdf", "contextual": True, "cache_dir": ingest_cache},
             ray={"max_restarts": 1, "max_task_retries": 1},
             llm={"backend": "ollama", "host": closed_loopback_url()})  # a real client built by mistake fails
         summary, state, events = brain_module.research(settings, llm=FunctionLLM(brain_module.brain))

@@ -32,14 +32,15 @@ R1 = Requirement(id="R1", text=brain_module.REQUIREMENTS[0])  # anticoagulant: d
 R2 = Requirement(id="R2", text=brain_module.REQUIREMENTS[1])  # just-in-time: tracemonkey answers it
 
 
-def test_a_killed_forager_fails_its_requirement_only_and_comes_back(ray_cluster, shared_pdfs, tmp_path: Path) -> None:
+def test_a_killed_forager_fails_its_requirement_only_and_comes_back(ray_cluster, shared_pdfs, ingest_cache,
+                                                                     tmp_path: Path) -> None:
     import ray
 
     pdfs = {p.name: p for p in shared_pdfs}
     ray_cluster.cloudpickle.register_pickle_by_value(brain_module)
     brain_module.KILL_ONCE = ("just-in-time", str(tmp_path / "killed-once"))
     settings = Settings.load("quick").updated(store={"path": tmp_path / "store"},
-                                              ingest={"pool_size": 1, "parser": "pymupdf"},
+                                              ingest={"pool_size": 1, "parser": "pymupdf", "cache_dir": ingest_cache},
                                               ray={"max_restarts": 1})  # Ray may restart it too
     crew = RayCrew(settings, RUN, None, llm=FunctionLLM(brain_module.brain))
     try:

@@ -16,6 +16,9 @@ its worker processes (the Orchestrator, the Foragers) outlive it for a while: th
 every process of the driver's session is gone (a bounded poll), so the orphaned run cannot move on. (Were
 it to move on while `forage resume` runs, the resumed Orchestrator owns the run and the orphan stops at its
 next checkpoint without writing: tests/unit/test_run_owner.py.)
+
+The uninterrupted reference run goes on beside the killed run and its resume (its own model server, Ray,
+runs folder and store); all three read the papers through the session's ingest cache.
 """
 
 from __future__ import annotations
@@ -62,12 +65,13 @@ class Gate:
         return answer
 
 
-def child_env(llm_url: str) -> dict[str, str]:
+def child_env(llm_url: str, ingest_cache: Path) -> dict[str, str]:
     env = dict(os.environ)  # offline (conftest), Hugging Face offline
     env.update({"FORAGE_LLM__HOST": llm_url, "FORAGE_NET__OFFLINE": "true", "FORAGE_SEARCH__BATCH_SIZE": "1",
                 "FORAGE_RUN__MAX_ITERATIONS": "3", "FORAGE_RUN__MIN_COVERAGE": "0.85",
                 "FORAGE_INGEST__POOL_SIZE": "1", "FORAGE_RAY__NUM_CPUS": "2",
                 "FORAGE_WRITE__COMPARISON": "false", "FORAGE_WRITE__CHARTS": "false",
+                "FORAGE_INGEST__CACHE_DIR": str(ingest_cache),
                 "PYTHONPATH": str(REPO)})
     return env
 
@@ -148,7 +152,7 @@ def summary(run_dir: Path) -> dict:
 
 
 @pytest.fixture(scope="module")
-def runs(shared_data, tmp_path_factory):
+def runs(shared_data, tmp_path_factory, ingest_cache):
     from tests.e2e import brain as brain_module
     from tests.loopback_ollama import LoopbackOllama
 
@@ -156,15 +160,16 @@ def runs(shared_data, tmp_path_factory):
     lib = library(tmp, shared_data)
     gate = Gate()
     procs: list[subprocess.Popen] = []
-    with LoopbackOllama(responder=gate.responder(brain_module), hang_limit_s=LIMIT_S) as llm:
-        env = child_env(llm.url)
+    # the uninterrupted reference run and the run to kill go on at the same time, each with its own model
+    # server (only the second one's holds requests), Ray, runs folder and store
+    with LoopbackOllama(responder=gate.responder(brain_module), hang_limit_s=LIMIT_S) as llm, \
+            LoopbackOllama(responder=Gate().responder(brain_module), hang_limit_s=LIMIT_S) as whole_llm:
+        env = child_env(llm.url, ingest_cache)
         try:
             # the uninterrupted reference run
             whole = tmp / "whole"
-            proc = forage(research_args(lib, whole), env, tmp / "whole.log")
-            procs.append(proc)
-            assert proc.wait(LIMIT_S) == 0, (tmp / "whole.log").read_text()[-3000:]
-            (whole_dir,) = (whole / "runs").iterdir()
+            whole_proc = forage(research_args(lib, whole), child_env(whole_llm.url, ingest_cache), tmp / "whole.log")
+            procs.append(whole_proc)
 
             # the same run, killed while it forages iteration 2
             killed = tmp / "killed"
@@ -188,6 +193,8 @@ def runs(shared_data, tmp_path_factory):
             code = proc.wait(LIMIT_S)
             resume_log = (tmp / "resume.log").read_text()
             assert code == 0, resume_log[-3000:]
+            assert whole_proc.wait(LIMIT_S) == 0, (tmp / "whole.log").read_text()[-3000:]
+            (whole_dir,) = (whole / "runs").iterdir()
             yield summary(whole_dir), summary(run_dir), crashed, json.loads((run_dir / "run.json").read_text())
         finally:
             gate.release.set()

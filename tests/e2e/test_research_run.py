@@ -57,7 +57,7 @@ def make_library(tmp: Path, pdfs: list[Path]) -> Path:
 
 
 @pytest.fixture(scope="module")
-def finished_run(ray_cluster, shared_pdfs, tmp_path_factory):
+def finished_run(ray_cluster, shared_pdfs, tmp_path_factory, ingest_cache):
     import ray
 
     from infra.llm.fakes import FunctionLLM
@@ -75,7 +75,7 @@ def finished_run(ray_cluster, shared_pdfs, tmp_path_factory):
         settings = Settings.load("standard").updated(
             run={"runs_dir": tmp / "runs", "max_iterations": 3, "min_coverage": 0.85},
             store={"path": tmp / "store"}, search={"library": library, "batch_size": 10},
-            ingest={"pool_size": 2},
+            ingest={"pool_size": 2, "cache_dir": ingest_cache},
             # a worker that built a real client by mistake would fail loudly: nothing listens there
             llm={"backend": "ollama", "host": closed_loopback_url()})
         summary, state, events = brain_module.research(settings, llm=FunctionLLM(brain_module.brain))

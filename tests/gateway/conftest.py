@@ -40,27 +40,28 @@ class LiveServer:
         self.thread.join(timeout=30)
 
 
-def gateway_settings(tmp: Path) -> Any:
+def gateway_settings(tmp: Path, ingest_cache: Path | None = None) -> Any:
     from infra.settings import Settings
     from tests.loopback_ollama import closed_loopback_url
 
     return Settings.load("quick").updated(
         run={"runs_dir": tmp / "runs", "max_iterations": 1, "max_requirements": 2},
-        store={"path": tmp / "store"}, search={"library": DEMO_LIBRARY}, ingest={"pool_size": 1},
+        store={"path": tmp / "store"}, search={"library": DEMO_LIBRARY},
+        ingest={"pool_size": 1, "cache_dir": ingest_cache},
         net={"offline": True},
         # a worker that built a real client by mistake would fail loudly: nothing listens there
         llm={"backend": "ollama", "host": closed_loopback_url()})
 
 
 @pytest.fixture(scope="session")
-def gateway(ray_cluster, tmp_path_factory):
+def gateway(ray_cluster, tmp_path_factory, ingest_cache):
     from gateway.server import create_app
     from infra.llm.fakes import FunctionLLM
     from tests.e2e import brain as brain_module
 
     ray_cluster.cloudpickle.register_pickle_by_value(brain_module)
     tmp = tmp_path_factory.mktemp("gateway")
-    app = create_app(gateway_settings(tmp), llm=FunctionLLM(brain_module.brain))
+    app = create_app(gateway_settings(tmp, ingest_cache), llm=FunctionLLM(brain_module.brain))
     server = LiveServer(app)
     yield server
     server.stop()

@@ -57,7 +57,7 @@ def test_driver_refuses_a_bad_edits_file(tmp_path) -> None:
     assert not (tmp_path / "reports").exists()
 
 
-def test_driver_straight_into_ray(ray_cluster, tmp_path, monkeypatch) -> None:
+def test_driver_straight_into_ray(ray_cluster, ingest_cache, tmp_path, monkeypatch) -> None:
     import importlib.util
 
     from infra.llm.fakes import FunctionLLM
@@ -72,6 +72,7 @@ def test_driver_straight_into_ray(ray_cluster, tmp_path, monkeypatch) -> None:
     monkeypatch.setenv("FORAGE_RUN__RUNS_DIR", str(tmp_path / "runs"))
     monkeypatch.setenv("FORAGE_STORE__PATH", str(tmp_path / "store"))
     monkeypatch.setenv("FORAGE_INGEST__POOL_SIZE", "1")
+    monkeypatch.setenv("FORAGE_INGEST__CACHE_DIR", str(ingest_cache))
     # a worker that built a real client by mistake would fail loudly: nothing listens there
     monkeypatch.setenv("FORAGE_LLM__BACKEND", "ollama")
     monkeypatch.setenv("FORAGE_LLM__HOST", closed_loopback_url())

@@ -14,8 +14,10 @@ from pathlib import Path
 import pytest
 
 from actors.steps.chunking import chunk_sections, window_for
+from actors.steps.ingest import file_sha256
 from actors.steps.sections import Outline, outline
 from infra.embed.minilm import MiniLMEmbedder
+from infra.ingest_cache import IngestCache
 from infra.pdf.base import ParsedDocument
 from infra.pdf.pymupdf import PyMuPDFParser
 from infra.settings import Settings
@@ -60,28 +62,34 @@ def norm(text: str) -> str:
 
 
 class Ingested:
-    def __init__(self, parsed: ParsedDocument, tree: Outline, chunks: list[ChunkRecord], seconds: float) -> None:
-        self.parsed, self.tree, self.chunks, self.seconds = parsed, tree, chunks, seconds
+    def __init__(self, parsed: ParsedDocument, tree: Outline, chunks: list[ChunkRecord], seconds: float,
+                 cached: bool) -> None:
+        self.parsed, self.tree, self.chunks, self.seconds, self.cached = parsed, tree, chunks, seconds, cached
 
 
 @pytest.fixture(scope="module")
-def corpus(shared_pdfs: list[Path]) -> dict[str, Ingested]:
+def corpus(shared_pdfs: list[Path], ingest_cache: Path) -> dict[str, Ingested]:
+    """The 16 papers parsed by PyMuPDF through the session's ingest cache: a paper an end-to-end run parsed
+    already (same bytes, parser and page limit) is read from there, the others are parsed and kept."""
     parser = PyMuPDFParser()
+    cache = IngestCache(ingest_cache)
     embedder = MiniLMEmbedder()
     max_tokens, overlap = window_for(Settings.load(), embedder)
     out: dict[str, Ingested] = {}
     for path in shared_pdfs:
         started = time.perf_counter()
-        parsed = parser.parse(path)
+        parsed, cached = cache.parse(parser, path, file_sha256(path))
         seconds = time.perf_counter() - started
         tree = outline(parsed.markdown, parsed.title)
         chunks = chunk_sections(path.name, parsed.markdown, tree.sections, parsed.page_spans,
                                 embedder.token_spans, max_tokens, overlap)
-        out[path.name] = Ingested(parsed, tree, chunks, seconds)
+        out[path.name] = Ingested(parsed, tree, chunks, seconds, cached)
     total = sum(i.seconds for i in out.values())
-    print(f"\nparsed {len(out)} PDFs with {parser.name} in {total:.1f}s:")
+    print(f"\nparsed {len(out)} PDFs with {parser.name} in {total:.1f}s "
+          f"({sum(i.cached for i in out.values())} from the ingest cache):")
     for name, item in out.items():
-        print(f"  {item.seconds:6.2f}s  {item.parsed.n_pages:3d} pages  {len(item.chunks):4d} chunks  {name}")
+        print(f"  {item.seconds:6.2f}s  {item.parsed.n_pages:3d} pages  {len(item.chunks):4d} chunks  {name}"
+              + ("  (cached)" if item.cached else ""))
     return out
 
 
