@@ -15,6 +15,24 @@ REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO.parent / "shared" / "data"
 
 
+#: folders whose every test drives real runs, real clusters or the 16 real papers
+SLOW_FOLDERS = ("e2e/", "cluster/", "real/")
+#: fixtures that make a test slow wherever it is: the session's Ray (actors, real runs on it) and the
+#: session's ingest cache (real papers parsed and embedded)
+SLOW_FIXTURES = {"ray_cluster", "ingest_cache"}
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The fast tier (``pytest -m "not slow"``) is the unit and contract tests: every test in
+    SLOW_FOLDERS, or needing a SLOW_FIXTURES fixture (directly or through another fixture), is marked
+    ``slow`` too, next to the tests that say so themselves (real models, many PDFs)."""
+    for item in items:
+        rel = Path(str(item.fspath)).resolve().relative_to(REPO / "tests").as_posix()
+        fixtures = set(getattr(item, "fixturenames", ()))
+        if rel.startswith(SLOW_FOLDERS) or fixtures & SLOW_FIXTURES or item.get_closest_marker("ray"):
+            item.add_marker(pytest.mark.slow)
+
+
 @pytest.fixture(autouse=True)
 def _forbid_real_llm(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
     """Tests cannot reach a real model (Ollama or a GGUF) unless marked ``real_llm``."""
@@ -56,6 +74,23 @@ def ingest_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
     and every later run still stores it in its own store. Tests about parsing or embedding themselves (a
     killed or hung Ingestor) do not use it."""
     return tmp_path_factory.mktemp("ingest-cache")
+
+
+@pytest.fixture(scope="session")
+def ingest_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One ingest cache (``ingest.cache_dir``: parsed PDFs and chunk vectors, by content) for the session's
+    real runs: a shared paper is parsed and embedded once per session, by whichever test ingests it first,
+    and every later run still stores it in its own store. Tests about parsing or embedding themselves (a
+    killed or hung Ingestor) do not use it."""
+    return tmp_path_factory.mktemp("ingest-cache")
+
+
+@pytest.fixture(scope="session")
+def minilm():
+    """The session's MiniLM embedder (tests/minilm.py): its model is loaded once for every test that embeds."""
+    from tests.minilm import shared_minilm
+
+    return shared_minilm()
 
 
 @pytest.fixture(scope="session")

@@ -9,6 +9,9 @@ from pathlib import Path
 
 import pytest
 
+# slow (whole suite only): mypy --strict over the Weaviate adapter, ~20 s
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[2]
 
 

@@ -81,11 +81,11 @@ class FixedCrew:
 
 
 def fill_store(path: Path):
-    from infra.embed.minilm import MiniLMEmbedder
     from infra.store.lancedb import LanceStore
+    from tests.minilm import shared_minilm
 
     store = LanceStore(path, dim=384)
-    embedder = MiniLMEmbedder()
+    embedder = shared_minilm()
     for record, chunks in (A, B, C):
         store.upsert_document(record, chunks, embedder.embed([c.text for c in chunks]))
     return store

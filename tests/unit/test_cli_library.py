@@ -17,6 +17,9 @@ from infra.settings import Settings
 from infra.store import build_store
 from tests.loopback_zotero import LoopbackZotero
 
+# slow (whole suite only): the library CLI over real PDFs with MiniLM, ~35 s
+pytestmark = pytest.mark.slow
+
 runner = CliRunner()
 SCIENCES = "Sciences (miscellaneous)"
 SMALL = ("dvt_prophylaxis_trauma_bmc2010.pdf", "phrase_generation_acl2014.pdf")

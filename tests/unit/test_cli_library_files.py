@@ -20,6 +20,9 @@ from infra.settings import Settings
 from infra.store import ChunkFilter, DocumentRecord, build_store
 from messages.search import Candidate
 
+# slow (whole suite only): the library CLI over real PDF folders, ~10 s
+pytestmark = pytest.mark.slow
+
 runner = CliRunner()
 DVT, PHRASE = "dvt_prophylaxis_trauma_bmc2010.pdf", "phrase_generation_acl2014.pdf"  # 4 and 10 pages
 PAGES = 4 + 10

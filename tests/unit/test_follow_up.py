@@ -83,10 +83,8 @@ def brain(messages: list[dict[str, str]], schema: type) -> Any:
 
 
 @pytest.fixture(scope="module")
-def embedder():
-    from infra.embed import build_embedder
-
-    return build_embedder(Settings.load().updated(embed={"backend": "minilm"}))
+def embedder(minilm):
+    return minilm
 
 
 @pytest.fixture

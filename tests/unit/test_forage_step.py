@@ -92,10 +92,8 @@ def cid(doc: tuple[DocumentRecord, list[ChunkRecord]], ordinal: int) -> str:
 
 
 @pytest.fixture(scope="module")
-def embedder():
-    from infra.embed.minilm import MiniLMEmbedder
-
-    return MiniLMEmbedder()
+def embedder(minilm):
+    return minilm
 
 
 def filled_store(path, embedder):

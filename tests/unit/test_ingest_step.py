@@ -317,6 +317,11 @@ def test_a_changed_file_or_chunking_misses_and_a_damaged_entry_is_parsed_again(s
     assert r3.status == "stored" and parser3.calls == 0
     assert len(embedded_inputs(server)) - before == r3.n_chunks
 
+    # another parser (or another version of it: its name carries the version) parses the file again
+    step_other, _, parser_other, _ = cached_step(tmp_path, server, "o", cache)
+    parser_other.name = parser_other.inner.name + "+next"
+    assert step_other.ingest(request(path)).status == "stored" and parser_other.calls == 1
+
     # a damaged parsed entry is a miss: parsed again and rewritten
     for entry in (cache / "parsed").glob("*.json"):
         entry.write_text("{not json")

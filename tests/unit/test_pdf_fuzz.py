@@ -23,6 +23,9 @@ from infra.store.base import ChunkFilter
 from messages.ingest import IngestRequest
 from messages.search import Candidate
 
+# slow (whole suite only): mutated PDFs through the whole ingest step, ~14 s
+pytestmark = pytest.mark.slow
+
 SEED = 20261123
 PDFS = ("bosonic_dark_matter_arxiv0908.0054.pdf", "phrase_generation_acl2014.pdf",
         "novelty_paraphrase_arxiv2202.00535v1.pdf")

@@ -35,6 +35,9 @@ from messages.plan import PlanRequest, ResearchQuery
 from tests.unit.test_forget import QUERY_CANARY, SCALES_REQUIREMENT, brain, make_pdf
 from tests.unit.test_llm_faults import FAULTS, MODEL, RECOVERABLE, ChaosOllama, llm_for
 
+# slow (whole suite only): a whole run on real PDFs and MiniLM under every LLM fault, ~8 s
+pytestmark = pytest.mark.slow
+
 RUN = "run-chaos"
 QUERY = f"How does {QUERY_CANARY} change fin regeneration in zebrafish, and how are their scales pigmented?"
 ERROR_OF = {"always_invalid": "LLMOutputError", "always_hang": "LLMTimeout", "always_500": "LLMUnavailable"}

@@ -25,6 +25,9 @@ from actors.steps.ingest import IngestStep, text_markdown
 from infra.settings import Settings
 from infra.store.base import ChunkFilter
 
+# slow (whole suite only): a write past the file-size limit with MiniLM, ~11 s
+pytestmark = pytest.mark.slow
+
 REPO = Path(__file__).resolve().parents[2]
 
 SMALL_A = ("Fin regrowth", "Zebrafish regenerate their caudal fins after amputation within two weeks. " * 4)

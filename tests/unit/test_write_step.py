@@ -96,10 +96,8 @@ def request(covs=None) -> WriteRequest:
 
 
 @pytest.fixture(scope="module")
-def embedder():
-    from infra.embed.minilm import MiniLMEmbedder
-
-    return MiniLMEmbedder()
+def embedder(minilm):
+    return minilm
 
 
 @pytest.fixture(scope="module")
