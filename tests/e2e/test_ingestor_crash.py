@@ -40,7 +40,7 @@ HUNG_FIRST = (DOOMED, "phrase_generation_acl2014.pdf")
 HUNG_SECOND = ("reverb_openie_emnlp2011.pdf", "novelty_paraphrase_arxiv2202.00535v1.pdf")
 LIMIT_S = 240.0
 HUNG_TIMEOUT_S = 20  # ingest.timeout_s of the hung-document test: the test waits this long for it (the other
-# document of its batch, an 11-page paper on a warm Ingestor, is parsed and embedded well inside it)
+# document of its batch, a 10-page paper on a warm Ingestor, is parsed and embedded well inside it)
 
 
 class Killer:
