@@ -21,7 +21,8 @@ from tests.e2e.test_kill_driver import LIMIT_S, QUERY, child_env, end_group, for
 pytestmark = [pytest.mark.ray, pytest.mark.slow, pytest.mark.timeout(900)]
 
 
-def test_research_attaches_to_the_cluster_at_address(ray_cluster, shared_data, ingest_cache, tmp_path: Path) -> None:
+def test_research_attaches_to_the_cluster_at_address(ray_cluster, shared_data, ingest_cache,
+                                                     tmp_path: Path) -> None:
     from tests.e2e import brain as brain_module
     from tests.e2e.test_kill_driver import Gate
     from tests.loopback_ollama import LoopbackOllama

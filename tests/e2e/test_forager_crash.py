@@ -40,7 +40,8 @@ def test_a_killed_forager_fails_its_requirement_only_and_comes_back(ray_cluster,
     ray_cluster.cloudpickle.register_pickle_by_value(brain_module)
     brain_module.KILL_ONCE = ("just-in-time", str(tmp_path / "killed-once"))
     settings = Settings.load("quick").updated(store={"path": tmp_path / "store"},
-                                              ingest={"pool_size": 1, "parser": "pymupdf", "cache_dir": ingest_cache},
+                                              ingest={"pool_size": 1, "parser": "pymupdf",
+                                                      "cache_dir": ingest_cache},
                                               ray={"max_restarts": 1})  # Ray may restart it too
     crew = RayCrew(settings, RUN, None, llm=FunctionLLM(brain_module.brain))
     try:

@@ -167,7 +167,8 @@ def test_a_hung_document_times_out_alone_and_the_pool_recovers(ray_cluster, shar
             first = asyncio.run(crew.ingest(requests(pdfs, HUNG_FIRST)))
             holder.release.set()
             by_name = {Path(r.path).name: r for r in first}
-            assert by_name[DOOMED].status == "failed" and f"longer than {HUNG_TIMEOUT_S}s" in (by_name[DOOMED].reason or "")
+            doomed = by_name[DOOMED]
+            assert doomed.status == "failed" and f"longer than {HUNG_TIMEOUT_S}s" in (doomed.reason or "")
             assert holder.held == 1  # no second try of a document that hung
             assert by_name[HUNG_FIRST[1]].status == "stored", by_name[HUNG_FIRST[1]].reason
             second = asyncio.run(crew.ingest(requests(pdfs, HUNG_SECOND)))
