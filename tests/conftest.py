@@ -77,15 +77,6 @@ def ingest_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def ingest_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """One ingest cache (``ingest.cache_dir``: parsed PDFs and chunk vectors, by content) for the session's
-    real runs: a shared paper is parsed and embedded once per session, by whichever test ingests it first,
-    and every later run still stores it in its own store. Tests about parsing or embedding themselves (a
-    killed or hung Ingestor) do not use it."""
-    return tmp_path_factory.mktemp("ingest-cache")
-
-
-@pytest.fixture(scope="session")
 def minilm():
     """The session's MiniLM embedder (tests/minilm.py): its model is loaded once for every test that embeds."""
     from tests.minilm import shared_minilm
