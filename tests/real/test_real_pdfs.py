@@ -1,4 +1,5 @@
-"""The ingestion pipeline on the 16 real papers in shared/data/pdfs (parsed once per module).
+"""The ingestion pipeline on the 16 real papers in shared/data/pdfs (parsed once per test session: the
+session's ingest cache holds the parses an end-to-end run over the same papers made).
 
 Parsing all 16 in layout mode takes roughly 1.5 minutes on 2 free cores (the 46-page TIMP paper is
 about a third of it). Run with ``-s`` to see the per-PDF parse times. Chunking uses the real MiniLM

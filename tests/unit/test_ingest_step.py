@@ -250,8 +250,10 @@ def test_real_paper_with_minilm_is_searchable(tmp_path: Path, shared_pdfs: list[
 # ---------------------------------------------------------------- the ingest cache (ingest.cache_dir)
 
 
-def cached_step(tmp_path: Path, server: LoopbackOllama, store_name: str, cache: Path):
-    settings = Settings.load(embed={"backend": "ollama"}, store={"path": str(tmp_path / store_name)},
+def cached_step(tmp_path: Path, server: LoopbackOllama, store_name: str, cache: Path, **embed: int):
+    """An ingest step with the cache at ``cache``, a store of its own and a counting parser; ``embed``:
+    embedder settings beside the loopback Ollama backend (e.g. a smaller chunk window)."""
+    settings = Settings.load(embed={"backend": "ollama", **embed}, store={"path": str(tmp_path / store_name)},
                              ingest={"cache_dir": str(cache)})
     store = LanceStore(tmp_path / store_name, dim=768)
     parser = CountingParser()
@@ -307,11 +309,7 @@ def test_a_changed_file_or_chunking_misses_and_a_damaged_entry_is_parsed_again(s
     assert parser2.calls == 1 and len(embedded_inputs(server)) > before  # another file: parsed and embedded
 
     # smaller chunks: the parse is reused, the new chunks are embedded
-    settings = Settings.load(embed={"backend": "ollama", "chunk_tokens": 64, "chunk_overlap": 8},
-                             store={"path": str(tmp_path / "c")}, ingest={"cache_dir": str(cache)})
-    parser3 = CountingParser()
-    step3 = IngestStep(settings, LanceStore(tmp_path / "c", dim=768), OllamaEmbedder(host=server.url, timeout_s=10),
-                       parser3)
+    step3, _, parser3, _ = cached_step(tmp_path, server, "c", cache, chunk_tokens=64, chunk_overlap=8)
     before = len(embedded_inputs(server))
     r3 = step3.ingest(request(path))
     assert r3.status == "stored" and parser3.calls == 0
