@@ -179,7 +179,8 @@ class Orchestrator:
             "search_queries": [q.model_dump() for q in plan.search_queries],
             "settings": {"preset": self.settings.preset, "min_coverage": s.min_coverage,
                          "max_iterations": s.max_iterations, "llm": self.settings.llm.backend,
-                         "embedder": self.settings.embed.backend, "store": self.settings.store.backend},
+                         "embedder": self.settings.embed.backend, "store": self.settings.store.backend,
+                         "resolved": self.settings.record()},  # every value, for resume (no secrets)
             "store_path": str(self.settings.store.path), "library": str(self.settings.search.library or ""),
             "iterations": [], "documents": {}, "search_skipped": [],
         })

@@ -23,7 +23,7 @@ from rich.live import Live
 from rich.table import Table
 
 from infra.errors import ForageError
-from infra.settings import PresetName, Settings
+from infra.settings import PresetName, Settings, settings_for_run
 from messages.plan import RequirementsPlan, ResearchQuery
 from messages.status import Stage, StatusEvent
 
@@ -267,25 +267,9 @@ ADDRESS_HELP = ("Run on this Ray cluster: 'auto' (the cluster this machine is a 
 def _settings(preset: PresetName | None, library: Path | None, llm_backend: str | None, model: str | None,
               runs_dir: Path | None, store: Path | None, offline: bool = False, mailto: str | None = None,
               zotero: bool = False, address: str | None = None) -> Settings:
-    settings = Settings.load(preset)
-    changes: dict[str, dict[str, Any]] = {}
-    if address:
-        changes["ray"] = {"address": address}
-    if library is not None:
-        changes["search"] = {"library": library.expanduser().resolve()}
-    if mailto:
-        changes.setdefault("search", {})["mailto"] = mailto
-    if offline:
-        changes["net"] = {"offline": True}
-    if zotero:
-        changes["zotero"] = {"push": True}
-    if llm_backend or model:
-        changes["llm"] = {k: v for k, v in (("backend", llm_backend), ("model", model)) if v}
-    if runs_dir is not None:
-        changes["run"] = {"runs_dir": runs_dir}
-    if store is not None:
-        changes["store"] = {"path": store}
-    return settings.updated(**changes) if changes else settings
+    return settings_for_run(Settings.load(), preset=preset, library=library, llm_backend=llm_backend, model=model,
+                            runs_dir=runs_dir, store=store, offline=offline or None, mailto=mailto,
+                            zotero_push=zotero or None, address=address)
 
 
 @app.command()
@@ -338,14 +322,11 @@ def follow_up_settings(settings: Settings, from_run: str, *, keep_library: bool 
     if not any(d.get("status") in ("stored", "skipped") and d.get("doc_id")
                for d in (state.get("documents") or {}).values()):
         raise ForageError(f"run {from_run!r} has no stored documents to follow up: start a new run instead")
-    changes: dict[str, dict[str, Any]] = {}
-    if state.get("store_path") and not keep_store:
-        changes["store"] = {"path": Path(state["store_path"])}
-    if (state.get("settings") or {}).get("embedder") in ("minilm", "ollama"):
-        changes["embed"] = {"backend": state["settings"]["embedder"]}  # the store's vectors come from it
-    if state.get("library") and not keep_library:
-        changes["search"] = {"library": Path(state["library"])}
-    return settings.updated(**changes) if changes else settings
+    embedder = (state.get("settings") or {}).get("embedder")
+    return settings_for_run(
+        settings, store=Path(state["store_path"]) if state.get("store_path") and not keep_store else None,
+        embedder=embedder if embedder in ("minilm", "ollama") else None,  # the store's vectors come from it
+        library=Path(state["library"]) if state.get("library") and not keep_library else None)
 
 
 def checked_run(settings: Settings, query: str, *, yes: bool, requirements_file: Path | None,

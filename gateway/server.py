@@ -41,7 +41,7 @@ from fastapi.staticfiles import StaticFiles
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from actors.steps.rundir import RunDir
-from infra.settings import PresetName, Settings
+from infra.settings import PresetName, Settings, settings_for_run
 from messages.plan import Requirement, RequirementsPlan, ResearchQuery, SearchQuery
 from messages.status import Stage, StatusEvent
 
@@ -246,8 +246,7 @@ class RunManager:
         return RunDir(self.runs_dir, run_id)
 
     def settings_for(self, req: RunCreate) -> Settings:
-        settings = self.settings if req.preset is None else self.settings.updated(preset=req.preset)
-        changes: dict[str, dict[str, Any]] = {}
+        lib = None
         if req.library:
             try:
                 lib = Path(req.library).expanduser().resolve()
@@ -256,14 +255,9 @@ class RunManager:
                 is_dir = False
             if not is_dir:
                 raise HTTPException(422, f"library {req.library!r} is not a folder on the gateway's machine")
-            changes["search"] = {"library": lib}
-        run = {k: v for k, v in (("max_iterations", req.max_iterations), ("min_coverage", req.min_coverage),
-                                 ("max_requirements", req.max_requirements)) if v is not None}
-        if run:
-            changes["run"] = run
-        if req.offline is not None:
-            changes["net"] = {"offline": req.offline}
-        settings = settings.updated(**changes) if changes else settings
+        settings = settings_for_run(self.settings, preset=req.preset, library=lib, offline=req.offline,
+                                    max_iterations=req.max_iterations, min_coverage=req.min_coverage,
+                                    max_requirements=req.max_requirements)
         from actors.searcher import online
 
         if settings.search.library is None and not online(settings):

@@ -18,7 +18,7 @@ from actors.orchestrator import Orchestrator
 from actors.status_hub import StatusHub
 from actors.steps.rundir import RunDir, new_run_id
 from infra.errors import ConfigError
-from infra.settings import Settings
+from infra.settings import Settings, settings_for_run
 from messages.plan import PlanRequest, Requirement, RequirementsPlan, ResearchQuery, SearchQuery
 from messages.status import RunSummary, Stage, StatusEvent
 
@@ -92,8 +92,10 @@ def resume_plan(settings: Settings, run_id: str, state: dict[str, Any], *,
                 address: str | None = None) -> tuple[Settings, RequirementsPlan]:
     """The settings and approved plan that continue run ``run_id`` from its run.json ``state``.
 
-    The run's own settings come from run.json (preset, coverage goal, iterations, LLM and embedder
-    backends, store, library; online when it had approved search strings), the rest from ``settings``.
+    The run's own settings come from run.json: every value it recorded (``Settings.record()``: all but
+    secrets and the Ray address); from an older run.json its preset, coverage goal, iterations, LLM and
+    embedder backends, store and library (online when it had approved search strings), the rest from
+    ``settings``.
     ``address``: the Ray cluster to run on. ConfigError when the run is finished or was never approved.
     """
     if state.get("status") == "finished":
@@ -102,20 +104,15 @@ def resume_plan(settings: Settings, run_id: str, state: dict[str, Any], *,
         raise ConfigError(f"run {run_id} never started (no approved requirements); start a new run")
     recorded = state.get("settings") or {}
     searches = tuple(SearchQuery.model_validate(q) for q in state.get("search_queries") or ())
-    changes: dict[str, dict[str, Any]] = {
-        "run": {k: recorded[k] for k in ("min_coverage", "max_iterations") if k in recorded},
-        "search": {"library": Path(state["library"]) if state.get("library") else None},
-        "net": {"offline": not searches},
-    }
-    if state.get("store_path"):
-        changes["store"] = {"path": Path(state["store_path"])}
-    if recorded.get("llm"):
-        changes["llm"] = {"backend": recorded["llm"]}
-    if recorded.get("embedder"):
-        changes["embed"] = {"backend": recorded["embedder"]}
-    if address:
-        changes["ray"] = {"address": address}
-    settings = settings.updated(preset=recorded.get("preset", settings.preset), **changes)
+    if recorded.get("resolved"):  # every value the run was made with (run.json since this format)
+        settings = settings_for_run(settings, recorded=recorded["resolved"], address=address)
+    else:  # an older run.json: its summary, the rest from ``settings``
+        settings = settings_for_run(
+            settings, preset=recorded.get("preset"), min_coverage=recorded.get("min_coverage"),
+            max_iterations=recorded.get("max_iterations"), llm_backend=recorded.get("llm"),
+            embedder=recorded.get("embedder"), store=Path(state["store_path"]) if state.get("store_path") else None,
+            offline=not searches, address=address)
+        settings = settings.updated(search={"library": Path(state["library"]) if state.get("library") else None})
     query = ResearchQuery(run_id=run_id, text=state["query"])
     plan = RequirementsPlan(run_id=run_id, query=query, approved=True, search_queries=searches,
                             requirements=tuple(Requirement.model_validate(r) for r in state["requirements"]))

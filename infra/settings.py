@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ModelWrapValidatorHandler, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 PresetName = Literal["quick", "standard", "deep"]
@@ -275,24 +275,23 @@ class Settings(BaseSettings):
     ray: RayOptions = RayOptions()
     write: WriteSettings = WriteSettings()
 
-    @model_validator(mode="before")
+    # What was given explicitly (environment, overrides, a recorded run), before the preset filled in the
+    # rest: `updated` rebuilds from it, so a changed preset applies under every explicit value.
+    _explicit: dict[str, Any] = PrivateAttr(default_factory=dict)
+
+    @model_validator(mode="wrap")
     @classmethod
-    def _apply_preset(cls, data: Any) -> Any:
+    def _apply_preset(cls, data: Any, handler: ModelWrapValidatorHandler[Settings]) -> Settings:
         if not isinstance(data, dict):
-            return data
-        preset = data.get("preset", "standard")
+            return handler(data)
+        explicit = _plain(data)
+        preset = explicit.get("preset", "standard")
         base = _PRESETS.get(preset)
         if base is None:
             raise ValueError(f"unknown preset {preset!r}; choose one of {sorted(_PRESETS)}")
-        merged: dict[str, Any] = {}
-        for section, values in base.items():
-            merged[section] = dict(values)
-        for key, value in data.items():
-            if isinstance(value, dict) and isinstance(merged.get(key), dict):
-                merged[key] = {**merged[key], **value}
-            else:
-                merged[key] = value
-        return merged
+        built = handler(_merged(base, explicit))
+        built._explicit = explicit
+        return built
 
     @classmethod
     def load(cls, preset: PresetName | None = None, **overrides: Any) -> Settings:
@@ -302,17 +301,79 @@ class Settings(BaseSettings):
             data["preset"] = preset
         return cls(**data)
 
-    def updated(self, **sections: dict[str, Any]) -> Settings:
-        """A copy with some section fields replaced, e.g. ``s.updated(run={"max_iterations": 2})``."""
-        data = self.model_dump()
-        for name, values in sections.items():
-            if isinstance(values, dict):
-                data[name] = {**data[name], **values}
-            else:
-                data[name] = values
-        return type(self).model_validate(data)
+    def updated(self, **sections: Any) -> Settings:
+        """A copy with some section fields replaced, e.g. ``s.updated(run={"max_iterations": 2})``.
+
+        ``preset=NAME`` switches the preset: its values apply wherever nothing was set explicitly (by the
+        environment, by ``load``'s overrides or by an earlier ``updated``)."""
+        return type(self).model_validate(_merged(self._explicit, _plain(sections)))
+
+    def record(self) -> dict[str, Any]:
+        """Every resolved value a run was made with, for its run.json: secrets (API keys) and where the run
+        ran (``ray``) left out. ``settings_for_run(base, recorded=...)`` turns it back into Settings."""
+        return self.model_dump(mode="json", exclude=_NOT_RECORDED)
+
+    def explicit(self) -> dict[str, Any]:
+        """The values given explicitly (a copy), sections as nested dicts."""
+        return _merged({}, self._explicit)
 
     def chunk_window(self) -> tuple[int, int]:
         """(tokens, overlap) for chunks, following the embedder unless set explicitly."""
         default = (256, 32) if self.embed.backend == "minilm" else (512, 64)
         return (self.embed.chunk_tokens or default[0], self.embed.chunk_overlap or default[1])
+
+
+_NOT_RECORDED: dict[str, Any] = {"store": {"weaviate_api_key"}, "search": {"openalex_api_key"},
+                                 "zotero": {"api_key"}, "ray": True}
+
+
+def settings_for_run(base: Settings, *, recorded: dict[str, Any] | None = None, preset: PresetName | None = None,
+                     library: Path | None = None, offline: bool | None = None, llm_backend: str | None = None,
+                     model: str | None = None, embedder: str | None = None, mailto: str | None = None,
+                     zotero_push: bool | None = None, address: str | None = None, runs_dir: Path | None = None,
+                     store: Path | None = None, max_iterations: int | None = None, min_coverage: float | None = None,
+                     max_requirements: int | None = None) -> Settings:
+    """The Settings of one run: ``base`` (environment and defaults), then what an earlier run recorded
+    (``recorded``: its run.json ``Settings.record()``, for a resume), then the preset, then the run's own
+    inputs. The one builder the CLI, the gateway and resume use; a preset always applies under every
+    explicit value. ``None`` leaves a value as it is."""
+    changes: dict[str, Any] = {}
+    if recorded:
+        changes.update({k: v for k, v in recorded.items() if k in Settings.model_fields and k != "ray"})
+    if preset is not None:
+        changes["preset"] = preset
+
+    def put(section: str, key: str, value: Any) -> None:
+        if value is not None:
+            changes[section] = {**changes.get(section, {}), key: value}
+
+    put("search", "library", library.expanduser().resolve() if library is not None else None)
+    put("search", "mailto", mailto or None)
+    put("net", "offline", offline)
+    put("zotero", "push", zotero_push)
+    put("llm", "backend", llm_backend or None)
+    put("llm", "model", model or None)
+    put("embed", "backend", embedder)
+    put("ray", "address", address or None)
+    put("run", "runs_dir", runs_dir)
+    put("run", "max_iterations", max_iterations)
+    put("run", "min_coverage", min_coverage)
+    put("run", "max_requirements", max_requirements)
+    put("store", "path", store)
+    return base.updated(**changes) if changes else base
+
+
+def _plain(data: dict[str, Any]) -> dict[str, Any]:
+    """``data`` with section models turned into dicts of the fields they were given."""
+    return {k: v.model_dump(exclude_unset=True) if isinstance(v, BaseModel) else v for k, v in data.items()}
+
+
+def _merged(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    """``base`` with ``over`` on top, one level of sections deep (neither is changed)."""
+    merged: dict[str, Any] = {k: dict(v) if isinstance(v, dict) else v for k, v in base.items()}
+    for key, value in over.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = {**merged[key], **value}
+        else:
+            merged[key] = dict(value) if isinstance(value, dict) else value
+    return merged

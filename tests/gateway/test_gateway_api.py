@@ -150,11 +150,16 @@ def test_bad_requests_are_refused_clearly(gateway) -> None:
 
 
 def test_cancel_before_approval(gateway) -> None:
+    """A run created with a preset (deep) gets that preset's values, then is cancelled before approval."""
     from gateway.client import GatewayClient
 
     with GatewayClient(gateway.url) as gw:
-        run_id = gw.create_run("Anticoagulation after trauma").run_id
+        run_id = gw.create_run("Anticoagulation after trauma", preset="deep").run_id
         gw.wait_for_proposal(run_id)
+        # the preset's values reach the run under the gateway's explicit ones (its max_iterations 1)
+        s = gateway.app.state.manager.runs[run_id].settings
+        assert (s.preset, s.forage.bm25_k, s.forage.max_deep_dives, s.run.min_coverage) == ("deep", 5, 4, 0.9)
+        assert s.run.max_iterations == 1 and s.run.max_requirements == 2
         assert gw.cancel(run_id).status == "cancelled"
         events = list(gw.events(run_id))  # the stream ends instead of waiting for an approval
         assert events and events[-1].stage == "plan"

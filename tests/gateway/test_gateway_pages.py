@@ -3,6 +3,7 @@ plan from run.json as `forage resume` does, and run ids are unguessable. (No run
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -143,12 +144,35 @@ def test_resume_plan_rebuilds_the_run_from_run_json(tmp_path) -> None:
     assert plan.query.text == state["query"] and [r.id for r in plan.requirements] == ["R1"]
     assert [q.text for q in plan.search_queries] == ["zebrafish fin regeneration"]
     assert settings.preset == "deep" and settings.run.min_coverage == 0.7 and settings.run.max_iterations == 4
+    assert settings.forage.bm25_k == 5 and settings.forage.max_deep_dives == 4  # the deep preset's own values
     assert settings.store.path == tmp_path / "store" and settings.search.library == tmp_path / "lib"
     assert settings.net.offline is False  # it had approved search strings
     assert settings.ray.address == "ray://head:10001"
     for bad in ({**state, "status": "finished"}, {**state, "requirements": []}):
         with pytest.raises(ConfigError):
             resume_plan(Settings.load("quick"), "r", bad)
+
+
+def test_resume_restores_every_recorded_value_but_secrets(tmp_path) -> None:
+    """run.json records the whole resolved Settings (``Settings.record()``); a resume gets all of it back
+    (model, mailto, sources, Zotero, forage strengths) except secrets, which come from the resuming side."""
+    from gateway.session import resume_plan
+    from infra.settings import Settings
+
+    run = Settings.load("deep", llm={"model": "llama3:8b"}, search={"mailto": "me@lab.example", "sources": ["arxiv"],
+                                                                    "openalex_api_key": "secret-1"},
+                        zotero={"push": True, "api_key": "secret-2"}, forage={"judge_batch": 3},
+                        run={"runs_dir": tmp_path / "runs"}, store={"path": tmp_path / "store"})
+    recorded = json.loads(json.dumps(run.record()))  # as run.json holds it
+    assert "secret" not in json.dumps(recorded) and "ray" not in recorded
+    state = {"status": "interrupted", "query": "q?", "requirements": [{"id": "R1", "text": "Fin regrowth speed"}],
+             "settings": {"preset": "deep", "resolved": recorded}}
+    resumer = Settings.load("quick", zotero={"api_key": "mine"})
+    settings, _ = resume_plan(resumer, "20260101-000000-00000000000000cc", state, address="auto")
+    assert settings.record() == run.record()
+    assert (settings.forage.bm25_k, settings.forage.judge_batch, settings.run.max_iterations) == (5, 3, 6)
+    assert settings.zotero.api_key == "mine" and settings.search.openalex_api_key is None
+    assert settings.ray.address == "auto"
 
 
 def test_run_ids_are_unguessable() -> None:

@@ -119,3 +119,28 @@ def test_hub_releases_each_source_in_its_own_order() -> None:
         return [e.kind for e in await hub.events(0)]
 
     assert asyncio.run(scenario()) == ["other", "first", "second"]
+
+
+def test_a_changed_preset_applies_under_explicit_values(monkeypatch) -> None:
+    """`updated(preset=...)` (the gateway's preset, resume) gives the preset's values wherever nothing was set
+    explicitly — by load's overrides, an earlier `updated`, or the environment."""
+    s = Settings.load().updated(preset="quick")
+    assert (s.preset, s.run.max_iterations, s.forage.bm25_k, s.forage.max_deep_dives) == ("quick", 2, 2, 1)
+    deep = Settings.load("quick", forage={"bm25_k": 7}).updated(run={"max_requirements": 3}).updated(preset="deep")
+    assert (deep.run.min_coverage, deep.forage.max_deep_dives, deep.forage.vector_k) == (0.9, 4, 5)
+    assert deep.forage.bm25_k == 7 and deep.run.max_requirements == 3  # explicit values stay
+    assert deep.updated(preset="standard").run.min_coverage == 0.85
+    monkeypatch.setenv("FORAGE_RUN__MAX_ITERATIONS", "4")
+    assert Settings.load().updated(preset="quick").run.max_iterations == 4
+
+
+def test_settings_for_run_is_the_one_builder(tmp_path) -> None:
+    from infra.settings import settings_for_run
+
+    base = Settings.load(run={"runs_dir": tmp_path})
+    s = settings_for_run(base, preset="quick", library=tmp_path, offline=True, model="m:1", min_coverage=0.5)
+    assert (s.run.max_iterations, s.run.min_coverage, s.search.library, s.net.offline, s.llm.model) == (
+        2, 0.5, tmp_path.resolve(), True, "m:1")
+    assert settings_for_run(base) is base
+    again = settings_for_run(Settings.load(), recorded=s.record())
+    assert again.record() == s.record() and again.preset == "quick"
