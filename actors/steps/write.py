@@ -45,7 +45,7 @@ from markdown_it import MarkdownIt
 
 from actors.steps.events import Emit, null_emit
 from actors.steps.forage import block
-from actors.steps.plan import echoes_feedback
+from actors.steps.plan import content_words, echoes_feedback
 from actors.steps.schemas import (
     MAX_EVIDENCE_SENTENCES,
     MOTIVE_CHARS,
@@ -79,6 +79,9 @@ PARTIAL = ("Only related documents were found for this requirement; none of thei
            "directly.")
 NO_MECHANISM = ("no synthesis is available for this requirement because the language model failed; the "
                 "evidence found is listed below")
+EXTRACTIVE = ("Quoted from the evidence: each finding below is the sentence of a cited passage closest to this "
+              "requirement{why}.")
+EXTRACTED_PER_ITEM = 1  # sentences quoted per evidence document
 
 # [3], [1, 2], [1–3] — not preceded by a backslash (escaped brackets are literal text)
 _CITE = re.compile(r"(?<!\\)\[(\d+(?:\s*[,;–-]\s*\d+)*)\]")
@@ -98,15 +101,6 @@ MIN_LETTER_SHARE = 0.5  # letters among its non-space characters ("2022-01-01T00
 LOOP_WORDS = 4  # a phrase of this many words that occurs 3 times or more is a repetition loop
 CUT_SLACK = 0.98  # text at least this share of its maxLength, without final punctuation, was cut off
 TITLE_WORDS = 8  # words of the query in a title derived from it
-_STOP_WORDS = frozenset("""
-    a about above after again against all also among an and any are as at be because been before being between
-    both but by can could did do does doing during each few for from further had has have having how however if
-    in into is it its itself more most no nor not of off on once only or other our out over own same should so
-    some such than that the their them then there these they this those through to too under until up upon very
-    was we were what when where which while who whom why will with within without would you your
-    report review overview summary topic topics study studies research literature paper papers document
-    documents analysis introduction findings finding evidence query requirement requirements process
-""".split())  # noqa: SIM905 (a word list reads better as text)
 
 _SECTION_SYSTEM = (
     "You write one section of a literature report. Use only the numbered evidence items you are given.\n"
@@ -503,6 +497,10 @@ class WriteStep:
             {"role": "system", "content": _SECTION_SYSTEM.format(n=MAX_EVIDENCE_SENTENCES)},
             {"role": "user", "content": (f"Requirement: {req.text}\n\nEvidence items (numbers 1 to {k}):\n\n"
                                          + "\n\n".join(parts))}]
+        if self._extractive():
+            section.notes.append(EXTRACTIVE.format(why=" (the embedded model writes no synthesis)"))
+            section.sentences = self._extracted(req.text, section.items, 0, chunks)
+            return
         self.llm_calls += 1
         try:
             draft = await self.llm.structured(messages, SectionDraft)
@@ -510,7 +508,8 @@ class WriteStep:
             reason = f"section {req.id}: {type(exc).__name__}: {_excerpt(str(exc), 200)}; written from the evidence"
             failed.append(reason)
             self.emit(Stage.WRITE, "step_failed", reason, requirement_id=req.id)
-            section.sentences = [_Sentence("Mechanism", NO_MECHANISM, []), *self._listed(section.items, 0)]
+            section.notes.append(EXTRACTIVE.format(why=" (the language model's synthesis failed)"))
+            section.sentences = self._extracted(req.text, section.items, 0, chunks)
             return
 
         result = self._apply(draft, shown)
@@ -537,9 +536,41 @@ class WriteStep:
         removed["sentences"] += result.removed_sentences
         evidence = result.evidence
         if not evidence:
-            failed.append(f"section {req.id}: no Evidence sentence with a valid citation; evidence listed as found")
-            evidence = self._listed(shown, 0)
+            failed.append(f"section {req.id}: no Evidence sentence with a valid citation; evidence quoted instead")
+            evidence = self._extracted(req.text, shown, 0, chunks)
         section.sentences = [result.mechanism, *evidence, *self._listed(section.items[k:], k)]
+
+    def _extractive(self) -> bool:
+        wanted = self.settings.write.extractive
+        return self.settings.llm.backend == "embedded" if wanted is None else wanted
+
+    def _extracted(self, requirement: str, items: Sequence[tuple[Evidence, _Source]], offset: int,
+                   chunks: dict[str, ChunkRecord | None]) -> list[_Sentence]:
+        """Evidence sentences quoted from the passages (labels offset+1, ...): per item, the sentence of its
+        first passages sharing the most content words with the requirement (the earliest on a tie), in item
+        order, a sentence already quoted skipped; an item without a usable sentence is listed as found."""
+        wanted = content_words(requirement)
+        quoted: set[str] = set()
+        out: list[_Sentence] = []
+        for i, (ev, src) in enumerate(items, start=offset + 1):
+            found: list[tuple[int, int, str]] = []
+            for cid in ev.chunk_ids[:EXCERPTS_PER_ITEM]:
+                chunk = self._chunk(cid, chunks)
+                if chunk is None:
+                    continue
+                prose = " ".join(line for line in chunk.text.splitlines() if not line.lstrip().startswith("#"))
+                for sentence in _SENTENCE_SPLIT.split(" ".join(prose.split())):
+                    if plausible(sentence) and sentence not in quoted:
+                        found.append((-len(content_words(sentence) & wanted), len(found), sentence))
+            best = [text for *_, text in sorted(found)[:EXTRACTED_PER_ITEM]]
+            if not best:
+                out += self._listed([(ev, src)], i - 1)
+                continue
+            for text in best:
+                quoted.add(text)
+                clipped = text if len(text) <= SENTENCE_CHARS else text[:SENTENCE_CHARS].rsplit(" ", 1)[0] + " …"
+                out.append(_Sentence("Evidence", f"“{escape_md(clipped.rstrip('.;:, '))}”", [i]))
+        return out
 
     def _apply(self, draft: SectionDraft, shown: Sequence[tuple[Evidence, _Source]]) -> _Draft:
         """A section draft checked against its evidence items: labels outside 1..k removed, sentences that are
@@ -778,13 +809,6 @@ def _ref(src: _Source) -> SourceRef:
 
 def _coverage_word(coverage: float) -> str:
     return "answered" if coverage >= 1.0 else "partly" if coverage > 0 else "not covered"
-
-
-def content_words(text: str) -> set[str]:
-    """Comparison keys of the words of ``text`` that carry content: alphabetic, 3 letters or more, not a
-    stop word; a word of 5 letters or more is keyed by its first 5 (so plurals and -ic/-is match)."""
-    words = (w.casefold() for w in _WORD.findall(text))
-    return {w[:5] for w in words if len(w) >= 3 and w not in _STOP_WORDS}
 
 
 def on_topic(title: str, texts: Iterable[str]) -> bool:

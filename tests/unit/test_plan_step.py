@@ -116,7 +116,7 @@ def test_unavailable_llm_is_not_hidden():
 def test_file_round_trip():
     plan = derive(ScriptedLLM([{"requirements": [
         "Which physiological effects do microplastics have on freshwater fish?",
-        "2. The text of this requirement starts with a number-like marker",
+        "2. The text of the requirement starts with a number-like marker",
         "Does # in a requirement survive the file?",
     ]}]))
     text = requirements_to_text(plan)
@@ -232,3 +232,37 @@ def test_only_garbage_falls_back_to_the_query():
 def test_requirements_that_merely_mention_schemas_or_json_are_kept(text):
     assert usable_requirement(text)
     assert [r.text for r in derive(ScriptedLLM([{"requirements": [text]}])).requirements] == [text]
+
+
+# -- requirements that stand alone -------------------------------------------------------------------------
+TRAUMA = ResearchQuery(run_id="run-plan", text="What complications and risks are associated with thromboprophylaxis "
+                                               "for deep venous thrombosis in trauma patients, and how is it "
+                                               "evaluated?")
+
+
+def test_a_requirement_that_points_at_an_unnamed_subject_is_asked_again():
+    from actors.steps.plan import self_contained
+
+    assert not self_contained("How is it evaluated?", TRAUMA.text)
+    assert self_contained("How is thromboprophylaxis in trauma patients evaluated?", TRAUMA.text)
+    assert self_contained("Which complications does heparin cause?", TRAUMA.text)  # no pointing word
+    llm = ScriptedLLM([
+        RequirementList(requirements=["Which complications does thromboprophylaxis cause in trauma patients?",
+                                      "How is it evaluated?"]),
+        RequirementList(requirements=["How is thromboprophylaxis for deep venous thrombosis in trauma patients "
+                                      "evaluated?"])])
+    plan = asyncio.run(derive_requirements(TRAUMA, llm, 3))
+    assert [r.text for r in plan.requirements] == [
+        "Which complications does thromboprophylaxis cause in trauma patients?",
+        "How is thromboprophylaxis for deep venous thrombosis in trauma patients evaluated?"]
+    assert "How is it evaluated?" in llm.calls_log[1].last_user_message and plan.degraded == ()
+
+
+@pytest.mark.parametrize("again", [RequirementList(requirements=["How is it evaluated?"]),
+                                   LLMOutputError("no valid RequirementList in 3 attempts")])
+def test_a_requirement_still_pointing_nowhere_gets_the_query_subject(again):
+    llm = ScriptedLLM([RequirementList(requirements=["How is it evaluated?"]), again])
+    plan = asyncio.run(derive_requirements(TRAUMA, llm, 3))
+    (r1,) = plan.requirements
+    assert r1.text.startswith("How is it evaluated? (about: ") and "thromboprophylaxis" in r1.text
+    assert "trauma patients" in r1.text and plan.degraded and "subject was added" in plan.degraded[0]

@@ -126,8 +126,8 @@ def draft(mechanism: str, evidence: list[tuple[str, list[int]]], mechanism_sourc
                         evidence=[{"sentence": s, "sources": n} for s, n in evidence])
 
 
-def write(store, llm, covs=None, emit=None):
-    step = WriteStep(settings(), store, llm, **({"emit": emit} if emit else {}))
+def write(store, llm, covs=None, emit=None, settings=None):
+    step = WriteStep(settings or globals()["settings"](), store, llm, **({"emit": emit} if emit else {}))
     return asyncio.run(step.write(request(covs)))
 
 
@@ -230,14 +230,15 @@ def test_invalid_citations_are_removed_and_uncited_sentences_dropped(store):
     assert not re.search(r"\[(5|7|9)\]", md)
 
 
-def test_section_without_any_valid_evidence_sentence_lists_the_evidence(store):
+def test_section_without_any_valid_evidence_sentence_quotes_the_evidence(store):
     llm = ScriptedLLM({SectionDraft: [draft("Light drives it", [("Nothing valid", [8])]),
                                       draft("Sugars store energy", [("The Calvin cycle fixes carbon", [1])])],
                        OverviewDraft: [OVERVIEW]})
     report = write(store, llm)
     r1 = section(report.markdown, R1.text)
-    assert "Evidence: Photosystem II absorbs photons and splits water [1]." in r1
-    assert "Evidence: Sun leaves hold more chlorophyll [2]." in r1
+    # quoted from the passages: the sentence closest to the requirement (the heading line is not prose)
+    assert "Evidence: “Chlorophyll in photosystem II absorbs photons” [1]." in r1
+    assert "Evidence: “Leaves of sun-exposed plants hold more chlorophyll per area than shade leaves do" in r1
     assert report.removed_sentences == 1 and any("R1" in f for f in report.failed_steps)
     assert check_citations(report.markdown, report.sources) == []
 
@@ -251,9 +252,9 @@ def test_llm_failure_gives_a_deterministic_section(store):
     md = report.markdown
     r1 = section(md, R1.text)
     assert r1.count("Evidence:") == 2
-    assert "Evidence: Photosystem II absorbs photons and splits water [1]." in r1
-    assert "Evidence: Sun leaves hold more chlorophyll [2]." in r1
-    assert "Mechanism: no synthesis is available" in r1
+    assert "Evidence: “Chlorophyll in photosystem II absorbs photons” [1]." in r1
+    assert "Evidence: “Leaves of sun-exposed plants hold more chlorophyll" in r1 and "[2]." in r1
+    assert "Mechanism:" not in r1 and "the language model's synthesis failed" in r1
     assert [f.split(":")[0] for f in report.failed_steps] == ["section R1", "overview"]
     # the deterministic overview and title
     assert md.startswith("# How do plants turn sunlight into chemical energy — Report\n")  # query, no '?'
@@ -261,6 +262,20 @@ def test_llm_failure_gives_a_deterministic_section(store):
     assert "Of its 4 requirements, 2 were answered" in overview and "foraging failed for 1" in overview
     assert check_citations(md, report.sources) == []
     assert "step_failed" in emit.kinds(Stage.WRITE)
+
+
+def test_the_embedded_model_gets_extractive_sections_without_a_call(store):
+    """With the embedded model (or write.extractive) each section quotes its evidence, one sentence per
+    document, in evidence order, no repeats; only the overview asks the model."""
+    llm = ScriptedLLM({OverviewDraft: [OVERVIEW]})
+    report = write(store, llm, settings=settings().updated(llm={"backend": "embedded"}))
+    md = report.markdown
+    r1, r2 = section(md, R1.text), section(md, R2.text)
+    assert "Evidence: “Chlorophyll in photosystem II absorbs photons” [1]." in r1 and "[2]." in r1
+    assert "Evidence: “The Calvin cycle uses ATP and NADPH to fix carbon dioxide into sugars” [" in r2
+    assert "Quoted from the evidence" in r1 and "Mechanism:" not in md
+    assert "SectionDraft" not in llm.schemas_asked() and report.failed_steps == ()
+    assert check_citations(md, report.sources) == []
 
 
 def test_no_evidence_at_all(store):
@@ -400,14 +415,14 @@ def test_implausible_mechanism_and_evidence_are_replaced_or_dropped(store):
     assert check_citations(md, report.sources) == []
 
 
-def test_only_implausible_evidence_falls_back_to_the_listed_evidence(store):
+def test_only_implausible_evidence_falls_back_to_the_quoted_evidence(store):
     llm = ScriptedLLM({SectionDraft: [draft("Light drives water splitting", [(TIMESTAMP, [1]), (LOOP, [2])]),
                                       R2_DRAFT],
                        OverviewDraft: [OVERVIEW]})
     report = write(store, llm)
     r1 = section(report.markdown, R1.text)
-    assert "Evidence: Photosystem II absorbs photons and splits water [1]." in r1
-    assert "Evidence: Sun leaves hold more chlorophyll [2]." in r1
+    assert "Evidence: “Chlorophyll in photosystem II absorbs photons” [1]." in r1
+    assert "Evidence: “Leaves of sun-exposed plants hold more chlorophyll" in r1
     assert report.removed_sentences == 2
     assert any(f.startswith("section R1: no Evidence sentence") for f in report.failed_steps)
 
