@@ -229,6 +229,7 @@ class Orchestrator:
                     "status": {c.requirement.id: c.status for c in coverages},
                     "llm_calls": {c.requirement.id: c.llm_calls for c in coverages},
                     "answering_papers": {c.requirement.id: c.answering_papers for c in coverages},
+                    "overruled": {c.requirement.id: c.overruled for c in coverages},  # by the relevance check
                     "errors": {c.requirement.id: c.error for c in coverages if c.status == "failed"},
                 })
                 self.state["last_coverages"] = [c.model_dump(mode="json") for c in coverages]  # for resume

@@ -6,6 +6,7 @@
     forage chunk CHUNK_ID --json             print a stored chunk, to check a citation
     forage runs                              list runs and their state
     forage eval retrieval --beir DIR         measured retrieval quality on a BEIR dataset
+    forage eval evidence --beir DIR          evidence quality of the Forager, scored without an LLM
 """
 
 from __future__ import annotations

@@ -48,8 +48,9 @@ def ask(
                                   f"{folder} (or forage research --library {folder}) first")
         client = build_llm(settings)
         asyncio.run(client.check())
-        step = AskStep(db, build_embedder(settings), client, alpha=settings.store.hybrid_alpha,
-                       scope=scope)
+        step = AskStep(db, build_embedder(settings), client, alpha=settings.store.hybrid_alpha, scope=scope,
+                       floors=settings.similarity_floors() if settings.forage.relevance_check else None,
+                       extractive=settings.extractive())
         result = asyncio.run(step.ask(question))
     except (ForageError, ValueError) as exc:
         base.err.print(f"[red]error:[/red] {base._one_line(exc)}")

@@ -1,4 +1,5 @@
-"""`forage eval report RUN --judge MODEL` and `forage eval suite [FILE.yaml]` (see gateway/eval_suite.py)."""
+"""`forage eval report RUN --judge MODEL`, `forage eval suite [FILE.yaml]` (see gateway/eval_suite.py) and
+`forage eval evidence --beir DIR` (actors/steps/evaluate_evidence.py)."""
 
 from __future__ import annotations
 
@@ -94,8 +95,72 @@ def eval_suite(
         raise typer.Exit(1)
 
 
+def eval_evidence(
+    beir: Annotated[Path, typer.Option(help="BEIR folder (corpus.jsonl, queries.jsonl, qrels/).")],
+    queries: Annotated[int, typer.Option(min=2, help="Test queries, each one requirement; half are made "
+                                                     "unanswerable (their relevant documents removed).")] = 50,
+    seed: Annotated[int, typer.Option(help="Chooses the unanswerable half.")] = 0,
+    split: Annotated[str, typer.Option(help="qrels split.")] = "test",
+    mode: Annotated[list[str] | None, typer.Option(help="judge (the judge's word alone) and/or checked (the "
+                                                        "relevance check on); default both.")] = None,
+    llm: Annotated[str | None, typer.Option(help="LLM backend: embedded or ollama (default: settings).")] = None,
+    model: Annotated[str | None, typer.Option(help="Ollama model name.")] = None,
+    preset: Annotated[str | None, typer.Option(help="quick / standard / deep.")] = None,
+    out: Annotated[Path | None, typer.Option(help="Write the figures (and every query's outcome) as JSON.")] = None,
+) -> None:
+    """Evidence quality of the real Forager, scored by the qrels alone (no LLM scores it): evidence hit rate,
+    evidence recall, coverage on answerable vs unanswerable requirements, false coverage, LLM calls."""
+    from actors.steps.evaluate_evidence import EVIDENCE_MODES, evaluate_evidence
+    from gateway import cli as base
+    from infra.errors import ForageError
+    from infra.settings import Settings, settings_for_run
+
+    settings = settings_for_run(Settings.load(), preset=preset, llm_backend=llm, model=model)  # type: ignore[arg-type]
+    if settings.llm.backend == "embedded":  # the 135M model's window, as `forage demo` sets it
+        settings = settings.updated(llm={"n_ctx": 4096, "max_tokens": 512})
+
+    def loading(done: int, total: int, seconds: float) -> None:
+        base.err.print(f"[dim]loaded {done:,}/{total:,} documents ({seconds:.0f} s)[/dim]", highlight=False)
+
+    def progress(name: str, n: int, total: int, o: object) -> None:
+        base.err.print(f"[dim]{name} {n}/{total}: {o.qid} coverage {o.coverage:.2f} "  # type: ignore[attr-defined]
+                       f"{'answerable' if o.answerable else 'unanswerable'} hit {o.hit} "  # type: ignore[attr-defined]
+                       f"({o.seconds:.0f} s)[/dim]", highlight=False)  # type: ignore[attr-defined]
+
+    try:
+        results = evaluate_evidence(settings, beir, n_queries=queries, seed=seed, split=split,
+                                    modes=tuple(mode or EVIDENCE_MODES), progress=progress,  # type: ignore[arg-type]
+                                    loading=loading)
+    except ForageError as exc:
+        base.err.print(f"[red]error:[/red] {base._one_line(exc)}")
+        raise typer.Exit(1 if exc.retryable else 2) from None
+    show_evidence(results)
+    if out is not None:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
+        base.console.print(f"results: {out}")
+
+
+def show_evidence(results: dict) -> None:
+    from gateway import cli as base
+
+    table = Table(title=f"{results['dataset']} · {results['split']} · {results['answerable']} answerable + "
+                        f"{results['unanswerable']} unanswerable requirements · {results['llm']} · "
+                        f"retrieval P@1 {results['retrieval_p1']:.2f}")
+    columns = ("evidence_hit_rate", "evidence_recall", "coverage_answerable", "coverage_unanswerable",
+               "false_coverage", "llm_calls", "overruled", "wall_s")
+    table.add_column("mode")
+    for col in columns:
+        table.add_column(col.replace("_", " "), justify="right")
+    for name, figures in results["modes"].items():
+        table.add_row(name, *(f"{figures[c]:.2f}" if c not in ("llm_calls", "overruled", "wall_s")
+                              else f"{figures[c]:.0f}" for c in columns))
+    base.console.print(table)
+
+
 def register(app: typer.Typer) -> None:
     from gateway import cli as base
 
     base.eval_app.command("report")(eval_report)
     base.eval_app.command("suite")(eval_suite)
+    base.eval_app.command("evidence")(eval_evidence)

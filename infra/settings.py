@@ -175,6 +175,12 @@ class ZoteroSettings(Section):
     push: bool = Field(default=False, description="File accepted papers in a Zotero collection named after the run.")
 
 
+# (answer_similarity, topic_similarity) per embedder backend: cosine similarities of a requirement and a passage
+# MiniLM: on BEIR SciFact train (bench/relevance_floors.py, docs/evidence.md) 90 % of relevant passages are at
+# or above 0.43 and 98 % at or above 0.33. nomic-embed-text: not calibrated here (no Ollama); run the bench.
+_SIMILARITY: dict[str, tuple[float, float]] = {"minilm": (0.43, 0.33), "ollama": (0.5, 0.4)}
+
+
 class ForageSettings(Section):
     bm25_k: int = Field(default=3, ge=0, description="Chunks from BM25 at the start node.")
     vector_k: int = Field(default=3, ge=0, description="Chunks from vector search at the start node.")
@@ -188,6 +194,21 @@ class ForageSettings(Section):
     paper_chunks: int = Field(default=2, ge=0, description="Chunks drawn from each of those papers.")
     min_papers: int = Field(default=2, ge=0, description="Below this many distinct answering papers, reformulate "
                                                          "the query once per iteration and retrieve again (0: never).")
+    relevance_check: bool = Field(
+        default=True,
+        description="Check every verdict with a signal independent of the judge: the cosine similarity of the "
+                    "passage's and the requirement's embeddings. A passage below topic_similarity is not shown to "
+                    "the judge (unrelated); an 'answers' below answer_similarity counts as 'interesting'; each "
+                    "overruled verdict is recorded (events, run.json). False: the judge's word alone.")
+    answer_similarity: float | None = Field(
+        default=None, ge=-1, le=1,
+        description="Least similarity of an 'answers' the check confirms. None follows the embedder: MiniLM "
+                    f"{_SIMILARITY['minilm'][0]:.2f} (90 % of relevant passages of BEIR SciFact train reach it; "
+                    f"docs/evidence.md has the trade-off), nomic {_SIMILARITY['ollama'][0]:.2f} (not calibrated).")
+    topic_similarity: float | None = Field(
+        default=None, ge=-1, le=1,
+        description="Least similarity of a passage the judge is shown. None follows the embedder: MiniLM "
+                    f"{_SIMILARITY['minilm'][1]:.2f}, nomic {_SIMILARITY['ollama'][1]:.2f}.")
     seed_chunks: int = Field(
         default=12, ge=0, le=100,
         description="A follow-up run (`forage research --from RUN`): at most this many chunks of the earlier run's "
@@ -203,6 +224,12 @@ METHOD_LABELS = ("randomized or controlled trial", "observational or cohort stud
 
 
 class WriteSettings(Section):
+    extractive: bool | None = Field(
+        default=None,
+        description="Write each section from the evidence itself: for every evidence document, the sentence of its "
+                    "passages closest to the requirement, quoted with its [n], in evidence order, no repeats (no LLM "
+                    "call). None: when the LLM is the embedded model. A section whose synthesis fails is always "
+                    "written this way.")
     regenerate_sections: bool = Field(
         default=True, description="Write a section once more when citations had to be removed from it or it rests "
                                   "on one source while its evidence has others.")
@@ -316,6 +343,17 @@ class Settings(BaseSettings):
     def explicit(self) -> dict[str, Any]:
         """The values given explicitly (a copy), sections as nested dicts."""
         return _merged({}, self._explicit)
+
+    def similarity_floors(self) -> tuple[float, float]:
+        """(answer_similarity, topic_similarity) of the relevance check, following the embedder unless set."""
+        answer, topic = _SIMILARITY[self.embed.backend]
+        return (answer if self.forage.answer_similarity is None else self.forage.answer_similarity,
+                topic if self.forage.topic_similarity is None else self.forage.topic_similarity)
+
+    def extractive(self) -> bool:
+        """Whether reports and answers quote their evidence instead of asking the LLM to write (write.extractive;
+        None: when the LLM is the embedded model)."""
+        return self.llm.backend == "embedded" if self.write.extractive is None else self.write.extractive
 
     def chunk_window(self) -> tuple[int, int]:
         """(tokens, overlap) for chunks, following the embedder unless set explicitly."""

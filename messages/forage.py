@@ -32,6 +32,12 @@ class ChunkJudgement(Frozen):
     stage: Literal["start", "deep_dive", "reformulated"] = "start"
     kind: Literal["method", "result", "background"] | None = Field(
         default=None, description="What the chunk carries: a method/mechanism, a quantitative result, or background.")
+    relevance: float | None = Field(
+        default=None, description="How close the passage is to the requirement by a signal independent of the judge "
+                                  "(cosine similarity of their embeddings); None: not checked.")
+    model_tag: Tag | None = Field(
+        default=None, description="The judge's own tag when the relevance check overruled it (``tag`` is then what "
+                                  "counts); None: the check agreed, or the passage was never shown to the judge.")
 
 
 class DocumentSummary(Frozen):
@@ -58,10 +64,13 @@ class RequirementCoverage(Message):
     iteration: int = Field(ge=1)
     status: Status = "ok"
     coverage: float = Field(ge=0.0, le=1.0, description="1.0 answered by a method or result, 0.75 answered by "
-                                                         "background only, 0.5 only interesting, 0.0 nothing.")
+                                                         "background only, 0.5 only interesting, 0.0 nothing; "
+                                                         "only answers the relevance check confirmed count.")
     evidence: tuple[Evidence, ...] = ()
     judgements: tuple[ChunkJudgement, ...] = ()
     llm_calls: int = 0
     answering_papers: int = Field(default=0, ge=0, description="Distinct documents with an answering chunk.")
     failed_steps: tuple[str, ...] = Field(default=(), description="Steps that degraded, with reasons.")
+    overruled: int = Field(default=0, ge=0, description="Verdicts the relevance check overruled so far (an "
+                                                        "'answers' far from the requirement counts for nothing).")
     error: str | None = None

@@ -1,11 +1,16 @@
 """`forage ask "QUESTION"`: a short cited answer from the stored library (no search, no new papers).
 
-An intent step first tells a question from chit-chat (answered directly, without retrieval). A
-question retrieves passages from the store (hybrid BM25 + vector search) and one structured LLM call
-answers from them with citations to their numbers; citations outside 1..k are removed and a sentence
-without a valid citation is dropped (the Writer's checks). When the store returns nothing, the model
-says the passages do not suffice, or no cited sentence is left, the answer says that the stored
-library does not hold enough evidence, instead of answering.
+A message that names something (at least ``QUESTION_WORDS`` content words) is a question and always
+retrieves; only a shorter one ("hi", "who are you?") goes to an intent step that may call it chit-chat
+(answered directly). A question retrieves passages from the store (hybrid BM25 + vector search); with
+the relevance check (``floors``) passages far from the question are dropped, as the Forager drops
+them. One structured LLM call answers from the passages with citations to their numbers; citations
+outside 1..k are removed and a sentence without a valid citation is dropped (the Writer's checks).
+``extractive`` (the embedded model), or a model call that fails or leaves no cited sentence while a
+passage is close enough to answer (the answer floor): the answer quotes the passages' sentences
+closest to the question, each with its number. Otherwise — nothing retrieved, nothing close enough,
+the model says the passages do not suffice — the answer says that the stored library does not hold
+enough evidence and what was searched, instead of answering.
 
 A scope (a :class:`ChunkFilter`, e.g. :func:`library_filter` for ``--library DIR``) limits the
 passages to the documents it admits.
@@ -14,6 +19,7 @@ passages to the documents it admits.
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -21,6 +27,7 @@ from actors.steps.forage import block
 from actors.steps.schemas import MOTIVE_CHARS, SENTENCE_CHARS, AskAnswer, AskIntent
 from actors.steps.search import file_key
 from infra.embed.base import Embedder
+from infra.errors import LLMOutputError, LLMTimeout
 from infra.llm.base import LLM
 from infra.store.base import ChunkFilter, ChunkRecord, Store
 
@@ -28,6 +35,8 @@ INSUFFICIENT = ("The stored library does not hold enough evidence to answer this
                 "(forage research or forage library add) and ask again.")
 PASSAGES = 6
 PASSAGE_CHARS = 900
+QUESTION_WORDS = 2  # content words that make a message a question about the library (never chit-chat)
+QUOTED = 2  # passages an extractive answer quotes
 
 _INTENT_SYSTEM = (
     "You route messages for a literature assistant. Decide whether the message is a question the user's papers "
@@ -70,26 +79,40 @@ class AskStep:
     """``scope``: only passages of the documents it admits (None: the whole store)."""
 
     def __init__(self, store: Store, embedder: Embedder, llm: LLM, *, passages: int = PASSAGES,
-                 alpha: float = 0.5, scope: ChunkFilter | None = None) -> None:
+                 alpha: float = 0.5, scope: ChunkFilter | None = None, floors: tuple[float, float] | None = None,
+                 extractive: bool = False) -> None:
         self.store, self.embedder, self.llm = store, embedder, llm
         self.passages, self.alpha, self.scope = passages, alpha, scope
+        self.floors, self.extractive = floors, extractive  # (answer, topic) similarity floors; None: no check
 
     async def ask(self, question: str) -> AskResult:
+        from actors.steps.plan import content_words
         from actors.steps.write import citation_numbers, tidy
 
         question = " ".join(question.split())
         if not question:
             raise ValueError("the question is empty")
-        intent = await self.llm.structured([{"role": "system", "content": _INTENT_SYSTEM},
-                                            {"role": "user", "content": block("MESSAGE", question)}], AskIntent)
-        if intent.intent == "chit_chat":
-            reply = tidy(intent.reply, MOTIVE_CHARS) or "Hello! Ask me a question about the papers in your library."
-            return AskResult("chit_chat", reply, llm_calls=1)
+        calls = 0
+        if len(content_words(question)) < QUESTION_WORDS:
+            calls += 1
+            intent = await self.llm.structured([{"role": "system", "content": _INTENT_SYSTEM},
+                                                {"role": "user", "content": block("MESSAGE", question)}], AskIntent)
+            if intent.intent == "chit_chat":
+                reply = tidy(intent.reply, MOTIVE_CHARS) or "Hello! Ask me a question about the papers in your library."
+                return AskResult("chit_chat", reply, llm_calls=calls)
         vector = self.embedder.embed([question])[0]
         hits = self.store.hybrid(question, vector, self.passages, alpha=self.alpha, flt=self.scope)
         chunks: list[ChunkRecord] = [h.chunk for h in hits]
+        similarity: dict[str, float] = {}
+        if self.floors is not None and chunks:
+            vectors = self.embedder.embed([c.text for c in chunks])
+            similarity = {c.chunk_id: sum(a * b for a, b in zip(v, vector, strict=True))
+                          for c, v in zip(chunks, vectors, strict=True)}
+            chunks = [c for c in chunks if similarity[c.chunk_id] >= self.floors[1]]
+        searched = (f" Searched: {len(hits)} passage(s) of the store for the question"
+                    + (f", {len(chunks)} close enough to it" if self.floors is not None else "") + ".")
         if not chunks:
-            return AskResult("insufficient", INSUFFICIENT, llm_calls=1)
+            return AskResult("insufficient", INSUFFICIENT + searched, llm_calls=calls)
         titles = {}
         for c in chunks:
             if c.doc_id not in titles:
@@ -97,10 +120,20 @@ class AskStep:
                 titles[c.doc_id] = doc.title if doc else c.doc_id[:12]
         parts = [f"[{i}] {titles[c.doc_id]} — {c.section_path}\n"
                  f"{block('PASSAGE', ' '.join(c.text.split())[:PASSAGE_CHARS])}" for i, c in enumerate(chunks, 1)]
-        draft = await self.llm.structured([
-            {"role": "system", "content": _ANSWER_SYSTEM},
-            {"role": "user", "content": f"{block('QUESTION', question)}\n\nPassages 1 to {len(chunks)}:\n\n"
-                                        + "\n\n".join(parts)}], AskAnswer)
+        answerable = [c for c in chunks if self.floors is None or similarity[c.chunk_id] >= self.floors[0]]
+        if self.extractive:
+            return self._quoted(question, answerable, titles, calls, searched)
+        calls += 1
+        try:
+            draft: AskAnswer | None = await self.llm.structured([
+                {"role": "system", "content": _ANSWER_SYSTEM},
+                {"role": "user", "content": f"{block('QUESTION', question)}\n\nPassages 1 to {len(chunks)}:\n\n"
+                                            + "\n\n".join(parts)}], AskAnswer)
+        except (LLMOutputError, LLMTimeout):
+            draft = None
+        if draft is None or (draft.sufficient and self.floors is not None and not _cited(draft, len(chunks))):
+            # the model failed, or claimed an answer it could not cite: the passages close enough speak instead
+            return self._quoted(question, answerable, titles, calls, searched)
         k = len(chunks)
         removed = 0
         sentences: list[tuple[str, list[int]]] = []
@@ -112,7 +145,7 @@ class AskStep:
             if text and labels:
                 sentences.append((text, labels))
         if not sentences:
-            return AskResult("insufficient", INSUFFICIENT, llm_calls=2, removed_citations=removed)
+            return AskResult("insufficient", INSUFFICIENT + searched, llm_calls=calls, removed_citations=removed)
         order: dict[int, int] = {}  # passage label -> citation number in order of first use
         for _, labels in sentences:
             for label in labels:
@@ -120,4 +153,37 @@ class AskStep:
         text = " ".join(f"{t} {''.join(f'[{order[n]}]' for n in labels)}." for t, labels in sentences)
         cited = [Cited(order[label], chunks[label - 1].chunk_id, chunks[label - 1].doc_id,
                        titles[chunks[label - 1].doc_id], chunks[label - 1].section_path) for label in order]
-        return AskResult("answer", text, cited, llm_calls=2, removed_citations=removed)
+        return AskResult("answer", text, cited, llm_calls=calls, removed_citations=removed)
+
+    def _quoted(self, question: str, chunks: list[ChunkRecord], titles: dict[str, str], calls: int,
+                searched: str) -> AskResult:
+        """An answer quoted from the ``QUOTED`` best passages: each one's sentence sharing the most content
+        words with the question, numbered [1], [2] …; insufficient when there is no passage."""
+        from actors.steps.plan import content_words
+        from actors.steps.write import plausible
+
+        wanted = content_words(question)
+        quotes: list[tuple[str, ChunkRecord]] = []
+        for chunk in chunks:
+            prose = " ".join(line for line in chunk.text.splitlines() if not line.lstrip().startswith("#"))
+            candidates = [s for s in re.split(r"(?<=[.!?])\s+", " ".join(prose.split())) if plausible(s)]
+            if candidates:
+                best = min(enumerate(candidates), key=lambda p: (-len(content_words(p[1]) & wanted), p[0]))[1]
+                if best not in (q for q, _ in quotes):
+                    quotes.append((best[:SENTENCE_CHARS].rstrip(), chunk))
+            if len(quotes) == QUOTED:
+                break
+        if not quotes:
+            return AskResult("insufficient", INSUFFICIENT + searched, llm_calls=calls)
+        text = "Quoted from the library: " + " ".join(f"“{q.rstrip('.;:, ')}” [{n}]." for n, (q, _) in
+                                                      enumerate(quotes, start=1))
+        cited = [Cited(n, c.chunk_id, c.doc_id, titles[c.doc_id], c.section_path)
+                 for n, (_, c) in enumerate(quotes, start=1)]
+        return AskResult("answer", text, cited, llm_calls=calls)
+
+
+def _cited(draft: AskAnswer, k: int) -> bool:
+    """Whether some sentence of the draft cites a passage number 1..k."""
+    from actors.steps.write import citation_numbers
+
+    return any(1 <= n <= k for s in draft.sentences for n in [*s.sources, *citation_numbers(s.sentence)])

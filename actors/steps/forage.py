@@ -123,6 +123,10 @@ def _cosine(a: Sequence[float], b: Sequence[float]) -> float:
     return sum(x * y for x, y in zip(a, b, strict=True)) / norm if norm else 0.0
 
 
+def _rel(judgement: ChunkJudgement) -> float:
+    return judgement.relevance if judgement.relevance is not None else 0.0
+
+
 def fuse_papers(by_text: Sequence[str], by_summary: Sequence[str], k: int, c: int = RRF_K) -> list[str]:
     """The top ``k`` papers of two rankings — by title and abstract (the store's hybrid search) and by the
     summaries this requirement made — fused by reciprocal rank (score 1/(c + rank) summed over both lists);
@@ -191,6 +195,9 @@ class ForageStep:
         self._dived: set[str] = set()  # deep dive finished (gate said no, or sections judged)
         self._vector: list[float] | None = None
         self._scope: tuple[str, ...] | None = None  # doc_ids every search is limited to (None: the whole store)
+        # the relevance check's (answer, topic) similarity floors; -inf: no check
+        self._floors = settings.similarity_floors() if self.cfg.relevance_check else (-math.inf, -math.inf)
+        self.overruled = 0  # verdicts the relevance check overruled, all iterations
 
     # -- the iteration ------------------------------------------------------------------------------
     async def forage(self, request: ForageRequest) -> RequirementCoverage:
@@ -234,12 +241,13 @@ class ForageStep:
         papers = self.answering_papers()
         self.emit(Stage.FORAGE, "coverage", f"{req.id}: coverage {coverage:.2f}", iteration=it.number,
                   requirement_id=req.id, coverage=coverage, llm_calls=self.llm_calls, llm_calls_iteration=it.calls,
-                  evidence_documents=len(evidence), answering_papers=papers, judged_total=len(self._judgements),
+                  evidence_documents=len(evidence), answering_papers=papers, overruled=self.overruled,
+                  judged_total=len(self._judgements),
                   judged_iteration=len(it.judged))
         return RequirementCoverage(
             run_id=request.run_id, requirement=req, iteration=it.number, coverage=coverage, evidence=evidence,
             judgements=tuple(it.judged), llm_calls=self.llm_calls, answering_papers=papers,
-            failed_steps=tuple(self.failed_steps))
+            failed_steps=tuple(self.failed_steps), overruled=self.overruled)
 
     async def _summarize_dive_reformulate_at_once(self, req: Requirement, it: _Iteration) -> None:
         """Summarize, deep dive and reformulate with an LLM that queues calls: the same calls as one
@@ -316,17 +324,18 @@ class ForageStep:
 
     def evidence(self) -> tuple[Evidence, ...]:
         """One Evidence per document with answers/interesting chunks: answering documents first, and
-        within each group documents whose best chunk is a method or a result before background ones;
-        chunk ids in the same order (answers first, methods and results before background)."""
+        within each group documents whose best chunk is a method or a result before background ones,
+        then the most similar to the requirement first (the relevance check's similarity); chunk ids in
+        the same order (answers first, methods and results before background, most similar first)."""
         by_doc: dict[str, list[ChunkJudgement]] = {}
         for j in self._judgements.values():
             if j.tag != "unrelated":
                 by_doc.setdefault(j.doc_id, []).append(j)
-        ranked: list[tuple[tuple[int, int], Evidence]] = []
+        ranked: list[tuple[tuple[bool, int, float], Evidence]] = []
         for doc_id, judged in by_doc.items():
-            ordered = sorted(judged, key=lambda j: (j.tag != "answers", _KIND_RANK[j.kind]))  # stable
+            ordered = sorted(judged, key=lambda j: (j.tag != "answers", _KIND_RANK[j.kind], -_rel(j)))  # stable
             lead = ordered[0]
-            ranked.append(((lead.tag != "answers", _KIND_RANK[lead.kind]), Evidence(
+            ranked.append(((lead.tag != "answers", _KIND_RANK[lead.kind], -_rel(lead)), Evidence(
                 doc_id=doc_id, title=self._doc(doc_id).title, tag="answers" if lead.tag == "answers" else "interesting",
                 motive=lead.motive, summary=self._summaries.get(doc_id, ""),
                 chunk_ids=tuple(j.chunk_id for j in ordered))))
@@ -337,7 +346,7 @@ class ForageStep:
 
     # -- start node ------------------------------------------------------------------------------------
     async def _requirement_vector(self, req: Requirement) -> list[float] | None:
-        if self._vector is None and (self.cfg.vector_k > 0 or self._paper_stage()):
+        if self._vector is None and (self.cfg.vector_k > 0 or self._paper_stage() or self.cfg.relevance_check):
             self._vector = (await asyncio.to_thread(self.embedder.embed, [req.text]))[0]
         return self._vector
 
@@ -415,14 +424,51 @@ class ForageStep:
         """Judge ``chunks`` in batches of ``forage.judge_batch`` (one LLM call per batch). The batches
         are independent, so with an LLM that queues calls their calls run concurrently (see
         :meth:`_together`); judgements are recorded in chunk order whatever order the answers come in."""
+        relevance = await self._relevance(req, chunks)
+        off_topic = [c for c in chunks if relevance.get(c.chunk_id, 1.0) < self._floors[1]]
+        shown = [c for c in chunks if c not in off_topic]
         size = self.cfg.judge_batch
-        batches = [list(chunks[start:start + size]) for start in range(0, len(chunks), size)]
+        batches = [list(shown[start:start + size]) for start in range(0, len(shown), size)]
         answers = await self._together([self._judge_batch(req, b, stage, it, retry=True) for b in batches])
         order = {chunk.chunk_id: n for n, chunk in enumerate(chunks)}
-        out = sorted((j for judged in answers for j in judged), key=lambda j: order[j.chunk_id])
+        judged = [self._checked(j, relevance.get(j.chunk_id)) for batch in answers for j in batch]
+        judged += [ChunkJudgement(chunk_id=c.chunk_id, doc_id=c.doc_id, tag="unrelated", stage=stage,  # type: ignore[arg-type]
+                                  relevance=relevance[c.chunk_id],
+                                  motive=f"not shown to the judge: similarity {relevance[c.chunk_id]:.2f} to the "
+                                         f"requirement is below {self._floors[1]:.2f}")
+                   for c in off_topic]
+        out = sorted(judged, key=lambda j: order[j.chunk_id])
+        overruled = [j for j in out if j.model_tag is not None]
+        self.overruled += len(overruled)
+        if off_topic or overruled:
+            self.emit(Stage.FORAGE, "checked", f"{req.id}: relevance check: {len(off_topic)} passage(s) off-topic, "
+                                               f"{len(overruled)} verdict(s) overruled", iteration=it.number,
+                      requirement_id=req.id, judged_at=stage, floors=list(self._floors),
+                      off_topic=[{"chunk_id": c.chunk_id, "relevance": round(relevance[c.chunk_id], 4)}
+                                 for c in off_topic],
+                      overruled=[{"chunk_id": j.chunk_id, "model_tag": j.model_tag, "tag": j.tag,
+                                  "relevance": round(j.relevance or 0.0, 4)} for j in overruled])
         if record:
             self._record(out, it)
         return out
+
+    async def _relevance(self, req: Requirement, chunks: Sequence[ChunkRecord]) -> dict[str, float]:
+        """chunk id -> cosine similarity of the chunk's text and the requirement (one embedder call);
+        empty when the check is off."""
+        if not self.cfg.relevance_check or not chunks:
+            return {}
+        vector = await self._requirement_vector(req)
+        vectors = await asyncio.to_thread(self.embedder.embed, [c.text for c in chunks])
+        return {c.chunk_id: _cosine(v, vector) for c, v in zip(chunks, vectors, strict=True)} if vector else {}
+
+    def _checked(self, judgement: ChunkJudgement, relevance: float | None) -> ChunkJudgement:
+        """The judge's verdict after the relevance check: an 'answers' below the answer floor counts as
+        'interesting' (the judge's tag kept in ``model_tag``)."""
+        if relevance is None:
+            return judgement
+        if judgement.tag == "answers" and relevance < self._floors[0]:
+            return judgement.model_copy(update={"relevance": relevance, "tag": "interesting", "model_tag": "answers"})
+        return judgement.model_copy(update={"relevance": relevance})
 
     def _record(self, judged: Sequence[ChunkJudgement], it: _Iteration) -> None:
         for judgement in judged:

@@ -497,7 +497,7 @@ class WriteStep:
             {"role": "system", "content": _SECTION_SYSTEM.format(n=MAX_EVIDENCE_SENTENCES)},
             {"role": "user", "content": (f"Requirement: {req.text}\n\nEvidence items (numbers 1 to {k}):\n\n"
                                          + "\n\n".join(parts))}]
-        if self._extractive():
+        if self.settings.extractive():
             section.notes.append(EXTRACTIVE.format(why=" (the embedded model writes no synthesis)"))
             section.sentences = self._extracted(req.text, section.items, 0, chunks)
             return
@@ -539,10 +539,6 @@ class WriteStep:
             failed.append(f"section {req.id}: no Evidence sentence with a valid citation; evidence quoted instead")
             evidence = self._extracted(req.text, shown, 0, chunks)
         section.sentences = [result.mechanism, *evidence, *self._listed(section.items[k:], k)]
-
-    def _extractive(self) -> bool:
-        wanted = self.settings.write.extractive
-        return self.settings.llm.backend == "embedded" if wanted is None else wanted
 
     def _extracted(self, requirement: str, items: Sequence[tuple[Evidence, _Source]], offset: int,
                    chunks: dict[str, ChunkRecord | None]) -> list[_Sentence]:

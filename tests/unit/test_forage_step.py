@@ -192,8 +192,10 @@ class Oracle:
 
 
 def settings(**forage) -> Settings:
+    """The judge's mechanics are tested on its word alone (relevance_check off); the check's own tests at the
+    end turn it on."""
     base = {"bm25_k": 3, "vector_k": 3, "max_deep_dives": 0, "deep_dive_sections": 2, "deep_dive_chunks": 4,
-            "judge_batch": 6, "paper_k": 0, "min_papers": 0}
+            "judge_batch": 6, "paper_k": 0, "min_papers": 0, "relevance_check": False}
     return Settings.load().updated(forage={**base, **forage})
 
 
@@ -789,3 +791,60 @@ def test_batch_schema_asks_for_one_verdict_per_passage(store, embedder):
     sizes = [(len(passages(c.messages)), c.json_schema["properties"]["verdicts"]["minItems"])
              for c in llm.calls_log if c.schema == "BatchVerdict"]
     assert sizes == [(6, 6), (N_BODY_CHUNKS - 6, N_BODY_CHUNKS - 6)]  # a constrained model writes one per passage
+
+
+# -- the relevance check: a judgment never stands alone ------------------------------------------------------
+class YesMan(Oracle):
+    """A weak judge: every passage answers, with a method (what the embedded 135M model often says)."""
+
+    def judge(self, passage: str, deep: bool) -> dict:
+        return {"tag": "answers", "kind": "method", "motive": "It answers."}
+
+
+UNANSWERABLE = Requirement(id="R1", text="What boiling point does liquid nitrogen have at sea-level pressure?")
+
+
+def forage_req(step: ForageStep, requirement: Requirement):
+    return asyncio.run(step.forage(ForageRequest(run_id=RUN, iteration=1, requirement=requirement)))
+
+
+def test_a_yes_man_judge_cannot_cover_a_requirement_the_library_does_not_answer(store, embedder):
+    """Without the check every 'answers' counts (coverage 1.0 on a question nothing in the store is about);
+    with it the passages far from the requirement are never shown to the judge and count for nothing."""
+    unchecked = forage_req(ForageStep(settings(relevance_check=False, vector_k=N_BODY_CHUNKS), store, embedder,
+                                      FunctionLLM(YesMan())), UNANSWERABLE)
+    assert unchecked.coverage == 1.0 and unchecked.overruled == 0  # the judge's word alone: today's failure
+
+    emit = RecordingEmit(RUN)
+    llm = FunctionLLM(YesMan())
+    cov = forage_req(ForageStep(settings(relevance_check=True, vector_k=N_BODY_CHUNKS), store, embedder, llm,
+                                emit=emit), UNANSWERABLE)
+    assert cov.coverage == 0.0 and cov.answering_papers == 0 and cov.evidence == ()
+    assert cov.judgements and all(j.tag == "unrelated" and j.relevance < 0.33 for j in cov.judgements)
+    assert all(j.motive.startswith("not shown to the judge: similarity") for j in cov.judgements)
+    assert "BatchVerdict" not in llm.schemas_asked()  # off-topic passages cost no LLM call
+    (checked,) = [e.payload for e in emit.events if e.kind == "checked"]
+    assert len(checked["off_topic"]) == len(cov.judgements) and checked["overruled"] == []
+
+
+def test_the_check_keeps_the_answer_that_is_on_topic_and_overrules_the_rest(store, embedder):
+    """The same yes-man judge on the photosynthesis requirement: the light-reaction passage is confirmed and
+    comes first; a passage near the topic but far from an answer counts as interesting (the judge's tag kept
+    beside it); the sourdough passages are never shown to the judge."""
+    emit = RecordingEmit(RUN)
+    llm = FunctionLLM(YesMan())
+    cov = forage(ForageStep(settings(relevance_check=True, vector_k=N_BODY_CHUNKS), store, embedder, llm, emit=emit))
+    assert cov.coverage == 1.0
+    by_id = {j.chunk_id: j for j in cov.judgements}
+    assert by_id[cid(PHOTO, 2)].tag == "answers" and by_id[cid(PHOTO, 2)].model_tag is None
+    assert cov.evidence[0].doc_id == PHOTO[0].doc_id and cov.evidence[0].chunk_ids[0] == cid(PHOTO, 2)
+    overruled = [j for j in cov.judgements if j.model_tag == "answers"]
+    assert cid(FOREST, 0) in {j.chunk_id for j in overruled} and all(j.tag == "interesting" for j in overruled)
+    assert all(0.33 <= j.relevance < 0.43 for j in overruled) and cov.overruled == len(overruled)
+    assert by_id[cid(BREAD, 0)].tag == "unrelated" and by_id[cid(BREAD, 0)].model_tag is None
+    shown = sum(len(passages(c.messages)) for c in llm.calls_log if c.schema == "BatchVerdict")
+    assert shown == sum(1 for j in cov.judgements if not j.motive.startswith("not shown"))
+    payloads = [e.payload for e in emit.events if e.kind == "checked"]
+    assert sum(len(p["overruled"]) for p in payloads) == len(overruled)
+    coverage_event = next(e.payload for e in emit.events if e.kind == "coverage")
+    assert coverage_event["overruled"] == len(overruled)

@@ -1,0 +1,265 @@
+"""Evidence quality on a BEIR-format dataset, scored without an LLM (`forage eval evidence`).
+
+Each chosen test query becomes one requirement over the corpus, foraged by the real
+:class:`~actors.steps.forage.ForageStep` (the configured model, one iteration). For half of the queries,
+chosen by a seed, every relevant document is removed from the store before anything is foraged: those
+requirements are *unanswerable*, and any coverage they get is false. The qrels alone score the result:
+
+* **evidence hit rate** — the first evidence document is relevant (answerable queries);
+* **evidence recall** — some relevant document is in the evidence (answerable queries);
+* **mean coverage** on answerable and on unanswerable requirements;
+* **false coverage** — unanswerable requirements with coverage >= 0.75 (an answer counted);
+* **retrieval P@1** — the store's own hybrid search ranks a relevant document first (answerable queries):
+  what evidence should at least match;
+* LLM calls and wall time.
+
+Modes: ``judge`` (the judge's word alone: ``forage.relevance_check`` off) and ``checked`` (the relevance
+check on), over the same store and queries. :func:`similarity_profile` gives the figures the check's
+floors are calibrated from (``bench/relevance_floors.py``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import random
+import tempfile
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from time import perf_counter
+from typing import Any, Literal
+
+from actors.steps.evaluate import BeirDataset, LoadReport, load_beir, load_corpus, select_queries
+from infra.embed.base import Embedder
+from infra.errors import ConfigError
+from infra.settings import Settings
+from infra.store.base import Store
+
+EvidenceMode = Literal["judge", "checked"]
+EVIDENCE_MODES: tuple[EvidenceMode, ...] = ("judge", "checked")
+FALSE_COVERAGE = 0.75  # an unanswerable requirement at or above this coverage has an answer counted
+
+
+@dataclass
+class QueryOutcome:
+    qid: str
+    answerable: bool
+    coverage: float
+    hit: bool
+    recall: bool
+    evidence: list[str]  # corpus ids, evidence order
+    llm_calls: int
+    overruled: int
+    seconds: float
+    failed_steps: int
+    # (the judge's tag, its kind, similarity to the requirement) of every passage shown to the judge: what a
+    # different answer floor would have confirmed (answer_floor_sweep)
+    verdicts: list[tuple[str, str | None, float | None]] = field(default_factory=list)
+
+
+@dataclass
+class ModeSummary:
+    mode: str
+    outcomes: list[QueryOutcome] = field(default_factory=list)
+
+    def figures(self) -> dict[str, float]:
+        ans = [o for o in self.outcomes if o.answerable]
+        una = [o for o in self.outcomes if not o.answerable]
+
+        def mean(values: Sequence[float]) -> float:
+            return round(sum(values) / len(values), 4) if values else math.nan
+
+        return {
+            "evidence_hit_rate": mean([float(o.hit) for o in ans]),
+            "evidence_recall": mean([float(o.recall) for o in ans]),
+            "coverage_answerable": mean([o.coverage for o in ans]),
+            "coverage_unanswerable": mean([o.coverage for o in una]),
+            "false_coverage": mean([float(o.coverage >= FALSE_COVERAGE) for o in una]),
+            "llm_calls": float(sum(o.llm_calls for o in self.outcomes)),
+            "overruled": float(sum(o.overruled for o in self.outcomes)),
+            "failed_steps": float(sum(o.failed_steps for o in self.outcomes)),
+            "wall_s": round(sum(o.seconds for o in self.outcomes), 1),
+        }
+
+
+def split_answerable(qids: Sequence[str], seed: int) -> set[str]:
+    """The unanswerable half of ``qids`` (rounded down), chosen by ``seed``."""
+    return set(random.Random(seed).sample(sorted(qids), len(qids) // 2))
+
+
+def held_out_documents(qrels: Mapping[str, Mapping[str, int]], unanswerable: set[str]) -> set[str]:
+    """Corpus ids of every document relevant to an unanswerable query."""
+    return {cid for q in unanswerable for cid, grade in qrels[q].items() if grade > 0}
+
+
+def without(dataset: BeirDataset, held_out: set[str]) -> BeirDataset:
+    """The dataset with those corpus documents removed (queries and qrels unchanged)."""
+    return BeirDataset(folder=dataset.folder, corpus={c: v for c, v in dataset.corpus.items() if c not in held_out},
+                       queries=dataset.queries)
+
+
+def _corpus_ids(report: LoadReport) -> dict[str, list[str]]:
+    return {doc_id: list(ids) for doc_id, ids in report.corpus_ids.items()}
+
+
+def retrieval_p1(store: Store, embedder: Embedder, dataset: BeirDataset, qrels: Mapping[str, Mapping[str, int]],
+                 qids: Sequence[str], corpus_ids: Mapping[str, Sequence[str]], alpha: float) -> float:
+    """Share of ``qids`` whose first hybrid hit (by chunk) belongs to a relevant document."""
+    if not qids:
+        return math.nan
+    vectors = embedder.embed([dataset.queries[q] for q in qids])
+    hits = 0
+    for q, vector in zip(qids, vectors, strict=True):
+        found = store.hybrid(dataset.queries[q], vector, 1, alpha)
+        first = corpus_ids.get(found[0].chunk.doc_id, []) if found else []
+        hits += any(qrels[q].get(c, 0) > 0 for c in first)
+    return round(hits / len(qids), 4)
+
+
+async def forage_query(settings: Settings, store: Store, embedder: Embedder, llm: Any, requirement_text: str,
+                       run_id: str = "eval-evidence") -> Any:
+    """One iteration of the real Forager for one requirement: its RequirementCoverage."""
+    from actors.steps.forage import ForageStep
+    from messages.forage import ForageRequest
+    from messages.plan import Requirement
+
+    step = ForageStep(settings, store, embedder, llm)
+    requirement = Requirement(id="R1", text=requirement_text)
+    return await step.forage(ForageRequest(run_id=run_id, iteration=1, requirement=requirement))
+
+
+def evaluate_evidence(settings: Settings, folder: Path, *, n_queries: int = 50, seed: int = 0, split: str = "test",
+                      modes: Sequence[EvidenceMode] = EVIDENCE_MODES, llm: Any | None = None,
+                      embedder: Embedder | None = None, store_path: Path | None = None,
+                      progress: Callable[[str, int, int, QueryOutcome], None] | None = None,
+                      loading: Callable[[int, int, float], None] | None = None) -> dict[str, Any]:
+    """Build the store (the corpus minus the unanswerable queries' documents), forage every chosen query
+    once per mode and return the JSON-ready figures. ``llm`` and ``embedder``: default built from settings."""
+    from infra.embed import build_embedder
+    from infra.store import build_store
+
+    if n_queries < 2:
+        raise ConfigError(f"--queries must be at least 2 (half are made unanswerable), got {n_queries}")
+    for mode in modes:
+        if mode not in EVIDENCE_MODES:
+            raise ConfigError(f"unknown mode {mode!r}; use {', '.join(EVIDENCE_MODES)}")
+    dataset = load_beir(folder)
+    qrels = dataset.qrels(split)
+    qids = select_queries(qrels, n_queries)
+    if len(qids) < 2:
+        raise ConfigError(f"split {split!r} has fewer than 2 judged queries")
+    unanswerable = split_answerable(qids, seed)
+    held_out = held_out_documents(qrels, unanswerable)
+    # an answerable query whose every relevant document was held out is unanswerable too
+    for q in qids:
+        if q not in unanswerable and not any(g > 0 and c not in held_out for c, g in qrels[q].items()):
+            unanswerable.add(q)
+    if llm is None:
+        from infra.llm import build_llm
+
+        llm = build_llm(settings)
+    with tempfile.TemporaryDirectory(prefix="forage-evidence-") as tmp:
+        path = Path(store_path).expanduser() if store_path is not None else Path(tmp) / "store"
+        base = settings.updated(store={"path": path})
+        store = build_store(base)
+        embedder = embedder or build_embedder(base)
+        started = perf_counter()
+        report = load_corpus(base, store, embedder, without(dataset, held_out), progress=loading)
+        load_s = perf_counter() - started
+        optimize = getattr(store, "optimize", None)
+        if report.stored and callable(optimize):
+            optimize()
+        corpus_ids = _corpus_ids(report)
+        answerable = [q for q in qids if q not in unanswerable]
+        out: dict[str, Any] = {
+            "dataset": dataset.name, "split": split, "seed": seed, "n_queries": len(qids),
+            "answerable": len(answerable), "unanswerable": len(unanswerable), "held_out_documents": len(held_out),
+            "n_docs": len(dataset.corpus) - len(held_out), "embedder": embedder.name,
+            "llm": getattr(llm, "name", type(llm).__name__), "preset": settings.preset,
+            "similarity_floors": list(base.similarity_floors()), "load_s": round(load_s, 1),
+            "retrieval_p1": retrieval_p1(store, embedder, dataset, qrels, answerable, corpus_ids,
+                                         base.store.hybrid_alpha),
+            "modes": {}, "queries": {},
+        }
+        for mode in modes:
+            mode_settings = base.updated(forage={"relevance_check": mode == "checked"})
+            summary = ModeSummary(mode)
+            for n, q in enumerate(qids, start=1):
+                started = perf_counter()
+                cov = asyncio.run(forage_query(mode_settings, store, embedder, llm, dataset.queries[q]))
+                docs = [c for e in cov.evidence for c in corpus_ids.get(e.doc_id, [])]
+                relevant = {c for c, g in qrels[q].items() if g > 0}
+                outcome = QueryOutcome(
+                    qid=q, answerable=q not in unanswerable, coverage=cov.coverage,
+                    hit=bool(docs) and docs[0] in relevant, recall=bool(relevant & set(docs)), evidence=docs[:10],
+                    llm_calls=cov.llm_calls, overruled=cov.overruled, seconds=perf_counter() - started,
+                    failed_steps=len(cov.failed_steps),
+                    verdicts=[(j.model_tag or j.tag, j.kind, j.relevance) for j in cov.judgements
+                              if not j.motive.startswith("not shown to the judge")])
+                summary.outcomes.append(outcome)
+                if progress is not None:
+                    progress(mode, n, len(qids), outcome)
+            out["modes"][mode] = summary.figures()
+            if mode == "checked":
+                out["answer_floor_sweep"] = answer_floor_sweep(summary.outcomes)
+            out["queries"][mode] = [vars(o) | {"seconds": round(o.seconds, 2)} for o in summary.outcomes]
+    return out
+
+
+SWEEP_FLOORS = (0.43, 0.5, 0.55, 0.6, 0.65, 0.7, 0.73)
+
+
+def coverage_at(verdicts: Sequence[tuple[str, str | None, float | None]], floor: float) -> float:
+    """The Forager's coverage rule over the judge's verdicts with ``floor`` as the answer floor: 1.0 an answer
+    with a method or result at or above it, 0.75 only background answers, 0.5 anything else useful, else 0."""
+    answers = [kind for tag, kind, rel in verdicts if tag == "answers" and rel is not None and rel >= floor]
+    if any(kind != "background" for kind in answers):
+        return 1.0
+    if answers:
+        return 0.75
+    return 0.5 if any(tag in ("answers", "interesting") for tag, _, _ in verdicts) else 0.0
+
+
+def answer_floor_sweep(outcomes: Sequence[QueryOutcome]) -> list[dict[str, float]]:
+    """Coverage on answerable and unanswerable requirements and false coverage had the checked run used
+    another answer floor, recomputed from its verdicts (an estimate: the deep dives and reformulations the
+    run made are those of its own floor)."""
+    rows = []
+    for floor in SWEEP_FLOORS:
+        ans = [coverage_at(o.verdicts, floor) for o in outcomes if o.answerable]
+        una = [coverage_at(o.verdicts, floor) for o in outcomes if not o.answerable]
+        rows.append({"answer_floor": floor,
+                     "coverage_answerable": round(sum(ans) / len(ans), 4) if ans else math.nan,
+                     "answered_answerable": round(sum(c >= FALSE_COVERAGE for c in ans) / len(ans), 4) if ans
+                     else math.nan,
+                     "false_coverage": round(sum(c >= FALSE_COVERAGE for c in una) / len(una), 4) if una
+                     else math.nan})
+    return rows
+
+
+def similarity_profile(store: Store, embedder: Embedder, dataset: BeirDataset,
+                       qrels: Mapping[str, Mapping[str, int]], qids: Sequence[str],
+                       corpus_ids: Mapping[str, Sequence[str]], alpha: float, k: int = 12) -> list[dict[str, Any]]:
+    """Per query, over its top ``k`` hybrid chunks: the highest similarity (the relevance check's signal:
+    cosine of the query and the chunk text) of a relevant chunk and of a non-relevant one, and the
+    similarities of all relevant chunks. What the check's floors are calibrated from."""
+    rows = []
+    vectors = embedder.embed([dataset.queries[q] for q in qids]) if qids else []
+    seen: dict[str, list[float]] = {}  # chunk id -> its text's embedding (queries share chunks)
+    for q, vector in zip(qids, vectors, strict=True):
+        hits = store.hybrid(dataset.queries[q], vector, k, alpha)
+        if not hits:
+            continue
+        new = [h.chunk for h in hits if h.chunk.chunk_id not in seen]
+        for chunk, v in zip(new, embedder.embed([c.text for c in new]) if new else [], strict=True):
+            seen[chunk.chunk_id] = list(v)
+        texts = [seen[h.chunk.chunk_id] for h in hits]
+        relevant = {c for c, g in qrels[q].items() if g > 0}
+        rel: list[float] = []
+        other: list[float] = []
+        for hit, v in zip(hits, texts, strict=True):
+            sim = sum(a * b for a, b in zip(v, vector, strict=True))  # unit vectors
+            (rel if relevant & set(corpus_ids.get(hit.chunk.doc_id, [])) else other).append(sim)
+        rows.append({"qid": q, "relevant": rel, "best_other": max(other, default=-1.0)})
+    return rows
