@@ -14,6 +14,7 @@ from typing import Any
 from actors.status_hub import HubEmit
 from actors.steps.search import LibrarySearch
 from infra.errors import ConfigError
+from infra.ingest_cache import IngestCache
 from infra.settings import Settings
 from messages.search import SearchRequest, SearchResults
 
@@ -62,7 +63,8 @@ class Searcher:
         self.run_id = run_id
         self._emit = HubEmit(run_id, hub)
         self._llm = llm
-        self._library = (LibrarySearch(settings.search.library, emit=self._emit)
+        cache = IngestCache(settings.ingest.cache_dir) if settings.ingest.cache_dir is not None else None
+        self._library = (LibrarySearch(settings.search.library, emit=self._emit, cache=cache)
                          if settings.search.library is not None else None)
         self._web: Any | None = None
 

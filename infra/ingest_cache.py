@@ -6,7 +6,9 @@ pure functions of their input. With ``ingest.cache_dir`` set, :class:`IngestCach
 * ``parsed/<key>.json``: the :class:`~infra.pdf.base.ParsedDocument` of a PDF, keyed by the file's sha256,
   the parser's name (which carries its version) and its page limit;
 * ``vectors/<key>.npy``: the vectors of one document's chunks (float64, exactly what the embedder gave),
-  keyed by the embedder's name and the exact strings it read (context line + chunk text, in order).
+  keyed by the embedder's name and the exact strings it read (context line + chunk text, in order);
+* ``first-pages/<key>.txt``: the text of a library file's first pages, keyed by its sha256, which a library
+  run reads to rank the library before ingesting it (actors/steps/search.py);
 
 so the same paper ingested into another store (a new run folder, ``forage eval``, after ``forage forget``, on
 another Ingestor of the same machine) is neither parsed nor embedded again, while any change to the file, the
@@ -106,6 +108,24 @@ class IngestCache:
         buffer = io.BytesIO()
         np.save(buffer, array, allow_pickle=False)
         self._write(self.root / "vectors", f"{key}.npy", buffer.getvalue())
+
+    # ------------------------------------------------------------------ first pages (library ranking)
+
+    @staticmethod
+    def first_page_key(doc_id: str, chars: int) -> str:
+        return _digest("first-page", doc_id, str(chars))
+
+    def get_text(self, key: str) -> str | None:
+        try:
+            return (self.root / "first-pages" / f"{key}.txt").read_text(encoding="utf-8")
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError) as exc:
+            log.warning("ingest cache: ignoring first page %s (%s)", key, exc)
+            return None
+
+    def put_text(self, key: str, text: str) -> None:
+        self._write(self.root / "first-pages", f"{key}.txt", text.encode("utf-8"))
 
     # ------------------------------------------------------------------ files
 

@@ -188,6 +188,12 @@ _DANGLING = re.compile(r"\b(?:it|its|this|these|they|them|their|those|such|the (
 SUBJECT_WORDS = 2  # content words of the query a requirement with a pointing word must name
 
 
+def content_tokens(text: str) -> list[str]:
+    """The keys of :func:`content_words`, one per occurrence, in order (term frequencies for ranking)."""
+    words = (w.casefold() for w in _WORD.findall(text))
+    return [w[:5] for w in words if len(w) >= 3 and w not in _STOP_WORDS]
+
+
 def content_words(text: str) -> set[str]:
     """Comparison keys of the words of ``text`` that carry content: alphabetic, 3 letters or more, not a
     stop word; a word of 5 letters or more is keyed by its first 5 (so plurals and -ic/-is match)."""
