@@ -256,7 +256,8 @@ class Orchestrator:
             self.emit(Stage.WRITE, "started", "writing the report")
             report = await crew.write(WriteRequest(run_id=self.run_id, query=plan.query, coverages=tuple(coverages),
                                                    iterations=iteration, coverage_history=tuple(
-                                                       it["coverage"] for it in self.state["iterations"])))
+                                                       it["coverage"] for it in self.state["iterations"]),
+                                                   doc_ids=self._scope()[0]))
             self.rundir.save_report(report)
             docs = self.state["documents"].values()
             self.state.update({
@@ -355,15 +356,16 @@ class Orchestrator:
             return None
         return SearchResults(run_id=self.run_id, iteration=iteration)
 
-    def _follow_up_scope(self) -> tuple[tuple[str, ...] | None, tuple[str, ...]]:
-        """(doc_ids the Foragers search, seed chunk ids): a follow-up run's documents and the earlier run's
-        evidence; (None, ()) for an ordinary run (the whole store)."""
+    def _scope(self) -> tuple[tuple[str, ...] | None, tuple[str, ...]]:
+        """(doc_ids the Foragers search, seed chunk ids): the run's own documents (its library, the papers its
+        searches found, a follow-up's earlier run's) and a follow-up's seeds; (None, ()) with
+        ``run.whole_store`` (every document in the store)."""
         follow = self.state.get("from_run")
-        if not follow:
+        if self.settings.run.whole_store and not follow:
             return None, ()
         docs = tuple(dict.fromkeys(d["doc_id"] for d in self.state["documents"].values()
                                    if d.get("doc_id") and d.get("status") in ("stored", "skipped")))
-        return docs, tuple(follow.get("seed_chunk_ids", ()))
+        return docs, tuple((follow or {}).get("seed_chunk_ids", ()))
 
     def _with_replanned(self, plan: RequirementsPlan) -> RequirementsPlan:
         """``plan`` plus the requirements an earlier process of this run added by re-planning."""
@@ -455,7 +457,7 @@ class Orchestrator:
             self.emit(Stage.FORAGE, "coverage", f"{rid}: coverage {cov.coverage:.2f} (foraged before the "
                       "resume)", iteration=iteration, requirement_id=rid, coverage=cov.coverage,
                       llm_calls=cov.llm_calls, answering_papers=cov.answering_papers, taken_over=True)
-        scope, seeds = self._follow_up_scope()
+        scope, seeds = self._scope()
         todo = [ForageRequest(run_id=self.run_id, iteration=iteration, requirement=r, doc_ids=scope,
                               seed_chunk_ids=seeds) for r in requirements if r.id not in done]
         if todo:

@@ -241,6 +241,9 @@ def execute(settings: Settings, query: str, *, yes: bool, requirements_file: Pat
                 plan = session.plan(query)
         if searches is not None:
             plan = plan.model_copy(update={"search_queries": searches})
+        console.print("scope: " + ("every paper in the store (--whole-store)" if settings.run.whole_store else
+                                   "this run's own sources only (its library folder and the papers its searches "
+                                   "find; --whole-store widens it to the whole store)"), highlight=False)
         plan = approve(plan, yes=yes)
         view = ProgressView(plan, live=console.is_terminal)
         if view.live:
@@ -257,8 +260,26 @@ def execute(settings: Settings, query: str, *, yes: bool, requirements_file: Pat
     console.print(f"stopped: {summary.stop_reason}")
     console.print(f"documents: {summary.documents_stored} in the store, {summary.documents_failed} failed "
                   f"(reasons in {summary.run_dir}/run.json)")
+    read = library_read(settings, Path(summary.run_dir))
+    if read is not None and read[0] < read[1]:
+        console.print(f"library: {read[0]} of {read[1]} files read (the most relevant to the requirements "
+                      "first)", highlight=False)
     console.print(f"[bold green]report:[/bold green] {summary.report_path}")
     return 0
+
+
+def library_read(settings: Settings, run_dir: Path) -> tuple[int, int] | None:
+    """(library files the run offered for ingestion, files in the library), None without a library."""
+    if settings.search.library is None:
+        return None
+    from actors.steps.search import file_key, library_files
+
+    try:
+        files = {file_key(p) for p in library_files(settings.search.library)}
+        state = json.loads((run_dir / "run.json").read_text(encoding="utf-8"))
+    except (ForageError, OSError, ValueError):
+        return None
+    return len(files & set(state.get("documents") or {})), len(files)
 
 
 ADDRESS_HELP = ("Run on this Ray cluster: 'auto' (the cluster this machine is a node of), 'HOST:6379' or "
@@ -297,12 +318,17 @@ def research(
                        "ones this run adds.")] = None,
     address: Annotated[str | None, typer.Option(
         help=ADDRESS_HELP)] = None,
+    whole_store: Annotated[bool, typer.Option(
+        "--whole-store", help="Forage every paper in the store (other runs' and libraries' too), not only this "
+                              "run's own sources.")] = False,
 ) -> None:
     """Research QUERY: search OpenAlex and arXiv with the strings you approve (and/or a local library of
     PDFs), read the papers, and write a cited report."""
     if query == "-":  # from standard input: the question never shows in the process list (ps)
         query = sys.stdin.read()
     settings = _settings(preset, library, llm, model, runs_dir, store, offline, mailto, zotero, address)
+    if whole_store:
+        settings = settings.updated(run={"whole_store": True})
     raise typer.Exit(checked_run(settings, query, yes=yes, requirements_file=requirements, searches_file=searches,
                                  from_run=from_run, keep_library=library is not None, keep_store=store is not None))
 

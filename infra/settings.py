@@ -35,6 +35,11 @@ class RunSettings(Section):
         default=3, ge=0, le=9,
         description="At most this many requirements added by re-planning over a whole run (0: never re-plan). A run "
                     "never holds more than 10 requirements.")
+    whole_store: bool = Field(
+        default=False,
+        description="Forage every document in the store (papers other runs and libraries put there too). False "
+                    "(the default): a run forages only its own documents — its library folder, the papers its "
+                    "searches found and, for a follow-up, the earlier run's.")
     retention_days: int | None = Field(
         default=None, ge=0,
         description="Forget runs (their folder: query, events, report, egress ledger) this many days after their "

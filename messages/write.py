@@ -17,6 +17,8 @@ class WriteRequest(Message):
     iterations: int = Field(ge=1)
     coverage_history: tuple[dict[str, float], ...] = Field(
         default=(), description="Coverage per requirement id after each iteration, first iteration first.")
+    doc_ids: tuple[str, ...] | None = Field(
+        default=None, description="The documents the run foraged (its own); None: the whole store.")
 
 
 class SourceRef(Frozen):

@@ -744,12 +744,15 @@ class WriteStep:
                 numbered: Sequence[_Source], comparison: Comparison | None = None,
                 figures: Sequence[Figure] = ()) -> str:
         out = [f"# {escape_md(title)} — Report", "", "## Overview", "", overview, "", "## Scope", ""]
-        in_store = len(self.store.list_documents())
         with_evidence = len(numbered)
+        if request.doc_ids is None:
+            consulted = f"{len(self.store.list_documents())} in the whole store (every run's and library's papers)"
+        else:
+            consulted = f"{len(request.doc_ids)} read by this run (its own sources; the rest of the store was not used)"
         out += [f"- Research query: {escape_md(_topic(request.query.text, 300))}",
                 f"- Requirements: {len(sections)}",
                 f"- Iterations: {request.iterations}",
-                f"- Documents consulted: {in_store} in the searched store; {with_evidence} gave evidence", "",
+                f"- Documents consulted: {consulted}; {with_evidence} gave evidence", "",
                 "| Requirement | Coverage | Evidence documents |", "| --- | --- | --- |"]
         for s in sections:
             cov = s.coverage
