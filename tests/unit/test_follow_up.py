@@ -248,3 +248,22 @@ def test_research_from_an_unknown_run_says_so(world, run_id, message) -> None:
                                       "--yes", "--offline"])
     assert result.exit_code == 2, result.output
     assert message in " ".join(result.output.split())
+
+
+def test_an_ordinary_run_forages_only_its_own_sources_unless_told_the_whole_store(world, embedder) -> None:
+    """Another library's paper in the shared store, on the very topic: an ordinary run never reads it (its
+    Foragers are scoped to its own documents, the report's Scope says so); --whole-store reads it."""
+    settings = settings_for(world)
+    outsider = store_outsider(settings, world, embedder)
+    state, _, llm, requests = real_run(settings, "run-own", NARROW, embedder)
+    own = {d["doc_id"] for d in state["documents"].values() if d["status"] in ("stored", "skipped")}
+    assert requests and all(set(r.doc_ids or ()) == own for r in requests) and outsider not in own
+    assert not any(OUTSIDER in m["content"] for call in llm.calls_log for m in call.messages)
+    report = (world["runs"] / "run-own" / "report.md").read_text()
+    assert f"Documents consulted: {len(own)} read by this run (its own sources" in report
+
+    wide, _, wide_llm, wide_requests = real_run(settings.updated(run={"whole_store": True}), "run-wide", NARROW,
+                                                embedder)
+    assert wide_requests and all(r.doc_ids is None for r in wide_requests)
+    assert any(OUTSIDER in m["content"] for call in wide_llm.calls_log for m in call.messages)
+    assert "in the whole store" in (world["runs"] / "run-wide" / "report.md").read_text()
