@@ -27,14 +27,19 @@ class Forager:
             from actors.steps.forage import ForageStep
             from infra.embed import build_embedder
             from infra.llm import build_llm
+            from infra.rerank import build_relevance
             from infra.store import build_store
 
             from actors.llm_endpoint import with_slots
 
             # with ray.llm_slots every LLM call is made by a node's LLM endpoint, holding one of its slots
             llm = with_slots(self._llm or build_llm(self.settings), self.settings)
-            self._step = ForageStep(self.settings, build_store(self.settings),
-                                    self._embedder or build_embedder(self.settings), llm, emit=self._emit)
+            embedder = self._embedder or build_embedder(self.settings)
+            relevance, problem = build_relevance(self.settings, embedder)
+            if problem:
+                self._emit(Stage.FORAGE, "degraded", problem, step="relevance check")
+            self._step = ForageStep(self.settings, build_store(self.settings), embedder, llm, emit=self._emit,
+                                    relevance=relevance)
         return self._step
 
     async def forage(self, request: ForageRequest) -> RequirementCoverage:

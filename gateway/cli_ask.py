@@ -25,6 +25,7 @@ def ask(
     from infra.embed import build_embedder
     from infra.errors import ForageError
     from infra.llm import build_llm
+    from infra.rerank import build_relevance
     from infra.settings import Settings
     from infra.store import build_store
 
@@ -48,8 +49,12 @@ def ask(
                                   f"{folder} (or forage research --library {folder}) first")
         client = build_llm(settings)
         asyncio.run(client.check())
-        step = AskStep(db, build_embedder(settings), client, alpha=settings.store.hybrid_alpha, scope=scope,
-                       floors=settings.similarity_floors() if settings.forage.relevance_check else None,
+        embedder = build_embedder(settings)
+        relevance, problem = build_relevance(settings, embedder)
+        if problem:
+            base.err.print(f"[yellow]note:[/yellow] {problem}", highlight=False)
+        step = AskStep(db, embedder, client, alpha=settings.store.hybrid_alpha, scope=scope,
+                       relevance=relevance if settings.forage.relevance_check else None,
                        extractive=settings.extractive())
         result = asyncio.run(step.ask(question))
     except (ForageError, ValueError) as exc:

@@ -214,6 +214,16 @@ class ForageSettings(Section):
         default=None, ge=-1, le=1,
         description="Least similarity of a passage the judge is shown. None follows the embedder: MiniLM "
                     f"{_SIMILARITY['minilm'][1]:.2f}, nomic {_SIMILARITY['ollama'][1]:.2f}.")
+    reranker: str | None = Field(
+        default=None,
+        description="A sentence-transformers CrossEncoder (model name, e.g. 'cross-encoder/ms-marco-MiniLM-L6-v2', "
+                    "or a local folder) that replaces embedding similarity as the relevance check's signal; fetched "
+                    "once on your machine (only its name is sent), then read from the cache. None: embedding "
+                    "similarity. A reranker that cannot be loaded is reported and the check uses similarity.")
+    rerank_answer: float = Field(default=0.5, ge=0, le=1,
+                                 description="Least reranker probability of an 'answers' the check confirms.")
+    rerank_topic: float = Field(default=0.05, ge=0, le=1,
+                                description="Least reranker probability of a passage the judge is shown.")
     seed_chunks: int = Field(
         default=12, ge=0, le=100,
         description="A follow-up run (`forage research --from RUN`): at most this many chunks of the earlier run's "

@@ -3,7 +3,8 @@
 A message that names something (at least ``QUESTION_WORDS`` content words) is a question and always
 retrieves; only a shorter one ("hi", "who are you?") goes to an intent step that may call it chit-chat
 (answered directly). A question retrieves passages from the store (hybrid BM25 + vector search); with
-the relevance check (``floors``) passages far from the question are dropped, as the Forager drops
+the relevance check (``relevance``: embedding similarity or a reranker, with its floors) passages far
+from the question are dropped, as the Forager drops
 them. One structured LLM call answers from the passages with citations to their numbers; citations
 outside 1..k are removed and a sentence without a valid citation is dropped (the Writer's checks).
 ``extractive`` (the embedded model), or a model call that fails or leaves no cited sentence while a
@@ -29,6 +30,7 @@ from actors.steps.search import file_key
 from infra.embed.base import Embedder
 from infra.errors import LLMOutputError, LLMTimeout
 from infra.llm.base import LLM
+from infra.rerank import Relevance
 from infra.store.base import ChunkFilter, ChunkRecord, Store
 
 INSUFFICIENT = ("The stored library does not hold enough evidence to answer this question; add papers on it "
@@ -79,11 +81,12 @@ class AskStep:
     """``scope``: only passages of the documents it admits (None: the whole store)."""
 
     def __init__(self, store: Store, embedder: Embedder, llm: LLM, *, passages: int = PASSAGES,
-                 alpha: float = 0.5, scope: ChunkFilter | None = None, floors: tuple[float, float] | None = None,
+                 alpha: float = 0.5, scope: ChunkFilter | None = None, relevance: Relevance | None = None,
                  extractive: bool = False) -> None:
         self.store, self.embedder, self.llm = store, embedder, llm
         self.passages, self.alpha, self.scope = passages, alpha, scope
-        self.floors, self.extractive = floors, extractive  # (answer, topic) similarity floors; None: no check
+        self.relevance, self.extractive = relevance, extractive  # the relevance check (None: no check)
+        self.floors = relevance.floors if relevance is not None else None
 
     async def ask(self, question: str) -> AskResult:
         from actors.steps.plan import content_words
@@ -104,10 +107,9 @@ class AskStep:
         hits = self.store.hybrid(question, vector, self.passages, alpha=self.alpha, flt=self.scope)
         chunks: list[ChunkRecord] = [h.chunk for h in hits]
         similarity: dict[str, float] = {}
-        if self.floors is not None and chunks:
-            vectors = self.embedder.embed([c.text for c in chunks])
-            similarity = {c.chunk_id: sum(a * b for a, b in zip(v, vector, strict=True))
-                          for c, v in zip(chunks, vectors, strict=True)}
+        if self.relevance is not None and self.floors is not None and chunks:
+            scores = self.relevance.score(question, [c.text for c in chunks])
+            similarity = {c.chunk_id: score for c, score in zip(chunks, scores, strict=True)}
             chunks = [c for c in chunks if similarity[c.chunk_id] >= self.floors[1]]
         searched = (f" Searched: {len(hits)} passage(s) of the store for the question"
                     + (f", {len(chunks)} close enough to it" if self.floors is not None else "") + ".")

@@ -72,6 +72,7 @@ from infra.embed.base import Embedder
 from infra.errors import LLMOutputError, LLMTimeout
 from infra.llm.base import LLM, ChatMessage, T
 from infra.llm.slotted import background_calls, rounds_ahead
+from infra.rerank import EmbeddingSimilarity, Relevance
 from infra.settings import Settings
 from infra.store.base import RRF_K, ChunkFilter, ChunkRecord, Hit, Store
 from messages.forage import ChunkJudgement, Evidence, ForageRequest, RequirementCoverage
@@ -176,7 +177,7 @@ class ForageStep:
     """Forages one requirement across iterations, remembering what it judged."""
 
     def __init__(self, settings: Settings, store: Store, embedder: Embedder, llm: LLM,
-                 emit: Emit = null_emit) -> None:
+                 emit: Emit = null_emit, relevance: Relevance | None = None) -> None:
         self.settings = settings
         self.cfg = settings.forage
         self.store = store
@@ -195,8 +196,10 @@ class ForageStep:
         self._dived: set[str] = set()  # deep dive finished (gate said no, or sections judged)
         self._vector: list[float] | None = None
         self._scope: tuple[str, ...] | None = None  # doc_ids every search is limited to (None: the whole store)
-        # the relevance check's (answer, topic) similarity floors; -inf: no check
-        self._floors = settings.similarity_floors() if self.cfg.relevance_check else (-math.inf, -math.inf)
+        # the relevance check: its signal (embedding similarity unless a reranker is given) and its (answer, topic)
+        # floors; -inf: no check
+        self.relevance = relevance or EmbeddingSimilarity(embedder, settings.similarity_floors())
+        self._floors = self.relevance.floors if self.cfg.relevance_check else (-math.inf, -math.inf)
         self.overruled = 0  # verdicts the relevance check overruled, all iterations
 
     # -- the iteration ------------------------------------------------------------------------------
@@ -346,7 +349,7 @@ class ForageStep:
 
     # -- start node ------------------------------------------------------------------------------------
     async def _requirement_vector(self, req: Requirement) -> list[float] | None:
-        if self._vector is None and (self.cfg.vector_k > 0 or self._paper_stage() or self.cfg.relevance_check):
+        if self._vector is None and (self.cfg.vector_k > 0 or self._paper_stage()):
             self._vector = (await asyncio.to_thread(self.embedder.embed, [req.text]))[0]
         return self._vector
 
@@ -426,7 +429,8 @@ class ForageStep:
         :meth:`_together`); judgements are recorded in chunk order whatever order the answers come in."""
         relevance = await self._relevance(req, chunks)
         off_topic = [c for c in chunks if relevance.get(c.chunk_id, 1.0) < self._floors[1]]
-        shown = [c for c in chunks if c not in off_topic]
+        # the judge sees the closest passages first (a weak model does best at the start of its prompt)
+        shown = sorted((c for c in chunks if c not in off_topic), key=lambda c: -relevance.get(c.chunk_id, 0.0))
         size = self.cfg.judge_batch
         batches = [list(shown[start:start + size]) for start in range(0, len(shown), size)]
         answers = await self._together([self._judge_batch(req, b, stage, it, retry=True) for b in batches])
@@ -453,13 +457,12 @@ class ForageStep:
         return out
 
     async def _relevance(self, req: Requirement, chunks: Sequence[ChunkRecord]) -> dict[str, float]:
-        """chunk id -> cosine similarity of the chunk's text and the requirement (one embedder call);
-        empty when the check is off."""
+        """chunk id -> the relevance signal's score of the chunk's text for the requirement (embedding
+        similarity or the reranker); empty when the check is off."""
         if not self.cfg.relevance_check or not chunks:
             return {}
-        vector = await self._requirement_vector(req)
-        vectors = await asyncio.to_thread(self.embedder.embed, [c.text for c in chunks])
-        return {c.chunk_id: _cosine(v, vector) for c, v in zip(chunks, vectors, strict=True)} if vector else {}
+        scores = await asyncio.to_thread(self.relevance.score, req.text, [c.text for c in chunks])
+        return {c.chunk_id: score for c, score in zip(chunks, scores, strict=True)}
 
     def _checked(self, judgement: ChunkJudgement, relevance: float | None) -> ChunkJudgement:
         """The judge's verdict after the relevance check: an 'answers' below the answer floor counts as

@@ -12,6 +12,7 @@ from typer.testing import CliRunner
 from actors.steps.ask import INSUFFICIENT, AskStep
 from actors.steps.schemas import AskAnswer, AskIntent
 from infra.llm.fakes import FunctionLLM, ScriptedLLM
+from infra.rerank import EmbeddingSimilarity
 
 QUESTION = "How is carbon dioxide fixed into sugars?"
 
@@ -100,18 +101,19 @@ def test_a_weak_model_never_turns_a_question_into_a_greeting(store, embedder):
         return "Hello!"  # never valid JSON: the answer call fails after its retries
 
     llm = FunctionLLM(weak)
-    result = asyncio.run(AskStep(store, embedder, llm, floors=(0.3, 0.1)).ask(QUESTION))
+    result = asyncio.run(AskStep(store, embedder, llm, relevance=EmbeddingSimilarity(embedder, (0.3, 0.1))).ask(QUESTION))
     assert "AskIntent" not in llm.schemas_asked()
     assert result.kind == "answer" and result.text.startswith("Quoted from the library: “")
     assert result.cited and result.cited[0].doc_id == C[0].doc_id and "[1]." in result.text
     assert "fix carbon dioxide into sugars" in result.text
-    far = asyncio.run(AskStep(store, embedder, llm, floors=(0.3, 0.1)).ask("What is the mass of the Higgs boson?"))
+    far = asyncio.run(AskStep(store, embedder, llm, relevance=EmbeddingSimilarity(embedder, (0.3, 0.1))).ask("What is the mass of the Higgs boson?"))
     assert far.kind == "insufficient" and "0 close enough to it" in far.text
 
 
 def test_the_embedded_model_quotes_without_an_answer_call(store, embedder):
     llm = ScriptedLLM([])
-    result = asyncio.run(AskStep(store, embedder, llm, floors=(0.3, 0.1), extractive=True).ask(QUESTION))
+    result = asyncio.run(AskStep(store, embedder, llm, relevance=EmbeddingSimilarity(embedder, (0.3, 0.1)),
+                                     extractive=True).ask(QUESTION))
     assert result.kind == "answer" and result.llm_calls == 0 and llm.schemas_asked() == []
     assert result.cited[0].doc_id == C[0].doc_id
 

@@ -848,3 +848,33 @@ def test_the_check_keeps_the_answer_that_is_on_topic_and_overrules_the_rest(stor
     assert sum(len(p["overruled"]) for p in payloads) == len(overruled)
     coverage_event = next(e.payload for e in emit.events if e.kind == "coverage")
     assert coverage_event["overruled"] == len(overruled)
+
+
+class PhraseRelevance:
+    """A relevance signal given by a table (what a reranker would say): phrase -> score, else 0."""
+
+    name = "phrases"
+    floors = (0.6, 0.2)
+
+    def __init__(self, table: dict[str, float]) -> None:
+        self.table = table
+        self.asked: list[str] = []
+
+    def score(self, query, texts):
+        self.asked.append(query)
+        return [max((v for p, v in self.table.items() if p in t), default=0.0) for t in texts]
+
+
+def test_a_configured_signal_orders_and_filters_what_the_judge_sees(store, embedder):
+    signal = PhraseRelevance({"split water": 0.9, "Calvin cycle": 0.4, "Sun leaves": 0.3})
+    llm = FunctionLLM(YesMan())
+    step = ForageStep(settings(relevance_check=True, vector_k=N_BODY_CHUNKS), store, embedder, llm,
+                      relevance=signal)
+    cov = forage(step)
+    assert signal.asked and set(signal.asked) == {REQ.text}
+    shown = [text for c in llm.calls_log if c.schema == "BatchVerdict" for _, text in passages(c.messages)]
+    assert len(shown) == 3 and "split water" in shown[0] and "Calvin cycle" in shown[1]  # closest first
+    by_id = {j.chunk_id: j for j in cov.judgements}
+    assert by_id[cid(PHOTO, 2)].tag == "answers" and by_id[cid(PHOTO, 3)].model_tag == "answers"
+    assert by_id[cid(PHOTO, 3)].tag == "interesting" and by_id[cid(FOREST, 2)].tag == "interesting"
+    assert cov.coverage == 1.0 and cov.overruled == 2 and cov.answering_papers == 1
