@@ -33,8 +33,10 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from fastapi import Depends, FastAPI, HTTPException, Query, Request, WebSocket, WebSocketDisconnect
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import (FileResponse, HTMLResponse, JSONResponse, PlainTextResponse, RedirectResponse,
                                Response)
 from fastapi.staticfiles import StaticFiles
@@ -48,6 +50,7 @@ from messages.status import Stage, StatusEvent
 STATIC = Path(__file__).resolve().parent / "static"
 DOCS_ASSETS = "/docs-assets"  # Swagger UI, from the fastapi-offline package (no CDN)
 LOOPBACK_HOSTS = {"127.0.0.1", "localhost", "::1", "[::1]"}
+MAX_BODY_BYTES = 1_000_000  # the largest request body read: a query, an approval with edits
 _RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 ARTIFACTS = {"run.json": "application/json", "evidence.jsonl": "application/x-ndjson",
              "events.jsonl": "application/x-ndjson", "egress.jsonl": "application/x-ndjson",
@@ -241,7 +244,7 @@ class RunManager:
         return Path(self.settings.run.runs_dir).expanduser().resolve()
 
     def rundir(self, run_id: str) -> RunDir:
-        if not _RUN_ID.match(run_id) or run_id in (".", ".."):
+        if not _RUN_ID.fullmatch(run_id) or run_id in (".", ".."):
             raise HTTPException(404, f"no run {run_id!r}")
         return RunDir(self.runs_dir, run_id)
 
@@ -556,7 +559,8 @@ def render_report(markdown: str) -> str:
 
 
 # -- the app -----------------------------------------------------------------------------------------------
-def create_app(settings: Settings, *, llm: Any | None = None, token: str | None = None) -> FastAPI:
+def create_app(settings: Settings, *, llm: Any | None = None, token: str | None = None,
+               max_body: int = MAX_BODY_BYTES) -> FastAPI:
     """The gateway app. ``token``: required on every REST call and WebSocket when given (None: loopback
     only, checked by Host and Origin). ``llm``: a model for every run (tests pass a scripted one)."""
     settings = settings.updated(run={"runs_dir": settings.run.runs_dir.expanduser().resolve()},
@@ -583,10 +587,24 @@ def create_app(settings: Settings, *, llm: Any | None = None, token: str | None 
     app.state.manager = manager
     app.state.token = token
 
+    @app.exception_handler(RequestValidationError)
+    async def invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
+        # where and what, never the input itself (a 50 MB body would come back; a query would be echoed)
+        return JSONResponse({"detail": [{"loc": list(e.get("loc", ())), "msg": e.get("msg", ""),
+                                         "type": e.get("type", "")} for e in exc.errors()]}, status_code=422)
+
+    @app.middleware("http")
+    async def guard(request: Request, call_next: Any) -> Any:
+        refused = _refuse(request, max_body)
+        response = refused if refused is not None else await call_next(request)
+        for name, value in _security_headers(request).items():
+            response.headers.setdefault(name, value)
+        return response
+
     def authorize(request: Request) -> None:
         if token is not None:
             given = request.headers.get("authorization", "")
-            if not (given.startswith("Bearer ") and secrets.compare_digest(given[7:].strip(), token)):
+            if not (given.startswith("Bearer ") and same_secret(given[7:].strip(), token)):
                 raise HTTPException(401, "missing or wrong token (Authorization: Bearer TOKEN)",
                                     headers={"WWW-Authenticate": "Bearer"})
         else:
@@ -595,7 +613,7 @@ def create_app(settings: Settings, *, llm: Any | None = None, token: str | None 
     def authorize_page(request: Request) -> None:
         """As ``authorize``, and a page a browser opens (no headers) may carry the token as ``?token=``."""
         given = request.query_params.get("token")
-        if token is not None and given and secrets.compare_digest(given, token):
+        if token is not None and given and same_secret(given, token):
             return
         authorize(request)
 
@@ -689,7 +707,7 @@ def create_app(settings: Settings, *, llm: Any | None = None, token: str | None 
             raise HTTPException(404, f"run {run_id} has no evidence yet")
         return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
 
-    @app.get("/api/runs/{run_id}/artifacts/{name}", dependencies=auth, tags=["reports"],
+    @app.get("/api/runs/{run_id}/artifacts/{name}", dependencies=[Depends(authorize_page)], tags=["reports"],
              summary=f"One of the run's files: {', '.join(ARTIFACTS)}", response_class=FileResponse)
     async def artifact(run_id: str, name: str) -> FileResponse:
         if name not in ARTIFACTS:
@@ -703,13 +721,15 @@ def create_app(settings: Settings, *, llm: Any | None = None, token: str | None 
              summary="A chart of the run's report (figures/<name>.svg|png, as the report links it)",
              response_class=FileResponse)
     async def figure(run_id: str, name: str) -> FileResponse:
-        match = _FIGURE.match(name)
+        match = _FIGURE.fullmatch(name)
         if match is None:
             raise HTTPException(404, f"{name!r} is not a figure name (<name>.svg or <name>.png)")
         path = manager.rundir(run_id).path / "figures" / name
         if not path.is_file():
             raise HTTPException(404, f"run {run_id} has no figure {name}")
-        return FileResponse(path, media_type=FIGURE_TYPES[match.group(1)])
+        # an SVG is a document that may carry script: served sandboxed, never run as the gateway's page
+        headers = {"Content-Security-Policy": "sandbox"} if match.group(1) == "svg" else None
+        return FileResponse(path, media_type=FIGURE_TYPES[match.group(1)], headers=headers)
 
     @app.get("/api/runs/{run_id}/chunks/{chunk_id}", response_model=Chunk, dependencies=auth, tags=["reports"],
              summary="A stored chunk cited by the run (as `forage chunk`): text, document, section, pages")
@@ -821,6 +841,41 @@ def _docs_page() -> HTMLResponse:
                                        "Cache-Control": "no-store"})
 
 
+def same_secret(given: str, token: str) -> bool:
+    """Constant-time comparison of a presented secret with the token, as bytes (any text: never a 500)."""
+    return secrets.compare_digest(given.encode("utf-8", "surrogatepass"), token.encode("utf-8"))
+
+
+def _refuse(request: Request, max_body: int) -> JSONResponse | None:
+    """A response refusing the request before it is read, or None: a body over ``max_body`` (by its
+    Content-Length; a streamed body without one is refused too) → 413/411; a state-changing request a web
+    page on another origin sent (its Origin is not this Host) → 403. Clients that are not browsers send no
+    Origin; a browser always sends one with a POST."""
+    if request.method in ("POST", "PUT", "PATCH", "DELETE"):
+        length = request.headers.get("content-length")
+        if length is None and request.headers.get("transfer-encoding", "").lower() == "chunked":
+            return JSONResponse({"detail": "a request body needs a Content-Length"}, status_code=411)
+        try:
+            too_big = length is not None and int(length) > max_body
+        except ValueError:
+            return JSONResponse({"detail": "bad Content-Length"}, status_code=400)
+        if too_big:
+            return JSONResponse({"detail": f"request body over {max_body:,} bytes"}, status_code=413)
+        origin = request.headers.get("origin")
+        if origin is not None and urlsplit(origin).netloc.lower() != request.headers.get("host", "").lower():
+            return JSONResponse({"detail": f"cross-origin request from {origin[:100]!r} refused"}, status_code=403)
+    return None
+
+
+def _security_headers(request: Request) -> dict[str, str]:
+    """Every response: a page of this gateway loads scripts, styles, images and connections from this gateway
+    only (no remote image in a report can carry data out), is never framed, and types are not sniffed."""
+    host = request.headers.get("host", "")
+    connect = f"'self' ws://{host} wss://{host}" if host and "'" not in host and ";" not in host else "'self'"
+    return {"Content-Security-Policy": DOCS_CSP.replace("connect-src 'self'", f"connect-src {connect}"),
+            "X-Content-Type-Options": "nosniff", "X-Frame-Options": "DENY", "Referrer-Policy": "no-referrer"}
+
+
 def _check_loopback_host(host: str) -> None:
     name = host.rsplit(":", 1)[0] if not host.endswith("]") else host
     if host.startswith("["):
@@ -835,7 +890,7 @@ def _ws_allowed(websocket: WebSocket, token: str | None) -> bool:
         header = websocket.headers.get("authorization", "")
         if header.startswith("Bearer "):
             given = header[7:].strip()
-        return bool(given) and secrets.compare_digest(given, token)
+        return bool(given) and same_secret(given, token)
     try:
         _check_loopback_host(websocket.headers.get("host", ""))
     except HTTPException:

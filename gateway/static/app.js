@@ -302,7 +302,8 @@ async function showReport() {
   $("report").innerHTML = html;
   loadFigures(runId);
   for (const [id, name] of [["dl-report", "report.md"], ["dl-evidence", "evidence.jsonl"], ["dl-runjson", "run.json"]]) {
-    $(id).href = `/api/runs/${runId}/artifacts/${name}`;
+    // a link the browser follows sends no Authorization header: the token goes in the query (token mode only)
+    $(id).href = `/api/runs/${runId}/artifacts/${name}` + (token() ? `?token=${encodeURIComponent(token())}` : "");
   }
   $("report-box").hidden = false;
 }
