@@ -530,9 +530,11 @@ def show_retrieval(results: dict[str, Any]) -> None:
 
 def _one_line(exc: BaseException) -> str:
     text = str(exc)
-    if hasattr(exc, "errors"):  # pydantic ValidationError: keep the human part
+    if hasattr(exc, "errors"):  # pydantic ValidationError: which value and what is wrong, no pydantic prefix
+        from infra.errors import validation_text
+
         try:
-            text = "; ".join(e["msg"] for e in exc.errors())  # type: ignore[attr-defined]
+            text = validation_text(exc, field_names={"query": "the research query", "text": "the research query"})
         except Exception:  # noqa: BLE001
             pass
     return " ".join(text.split())

@@ -43,6 +43,7 @@ from fastapi.staticfiles import StaticFiles
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from actors.steps.rundir import RunDir
+from infra.errors import validation_text
 from infra.settings import PresetName, Settings, settings_for_run
 from messages.plan import Requirement, RequirementsPlan, ResearchQuery, SearchQuery
 from messages.status import Stage, StatusEvent
@@ -50,6 +51,7 @@ from messages.status import Stage, StatusEvent
 STATIC = Path(__file__).resolve().parent / "static"
 DOCS_ASSETS = "/docs-assets"  # Swagger UI, from the fastapi-offline package (no CDN)
 LOOPBACK_HOSTS = {"127.0.0.1", "localhost", "::1", "[::1]"}
+QUERY_NAMES = {"query": "the research query", "text": "the research query"}  # plain names in error messages
 MAX_BODY_BYTES = 1_000_000  # the largest request body read: a query, an approval with edits
 _RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 ARTIFACTS = {"run.json": "application/json", "evidence.jsonl": "application/x-ndjson",
@@ -271,7 +273,7 @@ class RunManager:
         try:
             ResearchQuery(run_id="check", text=req.query)
         except ValidationError as exc:
-            raise HTTPException(422, "; ".join(e["msg"] for e in exc.errors())) from None
+            raise HTTPException(422, validation_text(exc, field_names=QUERY_NAMES)) from None
         settings = self.settings_for(req)
         loop = asyncio.get_running_loop()
         session = await loop.run_in_executor(self.pool, self._session, settings)
@@ -352,8 +354,7 @@ class RunManager:
                 update["search_queries"] = tuple(SearchQuery.model_validate(q) for q in approval.search_queries)
             plan = RequirementsPlan.model_validate({**plan.model_dump(), **update})
         except ValidationError as exc:
-            raise HTTPException(422, "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}"
-                                               for e in exc.errors())) from None
+            raise HTTPException(422, validation_text(exc)) from None
         run.plan = plan
         run.status = "running"
         self.pool.submit(self._run, run, plan)

@@ -7,6 +7,8 @@ a timeout is retryable, an encrypted PDF or a missing model is not.
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class ForageError(Exception):
     retryable: bool = False
@@ -64,3 +66,17 @@ class SourceError(ForageError):
 
 LLM_FAILURES = (LLMOutputError, LLMTimeout, LLMUnavailable)
 """What an LLM call can fail with after its own retries: a step that has a fallback catches these."""
+
+
+def validation_text(exc: Any, *, field_names: dict[str, str] | None = None) -> str:
+    """A pydantic ValidationError as one plain sentence per problem: which value, what is wrong with it
+    ("the research query: String should have at most 4000 characters"), without pydantic's "Value error, "
+    prefix and never the input itself. ``field_names``: plain names for field names."""
+    names = field_names or {}
+    parts = []
+    for err in exc.errors():
+        msg = str(err.get("msg", "")).removeprefix("Value error, ").removeprefix("Assertion failed, ")
+        loc = [str(x) for x in err.get("loc", ()) if not isinstance(x, int) and x != "body"]
+        where = names.get(loc[-1], loc[-1]) if loc else ""
+        parts.append(f"{where}: {msg}" if where and where.casefold() not in msg.casefold() else msg)
+    return "; ".join(parts)

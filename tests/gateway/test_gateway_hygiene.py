@@ -79,6 +79,8 @@ def test_big_bodies_are_refused_before_reading_and_errors_do_not_echo_input(clie
     assert r.json()["detail"][0]["loc"] == ["body", "query"]
     r = client.post("/api/runs", json={"query": "fine", "unknown": "my secret field value"})
     assert r.status_code == 422 and "secret field value" not in r.text
+    r = client.post("/api/runs", json={"query": "   "})  # one plain sentence, no pydantic prefix
+    assert r.status_code == 422 and r.json()["detail"].startswith("the research query is empty")
 
 
 def test_any_token_text_is_refused_with_401_and_ids_match_whole(token_client) -> None:

@@ -112,3 +112,19 @@ def test_ray_round_trip(ray_cluster) -> None:
         return m
 
     assert ray.get([echo.remote(m) for m in EXAMPLES]) == EXAMPLES
+
+
+def test_validation_errors_read_as_one_plain_sentence_naming_the_value() -> None:
+    import pytest
+    from pydantic import ValidationError
+
+    from infra.errors import validation_text
+    from messages.plan import ResearchQuery
+
+    names = {"text": "the research query"}
+    for text, expected in (("   ", "the research query is empty"),
+                           ("x" * 5000, "the research query: String should have at most 4000 characters")):
+        with pytest.raises(ValidationError) as caught:
+            ResearchQuery(run_id="r", text=text)
+        message = validation_text(caught.value, field_names=names)
+        assert message.startswith(expected) and "Value error" not in message and "xxxx" not in message
