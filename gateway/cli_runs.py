@@ -62,8 +62,9 @@ def runs(runs_dir: RunsDir = None) -> None:
 
     folder = Path(_settings(runs_dir).run.runs_dir).expanduser()
     table = Table(title=f"runs in {folder}")
-    for col in ("run", "status", "coverage", "query"):
-        table.add_column(col)
+    table.add_column("run", no_wrap=True, min_width=32)  # a run id is copied whole into other commands
+    for col in ("status", "coverage", "query"):
+        table.add_column(col, no_wrap=col != "query")
     for path in sorted(folder.glob("*/run.json")):
         shown, state = run_state(RunDir(folder, path.parent.name))
         cov = state.get("final_coverage")

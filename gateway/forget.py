@@ -56,9 +56,21 @@ class ForgetReport:
 
 
 def run_dir(runs_dir: Path, run_id: str) -> RunDir:
-    """The run's folder; ConfigError for an id that is not a plain run id (no paths, no '..')."""
-    if not _RUN_ID.match(run_id) or run_id in (".", ".."):
+    """The run's folder, by its id or a unique prefix of it (as `forage runs` lists them); ConfigError for an
+    id that is not a plain run id (no paths, no '..') or a prefix several runs share."""
+    if not _RUN_ID.fullmatch(run_id) or run_id in (".", ".."):
         raise ConfigError(f"{run_id!r} is not a run id (letters, digits, '.', '_', '-')")
+    runs_dir = Path(runs_dir)
+    if not (runs_dir / run_id).exists():
+        try:
+            matches = sorted(p.name for p in runs_dir.iterdir() if p.name.startswith(run_id) and p.is_dir())
+        except OSError:
+            matches = []
+        if len(matches) == 1:
+            return RunDir(runs_dir, matches[0])
+        if len(matches) > 1:
+            raise ConfigError(f"{run_id!r} starts {len(matches)} run ids ({', '.join(matches[:4])}"
+                              f"{', …' if len(matches) > 4 else ''}): give more of it")
     return RunDir(runs_dir, run_id)
 
 

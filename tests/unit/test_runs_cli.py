@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import psutil
+import pytest
 from typer.testing import CliRunner
 
 from actors.steps.rundir import RunDir
@@ -96,3 +97,23 @@ def test_runs_cli_uses_the_settings_runs_folder_and_lists_every_state(tmp_path, 
     _run(other, "run-elsewhere", status="failed")
     out = CliRunner().invoke(cli.app, ["runs", "--runs-dir", str(other)])
     assert out.exit_code == 0 and "run-elsewhere" in out.output and "run-done" not in out.output
+
+
+def test_run_ids_are_shown_whole_at_80_columns_and_a_unique_prefix_finds_a_run(tmp_path, monkeypatch) -> None:
+    from gateway import cli
+    from gateway.forget import run_dir
+    from infra.errors import ConfigError
+
+    runs = tmp_path / "runs"
+    ids = ("20261125-073000-0123456789abcdef", "20261125-073000-0123456789abffff", "20261124-090000-aaaaaaaaaaaaaaaa")
+    for run_id in ids:
+        _run(runs, run_id, status="finished")
+    monkeypatch.setenv("COLUMNS", "80")
+    out = CliRunner().invoke(cli.app, ["runs", "--runs-dir", str(runs)])
+    assert out.exit_code == 0 and all(run_id in out.output for run_id in ids), out.output
+    assert run_dir(runs, "20261124").run_id == ids[2]
+    assert run_dir(runs, ids[0]).run_id == ids[0]
+    with pytest.raises(ConfigError, match="starts 2 run ids"):
+        run_dir(runs, "20261125-073000")
+    with pytest.raises(ConfigError, match="not a run id"):
+        run_dir(runs, ids[0] + "\n")
