@@ -11,6 +11,12 @@ Measured here with ``strace -f -e trace=connect`` over ``forage demo``:
 
 :func:`apply` sets them in ``os.environ`` (without overriding what the user set); Ray's daemons and
 workers inherit them because :func:`infra.ray_runtime.start_ray` applies them before ``ray.init``.
+
+It also sets the process umask to 077 (``PRIVATE_UMASK``): every file Forage or a library it drives creates —
+the LanceDB store, downloaded papers, caches, Ray's session files — is readable by its owner only, so other
+users of a shared lab machine cannot read a library's text or a query. A local Ray started by the process
+inherits it; the nodes of a lab cluster started with ``ray start`` do so when that shell's umask is 077
+(docs/cluster.md).
 """
 
 from __future__ import annotations
@@ -27,6 +33,10 @@ OFFLINE_ENV: Final[dict[str, str]] = {
 }
 
 
+PRIVATE_UMASK: Final = 0o077
+
+
 def apply() -> None:
     for key, value in OFFLINE_ENV.items():
         os.environ.setdefault(key, value)
+    os.umask(PRIVATE_UMASK)

@@ -44,6 +44,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import math
+import os
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager, ExitStack, contextmanager
@@ -254,6 +255,20 @@ def _reopen(path: Path, dim: int, options: dict[str, Any]) -> LanceStore:
     return LanceStore(path, dim, **options)
 
 
+def _owner_only(path: Path) -> None:
+    """The store folder for its owner only (0700): created so, and an existing one (an older Forage made them
+    0755) tightened on open, so other users of the machine cannot read the library's text. A folder that is
+    not ours is left as it is (the open then fails or succeeds on its own terms)."""
+    from infra.private_files import private_dir
+
+    try:
+        private_dir(path)
+        if path.stat().st_mode & 0o077 and path.stat().st_uid == os.getuid():
+            os.chmod(path, 0o700)
+    except OSError:
+        pass
+
+
 class LanceStore:
     """The :class:`~infra.store.base.Store` contract on an embedded LanceDB folder.
 
@@ -278,6 +293,7 @@ class LanceStore:
         self.auto_optimize_rows = auto_optimize_rows
         self.embed_model = embed_model
         self._read_consistency = read_consistency
+        _owner_only(self.path)
         try:
             self._db = lancedb.connect(str(self.path), read_consistency_interval=read_consistency)
         except Exception as exc:  # noqa: BLE001 - any failure to open is a store error

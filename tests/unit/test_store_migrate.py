@@ -133,3 +133,33 @@ def test_migrate_lancedb_to_weaviate_and_back(tmp_path: Path, monkeypatch: pytes
                                     grpc_port=int(os.environ.get("WEAVIATE_GRPC_PORT", "50051"))) as store:
             for name in (store.chunks_name, store.docs_name):
                 store._connect().collections.delete(name)
+
+
+def test_the_store_folder_is_for_its_owner_only(tmp_path) -> None:
+    """A new store folder is 0700; one an older Forage left 0755 is tightened when opened."""
+    import os
+    import stat
+
+    from infra.store.lancedb import LanceStore
+
+    LanceStore(tmp_path / "new", dim=4)
+    assert stat.S_IMODE(os.stat(tmp_path / "new").st_mode) == 0o700
+    old = tmp_path / "old"
+    old.mkdir(mode=0o755)
+    os.chmod(old, 0o755)
+    LanceStore(old, dim=4)
+    assert stat.S_IMODE(os.stat(old).st_mode) == 0o700
+
+
+def test_forage_processes_create_files_for_their_owner_only(tmp_path) -> None:
+    import os
+    import stat
+    import subprocess
+    import sys
+
+    code = ("import os, sys; from infra import privacy; privacy.apply(); "
+            "open(sys.argv[1], 'w').write('x'); os.mkdir(sys.argv[2])")
+    subprocess.run([sys.executable, "-c", code, str(tmp_path / "f"), str(tmp_path / "d")], check=True,
+                   cwd=__import__("pathlib").Path(__file__).resolve().parents[2])
+    assert stat.S_IMODE(os.stat(tmp_path / "f").st_mode) == 0o600
+    assert stat.S_IMODE(os.stat(tmp_path / "d").st_mode) == 0o700
