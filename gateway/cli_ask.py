@@ -60,7 +60,7 @@ def ask(
     except (ForageError, ValueError) as exc:
         base.err.print(f"[red]error:[/red] {base._one_line(exc)}")
         raise typer.Exit(2) from None
-    base.console.print(result.text, highlight=False)
+    base.console.print(result.text, highlight=False, markup=False)  # quoted passages are text, not markup
     if result.cited:
         base.console.print()
         for c in result.cited:
