@@ -20,7 +20,6 @@ passages to the documents it admits.
 from __future__ import annotations
 
 import os
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -162,13 +161,12 @@ class AskStep:
         """An answer quoted from the ``QUOTED`` best passages: each one's sentence sharing the most content
         words with the question, numbered [1], [2] …; insufficient when there is no passage."""
         from actors.steps.plan import content_words
-        from actors.steps.write import plausible
+        from actors.steps.write import prose_sentences
 
         wanted = content_words(question)
         quotes: list[tuple[str, ChunkRecord]] = []
         for chunk in chunks:
-            prose = " ".join(line for line in chunk.text.splitlines() if not line.lstrip().startswith("#"))
-            candidates = [s for s in re.split(r"(?<=[.!?])\s+", " ".join(prose.split())) if plausible(s)]
+            candidates = prose_sentences(chunk.text)
             if candidates:
                 best = min(enumerate(candidates), key=lambda p: (-len(content_words(p[1]) & wanted), p[0]))[1]
                 if best not in (q for q, _ in quotes):

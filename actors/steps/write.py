@@ -255,6 +255,13 @@ def plausible(text: str) -> bool:
     return sum(c.isalpha() for c in chars) / len(chars) >= MIN_LETTER_SHARE
 
 
+def prose_sentences(text: str) -> list[str]:
+    """The plausible sentences of a passage in order (heading lines left out, whitespace normalised): what
+    extractive sections and answers quote from."""
+    prose = " ".join(line for line in text.splitlines() if not line.lstrip().startswith("#"))
+    return [s for s in _SENTENCE_SPLIT.split(" ".join(prose.split())) if plausible(s)]
+
+
 def collapse_loop(text: str) -> str:
     """``text`` with a repetition loop cut off: when a phrase of ``LOOP_WORDS`` words (case and
     punctuation ignored) occurs three times or more, only the text before its second occurrence is
@@ -554,9 +561,8 @@ class WriteStep:
                 chunk = self._chunk(cid, chunks)
                 if chunk is None:
                     continue
-                prose = " ".join(line for line in chunk.text.splitlines() if not line.lstrip().startswith("#"))
-                for sentence in _SENTENCE_SPLIT.split(" ".join(prose.split())):
-                    if plausible(sentence) and sentence not in quoted:
+                for sentence in prose_sentences(chunk.text):
+                    if sentence not in quoted:
                         found.append((-len(content_words(sentence) & wanted), len(found), sentence))
             best = [text for *_, text in sorted(found)[:EXTRACTED_PER_ITEM]]
             if not best:
