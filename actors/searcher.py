@@ -64,7 +64,8 @@ class Searcher:
         self._emit = HubEmit(run_id, hub)
         self._llm = llm
         cache = IngestCache(settings.ingest.cache_dir) if settings.ingest.cache_dir is not None else None
-        self._library = (LibrarySearch(settings.search.library, emit=self._emit, cache=cache)
+        self._library = (LibrarySearch(settings.search.library, emit=self._emit, cache=cache,
+                                       confined=settings.search.library_confined)
                          if settings.search.library is not None else None)
         self._web: Any | None = None
 

@@ -3,7 +3,7 @@ proposed, or with edits from a file), stream every run's events, and collect the
 
 Through a gateway (``forage serve`` on this or another machine):
 
-    python examples/driver.py queries.txt --gateway http://127.0.0.1:8765 --out reports/
+    python examples/driver.py queries.txt --gateway http://127.0.0.1:8765 --out reports/   # token read from the token file
     python examples/driver.py queries.txt --gateway http://10.0.0.1:8765 --token "$(cat ~/.config/forage/gateway-token)"
 
 Or straight into a Ray cluster (no gateway; runs one query after another, each run's Foragers in parallel):
@@ -241,7 +241,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     where = p.add_mutually_exclusive_group(required=True)
     where.add_argument("--gateway", help="gateway URL, e.g. http://127.0.0.1:8765")
     where.add_argument("--ray-address", help="Ray cluster address ('auto' on a cluster node, ray://head:10001)")
-    p.add_argument("--token", help="gateway token (needed when the gateway is not on loopback)")
+    p.add_argument("--token", help="gateway token (default: this user's token file, "
+                                   "~/.config/forage/gateway-token, which `forage serve` writes)")
     p.add_argument("--edits", type=Path, help="YAML/JSON: query -> {requirements: [...], search: [...]}")
     p.add_argument("--out", type=Path, default=Path("reports"), help="where reports go (default ./reports)")
     p.add_argument("--library", help="folder of PDFs (on the gateway's machine, or every cluster node)")

@@ -6,6 +6,8 @@
     forage library list [--json] [--store PATH]                             documents in the store
     forage library remove DOC... [--store PATH]                             documents by id or unique id prefix
     forage library stats [--json] [--store PATH]                            counts, parsers, flags, size on disk
+    forage library allow DIR / disallow DIR / allowed                       folders runs started through the
+                                                                            gateway may read (gateway/allowed.py)
 
 ``add PATH...`` is ``add files PATH...`` (a first argument that is not ``zotero``/``csv``/``files`` is
 taken as a path; write ``add files zotero`` for a folder named so). Files are keyed by their absolute
@@ -65,7 +67,8 @@ def register(app: typer.Typer) -> None:
     add_app.command(FILES)(add_files)
     add_app.command("zotero")(add_zotero)
     add_app.command("csv")(add_csv)
-    for name, command in (("list", list_documents), ("remove", remove_documents), ("stats", stats)):
+    for name, command in (("list", list_documents), ("remove", remove_documents), ("stats", stats),
+                          ("allow", allow_folder), ("disallow", disallow_folder), ("allowed", allowed_folders)):
         if not any(c.name == name for c in base.library_app.registered_commands):
             base.library_app.command(name)(command)
 
@@ -515,3 +518,44 @@ def stats(
     table.add_row("flagged", f"{data['flagged_documents']} documents" + "".join(
         f"\n  {flag}: {info['documents']}" for flag, info in data["flags"].items()))
     console.print(table)
+
+
+# ------------------------------------------------------------------------------ the gateway's allow-list
+
+def allow_folder(
+    folder: Annotated[Path, typer.Argument(help="A folder of PDFs (it and everything under it).")],
+) -> None:
+    """Allow runs started through the gateway (dashboard, API, driver) to read FOLDER as their library."""
+    from gateway.allowed import allow, allow_list_path
+    from gateway.cli import console
+
+    try:
+        resolved = allow(folder)
+    except ValueError as exc:
+        raise _fail(str(exc)) from None
+    console.print(f"allowed {resolved} (list: {allow_list_path()})", highlight=False)
+
+
+def disallow_folder(
+    folder: Annotated[Path, typer.Argument(help="A folder allowed before.")],
+) -> None:
+    """Take FOLDER off the gateway's allow-list (runs already started keep their settings)."""
+    from gateway.allowed import disallow
+    from gateway.cli import console
+
+    if not disallow(folder):
+        raise _fail(f"{folder} is not on the allow-list (forage library allowed lists it)")
+    console.print(f"no longer allowed: {Path(folder).expanduser().resolve()}", highlight=False)
+
+
+def allowed_folders() -> None:
+    """The folders runs started through the gateway may read (none: the API accepts no library folder)."""
+    from gateway.allowed import allow_list_path, allowed_libraries
+    from gateway.cli import console
+
+    folders = allowed_libraries()
+    if not folders:
+        console.print(f"no folder allowed ({allow_list_path()}): runs started through the gateway read only the "
+                      "gateway's own settings' library", highlight=False)
+    for folder in folders:
+        console.print(str(folder), highlight=False)

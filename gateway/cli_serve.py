@@ -9,12 +9,15 @@ import typer
 
 
 def serve(
-    host: Annotated[str, typer.Option(help="Address to bind. Anything but loopback requires the token, generated "
-                                      "on first start and kept 0600 in $XDG_CONFIG_HOME/forage/gateway-token.")]
+    host: Annotated[str, typer.Option(help="Address to bind. Every address requires the token, generated on "
+                                      "first start and kept 0600 in $XDG_CONFIG_HOME/forage/gateway-token.")]
     = "127.0.0.1",
     port: Annotated[int, typer.Option(min=0, max=65535, help="Port to listen on.")] = 8765,
     runs_dir: Annotated[Path | None, typer.Option(help="Runs folder (default: settings).")] = None,
     store: Annotated[Path | None, typer.Option(help="Store folder (default: settings).")] = None,
+    no_token: Annotated[bool, typer.Option("--no-token", help="Loopback only: serve without the token, so ANY user "
+                                           "of this machine can read every run's query and report and start runs "
+                                           "(use only on a single-user machine).")] = False,
 ) -> None:
     """Serve the REST API, the run event WebSocket and the dashboard (http://HOST:PORT/)."""
     from gateway import cli as base
@@ -29,7 +32,11 @@ def serve(
         changes["store"] = {"path": store}
     if changes:
         settings = settings.updated(**changes)
-    run_server(settings, host=host, port=port, say=base.console.print)
+    try:
+        run_server(settings, host=host, port=port, no_token=no_token, say=base.console.print)
+    except ValueError as exc:
+        base.console.print(f"[red]{exc}[/red]")
+        raise typer.Exit(2) from None
 
 
 def register(app: typer.Typer) -> None:

@@ -8,6 +8,10 @@
         for event in gw.events(run_id):      # reconnects with ?after= when the connection drops
             print(event.seq, event.message)
         print(gw.report(run_id))
+
+With no ``token`` it reads this user's token file (``$XDG_CONFIG_HOME/forage/gateway-token``, 0600), the one
+``forage serve`` requires on every bind; pass ``token=`` for a gateway on another machine. Needs httpx (and
+websockets for events), not FastAPI.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ from typing import Any
 
 import httpx
 
-from gateway.server import Chunk, Proposal, RunCreated, RunListItem, RunState
+from gateway.api import Chunk, Proposal, RunCreated, RunListItem, RunView, read_token
 from messages.status import StatusEvent
 
 
@@ -37,8 +41,8 @@ class GatewayClient:
     def __init__(self, base_url: str = "http://127.0.0.1:8765", token: str | None = None,
                  timeout: float = 30.0) -> None:
         self.base_url = base_url.rstrip("/")
-        self.token = token
-        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self.token = token if token is not None else read_token()  # the owner's token file, as `forage serve` made it
+        headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
         # a loopback gateway: no proxy from the environment may see this traffic
         self.http = httpx.Client(base_url=self.base_url, headers=headers, timeout=timeout, trust_env=False)
         self.last_end: dict[str, Any] | None = None
@@ -71,27 +75,27 @@ class GatewayClient:
                                       offline=offline).items() if v is not None}
         return RunCreated.model_validate(self._call("POST", "/api/runs", json=body).json())
 
-    def state(self, run_id: str) -> RunState:
-        return RunState.model_validate(self._call("GET", f"/api/runs/{run_id}").json())
+    def state(self, run_id: str) -> RunView:
+        return RunView.model_validate(self._call("GET", f"/api/runs/{run_id}").json())
 
     def runs(self) -> list[RunListItem]:
         return [RunListItem.model_validate(r) for r in self._call("GET", "/api/runs").json()]
 
     def approve(self, run_id: str, *, requirements: list[dict[str, str]] | None = None,
-                search_queries: list[dict[str, Any]] | None = None) -> RunState:
+                search_queries: list[dict[str, Any]] | None = None) -> RunView:
         body: dict[str, Any] = {}
         if requirements is not None:
             body["requirements"] = requirements
         if search_queries is not None:
             body["search_queries"] = search_queries
-        return RunState.model_validate(self._call("POST", f"/api/runs/{run_id}/approve", json=body).json())
+        return RunView.model_validate(self._call("POST", f"/api/runs/{run_id}/approve", json=body).json())
 
-    def cancel(self, run_id: str) -> RunState:
-        return RunState.model_validate(self._call("POST", f"/api/runs/{run_id}/cancel").json())
+    def cancel(self, run_id: str) -> RunView:
+        return RunView.model_validate(self._call("POST", f"/api/runs/{run_id}/cancel").json())
 
-    def resume(self, run_id: str) -> RunState:
+    def resume(self, run_id: str) -> RunView:
         """Continue a run that a gateway restart (or a dead driver) interrupted; 409 if it is running or over."""
-        return RunState.model_validate(self._call("POST", f"/api/runs/{run_id}/resume").json())
+        return RunView.model_validate(self._call("POST", f"/api/runs/{run_id}/resume").json())
 
     def report(self, run_id: str) -> str:
         return self._call("GET", f"/api/runs/{run_id}/report").text
@@ -181,7 +185,7 @@ class GatewayClient:
         deadline = time.monotonic() + timeout
         while True:
             left = deadline - time.monotonic()
-            state = RunState.model_validate(self._call(
+            state = RunView.model_validate(self._call(
                 "GET", f"/api/runs/{run_id}/proposal", params={"wait": max(0.0, min(60.0, left))},
                 timeout=max(0.0, min(60.0, left)) + 30).json())
             if state.proposal is not None:

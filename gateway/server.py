@@ -12,11 +12,12 @@ so a run this gateway does not hold (finished before a restart) is replayed from
 that was still running when its gateway (or driver) stopped is "interrupted": ``POST
 /api/runs/{run_id}/resume`` continues it as `forage resume` does, its events going on on the same WebSocket.
 
-Security: on loopback no token is needed, but requests must name a loopback Host (no DNS
-rebinding) and WebSockets must come from the dashboard's own origin. Bound to any other address,
-every REST call and WebSocket needs the token (``Authorization: Bearer …``, or ``?token=`` on a
-WebSocket and on the /docs page, which a browser opens without headers) kept 0600 in the
-user's config dir; a wrong or missing one gets 401 / close code 1008.
+Security: every bind needs the per-install token (``Authorization: Bearer …``, or ``?token=`` on a WebSocket,
+on the /docs page and on a download link, which a browser opens without headers), kept 0600 in the user's config
+dir: other users of a shared machine cannot read it, so they cannot use the gateway. ``forage serve`` prints the
+dashboard's address with the token once (``#token=…``: the page keeps it for its tab); the typed client reads the
+token file. A wrong or missing token gets 401 / close code 1008. ``--no-token`` (loopback only) drops it: then
+requests must still name a loopback Host (no DNS rebinding) and WebSockets come from the dashboard's own origin.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ import os
 import re
 import secrets
 import threading
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -40,17 +41,18 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import (FileResponse, HTMLResponse, JSONResponse, PlainTextResponse, RedirectResponse,
                                Response)
 from fastapi.staticfiles import StaticFiles
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import ValidationError
 
 from actors.steps.rundir import RunDir
+from gateway.api import (Approval, Chunk, Documents, Message, Proposal, RunCreate, RunCreated, RunListItem,
+                         RunView, gateway_token, is_loopback, token_path)
 from infra.errors import validation_text
-from infra.settings import PresetName, Settings, settings_for_run
+from infra.settings import Settings, settings_for_run
 from messages.plan import Requirement, RequirementsPlan, ResearchQuery, SearchQuery
 from messages.status import Stage, StatusEvent
 
 STATIC = Path(__file__).resolve().parent / "static"
 DOCS_ASSETS = "/docs-assets"  # Swagger UI, from the fastapi-offline package (no CDN)
-LOOPBACK_HOSTS = {"127.0.0.1", "localhost", "::1", "[::1]"}
 QUERY_NAMES = {"query": "the research query", "text": "the research query"}  # plain names in error messages
 MAX_BODY_BYTES = 1_000_000  # the largest request body read: a query, an approval with edits
 _RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
@@ -62,151 +64,6 @@ FINAL_KINDS = ("finished", "failed")
 RESUMABLE = ("interrupted", "cancelled", "failed")  # shown statuses `forage resume` continues
 _FIGURE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}\.(svg|png)$")
 FIGURE_TYPES = {"svg": "image/svg+xml", "png": "image/png"}
-
-
-# -- token ---------------------------------------------------------------------------------------------
-def config_dir() -> Path:
-    """``$XDG_CONFIG_HOME/forage`` (default ``~/.config/forage``)."""
-    base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
-    return Path(base).expanduser() / "forage"
-
-
-def token_path() -> Path:
-    return config_dir() / "gateway-token"
-
-
-def load_or_create_token(path: Path | None = None) -> str:
-    """The gateway token, generated on first use and kept user-only (0600, folder 0700)."""
-    from actors.steps.rundir import private_dir
-
-    path = path or token_path()
-    if path.exists():
-        os.chmod(path, 0o600)
-        token = path.read_text(encoding="utf-8").strip()
-        if token:
-            return token
-    private_dir(path.parent)
-    token = secrets.token_urlsafe(32)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    try:
-        os.write(fd, (token + "\n").encode())
-    finally:
-        os.close(fd)
-    os.chmod(path, 0o600)
-    return token
-
-
-def is_loopback(host: str) -> bool:
-    import ipaddress
-
-    if host in LOOPBACK_HOSTS:
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
-
-
-# -- API models ----------------------------------------------------------------------------------------
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-class RunCreate(_Model):
-    """A new run: the query and how hard to look."""
-
-    query: str = Field(min_length=1, max_length=4000, description="The research question (stays on this machine).")
-    preset: PresetName | None = Field(default=None, description="quick / standard / deep (default: settings).")
-    library: str | None = Field(default=None, description="Folder of PDFs on the gateway's machine.")
-    max_iterations: int | None = Field(default=None, ge=1, le=50, description="Most search/forage iterations.")
-    min_coverage: float | None = Field(default=None, ge=0, le=1, description="Stop once mean coverage reaches it.")
-    max_requirements: int | None = Field(default=None, ge=1, le=10, description="Most requirements to derive.")
-    offline: bool | None = Field(default=None, description="Send nothing at all: only the library is searched.")
-
-
-class RequirementIn(_Model):
-    id: str = Field(pattern=r"^R\d+$", description="R1, R2, ...")
-    text: str = Field(min_length=3, max_length=400)
-
-
-class Approval(_Model):
-    """Approve the proposal, optionally with edited requirements and search strings."""
-
-    requirements: list[RequirementIn] | None = Field(
-        default=None, description="Replace the proposed requirements (at least one).")
-    search_queries: list[dict[str, Any]] | None = Field(
-        default=None, description="Replace the proposed search strings (SearchQuery objects); [] sends nothing.")
-
-
-class Proposal(_Model):
-    requirements: list[dict[str, Any]]
-    search_queries: list[dict[str, Any]] = Field(description="The exact strings that would leave the machine.")
-    search_filters: list[list[str]] = Field(
-        default=[], description="Per search string, in the same order, the filters sent with it in words (years, "
-                                "open access, with a PDF, authors, venue, lookups): shown at approval.")
-    degraded: list[str] = []
-
-
-class Documents(_Model):
-    found: int = Field(description="Candidates the searcher offered.")
-    downloaded: int = Field(description="PDFs downloaded from online sources.")
-    ingested: int = Field(description="Documents stored (or already known) in the store.")
-    failed: int
-    failures: dict[str, str] = Field(default_factory=dict, description="key -> reason, for failed documents.")
-
-
-class RunState(_Model):
-    run_id: str
-    status: str = Field(description="planning, awaiting_approval, running, finished, failed, cancelled, "
-                                    "interrupted (run.json says running, but the process that drove it is gone: "
-                                    "its gateway, driver or Orchestrator stopped), unknown.")
-    query: str | None = None
-    live: bool = Field(description="This gateway holds the run (it can still change).")
-    resumable: bool = Field(default=False, description="POST /api/runs/{run_id}/resume continues it (interrupted, "
-                                                       "cancelled or failed after approval, or running with "
-                                                       "no driver to be seen from this machine).")
-    proposal: Proposal | None = Field(default=None, description="Requirements and search strings to approve.")
-    requirements: list[dict[str, Any]] = []
-    search_queries: list[dict[str, Any]] = []
-    iterations: int = 0
-    coverage: dict[str, float] = {}
-    final_coverage: float | None = None
-    stop_reason: str | None = None
-    error: str | None = None
-    documents: Documents
-    egress_requests: int = Field(description="Requests recorded in egress.jsonl.")
-    last_seq: int = Field(description="Seq of the last status event known.")
-    report_ready: bool
-    artifacts: list[str]
-
-
-class RunCreated(_Model):
-    run_id: str
-    status: str
-    state_url: str
-    events_url: str
-
-
-class RunListItem(_Model):
-    run_id: str
-    status: str
-    query: str | None = None
-    final_coverage: float | None = None
-    live: bool
-    resumable: bool = False
-
-
-class Chunk(_Model):
-    chunk_id: str
-    doc_id: str
-    title: str | None
-    section_path: str
-    pages: list[int]
-    text: str
-
-
-class Message(_Model):
-    message: str
 
 
 # -- runs ----------------------------------------------------------------------------------------------
@@ -233,9 +90,11 @@ class ManagedRun:
 class RunManager:
     """Holds the gateway's runs: plans them, runs them after approval, pumps their events."""
 
-    def __init__(self, settings: Settings, llm: Any | None = None) -> None:
+    def __init__(self, settings: Settings, llm: Any | None = None,
+                 allowed_libraries: Sequence[Path] | None = None) -> None:
         self.settings = settings
         self.llm = llm
+        self._allowed = None if allowed_libraries is None else [Path(p).resolve() for p in allowed_libraries]
         self.runs: dict[str, ManagedRun] = {}
         self.pool = ThreadPoolExecutor(max_workers=64, thread_name_prefix="forage-run")
         self.loop: asyncio.AbstractEventLoop | None = None
@@ -250,19 +109,34 @@ class RunManager:
             raise HTTPException(404, f"no run {run_id!r}")
         return RunDir(self.runs_dir, run_id)
 
+    def allowed_libraries(self) -> list[Path]:
+        """The owner's allow-list, read at each request (``forage library allow`` needs no restart)."""
+        from gateway.allowed import allowed_libraries
+
+        return self._allowed if self._allowed is not None else allowed_libraries()
+
     def settings_for(self, req: RunCreate) -> Settings:
+        from gateway.allowed import allowed_root
+
         lib = None
         if req.library:
             try:
                 lib = Path(req.library).expanduser().resolve()
                 is_dir = lib.is_dir()
             except (OSError, ValueError, RuntimeError):  # a NUL byte, an unknown ~user, a symlink loop
-                is_dir = False
+                raise HTTPException(422, f"library {req.library!r} is not a folder on the gateway's machine") from None
+            # the allow-list first: a caller learns nothing about folders outside it, not even whether they exist
+            if allowed_root(lib, self.allowed_libraries()) is None:
+                raise HTTPException(403, f"library {req.library!r} is not in a folder the gateway's owner allowed "
+                                         "for runs started through the API (the owner runs `forage library allow "
+                                         "DIR`; `forage library allowed` lists them)")
             if not is_dir:
                 raise HTTPException(422, f"library {req.library!r} is not a folder on the gateway's machine")
         settings = settings_for_run(self.settings, preset=req.preset, library=lib, offline=req.offline,
                                     max_iterations=req.max_iterations, min_coverage=req.min_coverage,
                                     max_requirements=req.max_requirements)
+        if lib is not None:  # a folder a caller named: read no file whose real path lies outside it
+            settings = settings.updated(search={"library_confined": True})
         from actors.searcher import online
 
         if settings.search.library is None and not online(settings):
@@ -443,7 +317,7 @@ class RunManager:
         self.pool.shutdown(wait=False, cancel_futures=True)
 
     # -- state -----------------------------------------------------------------------------------------
-    def state(self, run_id: str) -> RunState:
+    def state(self, run_id: str) -> RunView:
         rundir = self.rundir(run_id)
         disk = _read_json(rundir.run_json)
         run = self.runs.get(run_id)
@@ -471,7 +345,7 @@ class RunManager:
         iterations = disk.get("iterations") or []
         coverage = disk.get("coverage") or (iterations[-1]["coverage"] if iterations else {})
         egress = rundir.path / "egress.jsonl"
-        return RunState(
+        return RunView(
             run_id=run_id, status=status, query=disk.get("query") or (run.query if run else None),
             live=live, resumable=resumable(disk, live, rundir), proposal=proposal,
             requirements=disk.get("requirements") or (
@@ -561,12 +435,14 @@ def render_report(markdown: str) -> str:
 
 # -- the app -----------------------------------------------------------------------------------------------
 def create_app(settings: Settings, *, llm: Any | None = None, token: str | None = None,
-               max_body: int = MAX_BODY_BYTES) -> FastAPI:
+               max_body: int = MAX_BODY_BYTES, allowed_libraries: Sequence[Path] | None = None) -> FastAPI:
     """The gateway app. ``token``: required on every REST call and WebSocket when given (None: loopback
-    only, checked by Host and Origin). ``llm``: a model for every run (tests pass a scripted one)."""
+    only, checked by Host and Origin). ``llm``: a model for every run (tests pass a scripted one).
+    ``allowed_libraries``: the folders the API's ``library`` may lie in (None: the owner's allow-list file,
+    gateway/allowed.py)."""
     settings = settings.updated(run={"runs_dir": settings.run.runs_dir.expanduser().resolve()},
                                 store={"path": settings.store.path.expanduser().resolve()})
-    manager = RunManager(settings, llm=llm)
+    manager = RunManager(settings, llm=llm, allowed_libraries=allowed_libraries)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -606,7 +482,9 @@ def create_app(settings: Settings, *, llm: Any | None = None, token: str | None 
         if token is not None:
             given = request.headers.get("authorization", "")
             if not (given.startswith("Bearer ") and same_secret(given[7:].strip(), token)):
-                raise HTTPException(401, "missing or wrong token (Authorization: Bearer TOKEN)",
+                raise HTTPException(401, "missing or wrong token: open the address `forage serve` printed (it carries "
+                                         "the token once), or send Authorization: Bearer TOKEN (the owner's token "
+                                         "file: $XDG_CONFIG_HOME/forage/gateway-token)",
                                     headers={"WWW-Authenticate": "Bearer"})
         else:
             _check_loopback_host(request.headers.get("host", ""))
@@ -639,14 +517,14 @@ def create_app(settings: Settings, *, llm: Any | None = None, token: str | None 
     async def list_runs() -> list[RunListItem]:
         return manager.list()
 
-    @app.get("/api/runs/{run_id}", response_model=RunState, dependencies=auth, tags=["runs"],
+    @app.get("/api/runs/{run_id}", response_model=RunView, dependencies=auth, tags=["runs"],
              summary="A run's state (run.json and live); `proposal` is set once requirements await approval")
-    async def get_run(run_id: str) -> RunState:
+    async def get_run(run_id: str) -> RunView:
         return manager.state(run_id)
 
-    @app.get("/api/runs/{run_id}/proposal", response_model=RunState, dependencies=auth, tags=["runs"],
+    @app.get("/api/runs/{run_id}/proposal", response_model=RunView, dependencies=auth, tags=["runs"],
              summary="Wait (up to `wait` seconds) until planning is over, then the run's state with its proposal")
-    async def proposal(run_id: str, wait: float = Query(30.0, ge=0, le=300)) -> RunState:
+    async def proposal(run_id: str, wait: float = Query(30.0, ge=0, le=300)) -> RunView:
         run = managed(run_id)
         try:
             await asyncio.wait_for(run.planned.wait(), wait)
@@ -654,16 +532,16 @@ def create_app(settings: Settings, *, llm: Any | None = None, token: str | None 
             pass
         return manager.state(run_id)
 
-    @app.post("/api/runs/{run_id}/approve", response_model=RunState, dependencies=auth, tags=["runs"],
+    @app.post("/api/runs/{run_id}/approve", response_model=RunView, dependencies=auth, tags=["runs"],
               summary="Approve the proposal, optionally with edited requirements and search strings")
-    async def approve(run_id: str, body: Approval | None = None) -> RunState:
+    async def approve(run_id: str, body: Approval | None = None) -> RunView:
         manager.approve(managed(run_id), body or Approval())
         return manager.state(run_id)
 
-    @app.post("/api/runs/{run_id}/cancel", response_model=RunState, dependencies=auth, tags=["runs"],
+    @app.post("/api/runs/{run_id}/cancel", response_model=RunView, dependencies=auth, tags=["runs"],
               summary="Cancel: before approval at once; a running run (also one another process drives, as "
                       "`forage cancel`) stops at its next stage boundary")
-    async def cancel(run_id: str) -> RunState:
+    async def cancel(run_id: str) -> RunView:
         run = manager.runs.get(run_id)
         if run is not None:
             manager.cancel(run)
@@ -675,12 +553,12 @@ def create_app(settings: Settings, *, llm: Any | None = None, token: str | None 
             manager.rundir(run_id).request_cancel()
         return manager.state(run_id)
 
-    @app.post("/api/runs/{run_id}/resume", response_model=RunState, dependencies=auth, tags=["runs"],
+    @app.post("/api/runs/{run_id}/resume", response_model=RunView, dependencies=auth, tags=["runs"],
               summary="Continue an interrupted, cancelled or failed run, as `forage resume` does",
               description="Finished ingestion and foraging are kept. The run's events go on on the same "
                           "WebSocket, numbered after the ones it already has.",
               responses={404: {"model": Message}, 409: {"model": Message}})
-    async def resume(run_id: str) -> RunState:
+    async def resume(run_id: str) -> RunView:
         await manager.resume(run_id)
         return manager.state(run_id)
 
@@ -969,21 +847,26 @@ def _load_chunk(settings: Settings, store_path: Path, chunk_id: str) -> Chunk:
                  section_path=found.section_path, pages=list(found.pages), text=found.text)
 
 
-def serve(settings: Settings, host: str = "127.0.0.1", port: int = 8765, *, say: Any = print) -> None:
-    """Run the gateway (blocking). Off loopback a token is required; it is printed once."""
+def serve(settings: Settings, host: str = "127.0.0.1", port: int = 8765, *, no_token: bool = False,
+          say: Any = print) -> None:
+    """Run the gateway (blocking). Every bind needs the per-install token unless ``no_token`` on loopback; the
+    printed URL carries it once (the page keeps it for its tab)."""
     import uvicorn
 
     from infra import privacy
 
     privacy.apply()
-    token = None if is_loopback(host) else load_or_create_token()
+    token = gateway_token(host, no_token=no_token)
     app = create_app(settings, token=token)
     shown = f"[{host}]" if ":" in host else host
     if token:
-        say(f"gateway on http://{shown}:{port}/#token={token}  (token kept in {token_path()}, 0600)")
+        say(f"gateway on http://{shown}:{port}/#token={token}\n  open that address once: the page keeps the token "
+            f"for its tab. The token is kept in {token_path()} (0600); the typed client and examples/driver.py "
+            "read it from there.")
     else:
-        say(f"gateway on http://{shown}:{port}/  (loopback only)")
+        say(f"gateway on http://{shown}:{port}/  (--no-token: any user of this machine can read and start runs "
+            "through it)")
     uvicorn.run(app, host=host, port=port, log_level="warning", ws="websockets")
 
 
-__all__ = ["create_app", "serve", "load_or_create_token", "render_report", "RunState", "RunCreate", "Approval"]
+__all__ = ["create_app", "serve", "render_report"]

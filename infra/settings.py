@@ -133,6 +133,11 @@ class IngestSettings(Section):
 
 class SearchSettings(Section):
     library: Path | None = Field(default=None, description="Folder of PDFs to use as the source library.")
+    library_confined: bool = Field(
+        default=False,
+        description="Read only library files whose real path lies inside the library folder (a symlink pointing "
+                    "out of it is skipped and reported). Set for runs started through the gateway, whose library "
+                    "a caller named (gateway/allowed.py).")
     batch_size: int = Field(default=8, ge=1, description="Documents the Searcher offers per iteration.")
     sources: tuple[Literal["openalex", "arxiv"], ...] = Field(
         default=("openalex", "arxiv"),

@@ -52,6 +52,15 @@ def _offline_by_default() -> Iterator[None]:
         yield
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _own_config_dir(tmp_path_factory) -> Iterator[None]:
+    """The session's own ``$XDG_CONFIG_HOME``: no test reads or writes the user's gateway token or library
+    allow-list (gateway/api.py, gateway/allowed.py); child processes inherit it."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("XDG_CONFIG_HOME", str(tmp_path_factory.mktemp("config")))
+        yield
+
+
 @pytest.fixture(scope="session")
 def shared_data() -> Path:
     if not SHARED_DATA.exists():

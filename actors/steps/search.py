@@ -105,10 +105,12 @@ class LibrarySearch:
 
     name = "library"
 
-    def __init__(self, folder: Path, emit: Emit = null_emit, cache: IngestCache | None = None) -> None:
+    def __init__(self, folder: Path, emit: Emit = null_emit, cache: IngestCache | None = None,
+                 confined: bool = False) -> None:
         self.folder = Path(folder)
         self.emit = emit
         self.cache = cache
+        self.confined = confined  # read no file whose real path lies outside the folder (gateway/allowed.py)
         self._texts: dict[Path, str] = {}  # this process's first pages (the run's iterations read each once)
 
     def _first_page(self, path: Path) -> tuple[str, bool]:
@@ -144,6 +146,11 @@ class LibrarySearch:
     def search(self, request: SearchRequest) -> SearchResults:
         self.emit(Stage.SEARCH, "started", f"searching library {self.folder}", iteration=request.iteration)
         files = library_files(self.folder)
+        escaped: list[Path] = []
+        if self.confined:
+            root = self.folder.expanduser().resolve()
+            escaped = [p for p in files if not p.resolve().is_relative_to(root)]
+            files = [p for p in files if p not in escaped]
         seen = set(request.exclude_keys)
         unseen = [p for p in files if file_key(p) not in seen]
         files_cached = 0
@@ -151,7 +158,10 @@ class LibrarySearch:
             ranked, files_cached = self.ranked(unseen, request)
             files = [*ranked, *(p for p in files if file_key(p) in seen)]
         fresh: list[Candidate] = []
-        skipped: list[Skipped] = []
+        skipped: list[Skipped] = [
+            Skipped(item=str(p), reason="a link to a file outside the library folder: not read (the run's library "
+                                        "was named through the gateway)")
+            for p in escaped if request.iteration == 1]  # said once: the run's search_skipped keeps it
         for path in files:
             key = file_key(path)
             if key in seen:

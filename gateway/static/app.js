@@ -4,7 +4,7 @@
 const $ = (id) => document.getElementById(id);
 const state = { runId: null, ws: null, lastSeq: 0, ended: false, evidence: null, reqs: {}, counts: null };
 
-// -- token (only when the gateway is bound off loopback): #token=... in the URL, kept for this tab ------------
+// -- token (every gateway but a --no-token one): #token=... in the URL `forage serve` prints, kept for this tab --
 (function takeToken() {
   const m = location.hash.match(/token=([^&]+)/);
   if (m) { sessionStorage.setItem("forage-token", decodeURIComponent(m[1])); history.replaceState(null, "", location.pathname); }

@@ -135,7 +135,7 @@ def test_bad_requests_are_refused_clearly(gateway) -> None:
         r = http.post("/api/runs", json={"query": "   "})
         assert r.status_code == 422 and "empty" in r.text
         r = http.post("/api/runs", json={"query": "x", "library": "/no/such/folder"})
-        assert r.status_code == 422 and "not a folder" in r.text
+        assert r.status_code == 403 and "forage library allow" in r.text  # not on the owner's allow-list
         r = http.post("/api/runs", json={"query": "x", "unknown": 1})
         assert r.status_code == 422
         r = http.get("/api/runs/..%2F..%2Fetc")
@@ -146,7 +146,7 @@ def test_bad_requests_are_refused_clearly(gateway) -> None:
         spec = http.get("/openapi.json").json()
         assert {"/api/runs", "/api/runs/{run_id}", "/api/runs/{run_id}/approve", "/api/runs/{run_id}/cancel",
                 "/api/runs/{run_id}/report", "/api/runs/{run_id}/chunks/{chunk_id}"} <= set(spec["paths"])
-        assert "RunState" in spec["components"]["schemas"]
+        assert "RunView" in spec["components"]["schemas"]
 
 
 def test_cancel_before_approval(gateway) -> None:
@@ -182,7 +182,7 @@ def test_cross_origin_websocket_is_refused(gateway, watched_run) -> None:
 
 # -- token ------------------------------------------------------------------------------------------------
 def test_token_is_generated_once_user_only(tmp_path, monkeypatch) -> None:
-    from gateway.server import load_or_create_token, token_path
+    from gateway.api import load_or_create_token, token_path
 
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "cfg"))
     path = token_path()

@@ -1,0 +1,186 @@
+"""The gateway's wire contract, without FastAPI: the REST API's request and response models and the
+token file the gateway, the CLI and the typed client (:mod:`gateway.client`) share.
+
+A driver script imports this and :mod:`gateway.client` (httpx) only; :mod:`gateway.server` builds the app
+from the same models.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from infra.settings import PresetName
+
+LOOPBACK_HOSTS = {"127.0.0.1", "localhost", "::1", "[::1]"}
+
+
+# -- token ---------------------------------------------------------------------------------------------
+def config_dir() -> Path:
+    """``$XDG_CONFIG_HOME/forage`` (default ``~/.config/forage``)."""
+    base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
+    return Path(base).expanduser() / "forage"
+
+
+def token_path() -> Path:
+    return config_dir() / "gateway-token"
+
+
+def read_token(path: Path | None = None) -> str | None:
+    """The owner's gateway token if there is one (the typed client and examples/driver.py use it when given no
+    token): None when the file is missing, empty or not readable by this user."""
+    path = path or token_path()
+    try:
+        return path.read_text(encoding="utf-8").strip() or None
+    except OSError:
+        return None
+
+
+def gateway_token(host: str, *, no_token: bool = False, path: Path | None = None) -> str | None:
+    """The token a gateway bound to ``host`` requires: always the per-install token, unless ``no_token`` on a
+    loopback address (then any local user of this machine can use the gateway; it says so when it starts)."""
+    if no_token:
+        if not is_loopback(host):
+            raise ValueError(f"--no-token is only for a loopback address, not {host!r}: every other address "
+                             "needs the token")
+        return None
+    return load_or_create_token(path)
+
+
+def is_loopback(host: str) -> bool:
+    import ipaddress
+
+    if host in LOOPBACK_HOSTS:
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def load_or_create_token(path: Path | None = None) -> str:
+    """The gateway token, generated on first use and kept user-only (0600, folder 0700)."""
+    from actors.steps.rundir import private_dir
+
+    path = path or token_path()
+    if path.exists():
+        os.chmod(path, 0o600)
+        token = path.read_text(encoding="utf-8").strip()
+        if token:
+            return token
+    private_dir(path.parent)
+    token = secrets.token_urlsafe(32)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        os.write(fd, (token + "\n").encode())
+    finally:
+        os.close(fd)
+    os.chmod(path, 0o600)
+    return token
+
+
+
+# -- API models ----------------------------------------------------------------------------------------
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class RunCreate(_Model):
+    """A new run: the query and how hard to look."""
+
+    query: str = Field(min_length=1, max_length=4000, description="The research question (stays on this machine).")
+    preset: PresetName | None = Field(default=None, description="quick / standard / deep (default: settings).")
+    library: str | None = Field(default=None, description="Folder of PDFs on the gateway's machine.")
+    max_iterations: int | None = Field(default=None, ge=1, le=50, description="Most search/forage iterations.")
+    min_coverage: float | None = Field(default=None, ge=0, le=1, description="Stop once mean coverage reaches it.")
+    max_requirements: int | None = Field(default=None, ge=1, le=10, description="Most requirements to derive.")
+    offline: bool | None = Field(default=None, description="Send nothing at all: only the library is searched.")
+
+
+class RequirementIn(_Model):
+    id: str = Field(pattern=r"^R\d+$", description="R1, R2, ...")
+    text: str = Field(min_length=3, max_length=400)
+
+
+class Approval(_Model):
+    """Approve the proposal, optionally with edited requirements and search strings."""
+
+    requirements: list[RequirementIn] | None = Field(
+        default=None, description="Replace the proposed requirements (at least one).")
+    search_queries: list[dict[str, Any]] | None = Field(
+        default=None, description="Replace the proposed search strings (SearchQuery objects); [] sends nothing.")
+
+
+class Proposal(_Model):
+    requirements: list[dict[str, Any]]
+    search_queries: list[dict[str, Any]] = Field(description="The exact strings that would leave the machine.")
+    search_filters: list[list[str]] = Field(
+        default=[], description="Per search string, in the same order, the filters sent with it in words (years, "
+                                "open access, with a PDF, authors, venue, lookups): shown at approval.")
+    degraded: list[str] = []
+
+
+class Documents(_Model):
+    found: int = Field(description="Candidates the searcher offered.")
+    downloaded: int = Field(description="PDFs downloaded from online sources.")
+    ingested: int = Field(description="Documents stored (or already known) in the store.")
+    failed: int
+    failures: dict[str, str] = Field(default_factory=dict, description="key -> reason, for failed documents.")
+
+
+class RunView(_Model):
+    run_id: str
+    status: str = Field(description="planning, awaiting_approval, running, finished, failed, cancelled, "
+                                    "interrupted (run.json says running, but the process that drove it is gone: "
+                                    "its gateway, driver or Orchestrator stopped), unknown.")
+    query: str | None = None
+    live: bool = Field(description="This gateway holds the run (it can still change).")
+    resumable: bool = Field(default=False, description="POST /api/runs/{run_id}/resume continues it (interrupted, "
+                                                       "cancelled or failed after approval, or running with "
+                                                       "no driver to be seen from this machine).")
+    proposal: Proposal | None = Field(default=None, description="Requirements and search strings to approve.")
+    requirements: list[dict[str, Any]] = []
+    search_queries: list[dict[str, Any]] = []
+    iterations: int = 0
+    coverage: dict[str, float] = {}
+    final_coverage: float | None = None
+    stop_reason: str | None = None
+    error: str | None = None
+    documents: Documents
+    egress_requests: int = Field(description="Requests recorded in egress.jsonl.")
+    last_seq: int = Field(description="Seq of the last status event known.")
+    report_ready: bool
+    artifacts: list[str]
+
+
+class RunCreated(_Model):
+    run_id: str
+    status: str
+    state_url: str
+    events_url: str
+
+
+class RunListItem(_Model):
+    run_id: str
+    status: str
+    query: str | None = None
+    final_coverage: float | None = None
+    live: bool
+    resumable: bool = False
+
+
+class Chunk(_Model):
+    chunk_id: str
+    doc_id: str
+    title: str | None
+    section_path: str
+    pages: list[int]
+    text: str
+
+
+class Message(_Model):
+    message: str
