@@ -26,14 +26,13 @@ class Forager:
         if self._step is None:
             from actors.steps.forage import ForageStep
             from infra.embed import build_embedder
-            from infra.llm import build_llm
             from infra.rerank import build_relevance
             from infra.store import build_store
 
-            from actors.llm_endpoint import with_slots
+            from actors.llm_endpoint import actor_llm
 
             # with ray.llm_slots every LLM call is made by a node's LLM endpoint, holding one of its slots
-            llm = with_slots(self._llm or build_llm(self.settings), self.settings)
+            llm = actor_llm(self.settings, self._llm)
             embedder = self._embedder or build_embedder(self.settings)
             relevance, problem = build_relevance(self.settings, embedder)
             if problem:

@@ -31,10 +31,9 @@ class Ingestor:
         ``ray.llm_slots`` is set). None when the setting is off: no LLM is built."""
         if not self.settings.ingest.contextual:
             return None
-        from actors.llm_endpoint import with_slots
-        from infra.llm import build_llm
+        from actors.llm_endpoint import actor_llm
 
-        return with_slots(self._llm or build_llm(self.settings), self.settings)
+        return actor_llm(self.settings, self._llm)
 
     def _ensure(self):
         if self._step is None:

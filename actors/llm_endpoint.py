@@ -94,6 +94,17 @@ def llm_endpoints(settings: Any) -> list[Endpoint]:
     return found
 
 
+def actor_llm(settings: Any, given: Any | None = None) -> Any:
+    """The LLM an actor calls, the one recipe for all of them: ``given`` (a test's fake shipped to the actor) or
+    a client built from ``settings`` (infra.llm.build_llm), made through its node's LLM slots when
+    ``ray.llm_slots`` is set (:func:`with_slots`)."""
+    if given is None:
+        from infra.llm import build_llm
+
+        given = build_llm(settings)
+    return with_slots(given, settings)
+
+
 def with_slots(llm: Any, settings: Any) -> Any:
     """``llm`` itself, or — when ``ray.llm_slots`` is set — a SlottedLLM whose every call is made by an
     LLMEndpoint actor holding one of its node's ``llm_slot`` places, waiting by the caller's rounds ahead

@@ -3,7 +3,8 @@
 The loop (thesis "Knowledge Orchestrator"): search and ingest a first batch, forage every
 requirement in parallel (one Forager each); while mean coverage is below ``run.min_coverage`` and
 fewer than ``run.max_iterations`` iterations ran, ask the Searcher for more documents, ingest them
-and forage again; then write the report. State is checkpointed to ``run.json`` after every stage:
+and forage again; then write the report. The run's state (``RunState``) is checkpointed to ``run.json`` by its
+one writer, :class:`~actors.steps.run_record.RunRecord`, after every stage:
 the plan, each search's results (before their ingestion), each iteration's ingestion, each requirement's
 forage result as its Forager finishes (``foraging``), each iteration's coverage, the end. A resume takes
 over what was recorded: a searched batch is not searched again, a finished requirement not foraged again.
@@ -31,13 +32,15 @@ from typing import Any, Protocol, TypeVar
 
 from actors.status_hub import HubEmit
 from actors.steps.events import Emit
+from actors.steps.run_record import RunRecord, RunSuperseded, mean_coverage, stop_reason
 from actors.steps.rundir import RunDir
 from infra.cluster import ray_node
 from infra.settings import Settings
 from messages.forage import ForageRequest, RequirementCoverage
 from messages.ingest import IngestRequest, IngestResult
 from messages.plan import PlanRequest, Requirement, RequirementsPlan
-from messages.search import Candidate, SearchRequest, SearchResults
+from messages.run_state import Replan, RunState
+from messages.search import SearchRequest, SearchResults
 from messages.status import RunSummary, Stage
 from messages.write import Report, WriteRequest
 
@@ -57,11 +60,6 @@ class Crew(Protocol):
 
 class RunCancelled(Exception):
     """``forage cancel`` asked this run to stop (checked at every stage boundary)."""
-
-
-class RunSuperseded(Exception):
-    """Another process took this run over (``forage resume`` after its driver died) while this Orchestrator
-    was still running: it stops at its next checkpoint or stage boundary without writing anything."""
 
 
 def forage_each(crew: Crew, requests: Sequence[ForageRequest]) -> AsyncGenerator[RequirementCoverage, None]:
@@ -92,12 +90,6 @@ async def _as_completed(aws: Sequence[Awaitable[T]]) -> AsyncGenerator[T, None]:
         await asyncio.gather(*pending, return_exceptions=True)
 
 
-def mean_coverage(coverages: Sequence[RequirementCoverage]) -> float:
-    if not coverages:
-        return 0.0
-    return sum(c.coverage if c.status == "ok" else 0.0 for c in coverages) / len(coverages)
-
-
 class Orchestrator:
     def __init__(self, settings: Settings, run_id: str, hub: object | None = None, *, crew: Crew | None = None,
                  llm: Any | None = None, emit: Emit | None = None) -> None:
@@ -106,26 +98,31 @@ class Orchestrator:
         self.hub = hub
         self.emit: Emit = emit or HubEmit(run_id, hub)
         self.rundir = RunDir(settings.run.runs_dir, run_id)
+        self.record = RunRecord(self.rundir, run_id)  # the run's state and its checkpoints
         self._crew = crew
         self._llm = llm
-        self.state: dict[str, Any] = {}
-        self._token: str | None = None  # this process's claim on the run (RunDir.claim), set by run()
+
+    @property
+    def state(self) -> RunState | None:
+        return self.record.state
 
     # -- requirements -----------------------------------------------------------------------------
     async def plan(self, request: PlanRequest) -> RequirementsPlan:
         from actors.steps.plan import derive_requirements
 
         self.emit(Stage.PLAN, "started", "deriving requirements from the query")
-        plan = await derive_requirements(request.query, self._model(), self.settings.run.max_requirements)
-        plan = await self.propose_search(plan)
+        try:
+            plan = await derive_requirements(request.query, self._model(), self.settings.run.max_requirements)
+            plan = await self.propose_search(plan)
+        except Exception as exc:  # recorded, so the run is listed as failed with its reason, then raised
+            from infra.errors import describe
+
+            self.record.plan_failed(request.query.text, describe(exc))
+            raise
         self.emit(Stage.PLAN, "requirements", f"{len(plan.requirements)} requirements proposed",
                   requirements=[r.model_dump() for r in plan.requirements], degraded=list(plan.degraded),
                   search_queries=[q.model_dump() for q in plan.search_queries])
-        self.state = {"run_id": self.run_id, "status": "awaiting_approval", "query": request.query.text,
-                      "proposed_requirements": [r.model_dump() for r in plan.requirements],
-                      "proposed_search_queries": [q.model_dump() for q in plan.search_queries],
-                      "degraded": list(plan.degraded)}
-        self.rundir.save_state(self.state)
+        self.record.propose(plan)
         return plan
 
     async def propose_search(self, plan: RequirementsPlan) -> RequirementsPlan:
@@ -153,10 +150,9 @@ class Orchestrator:
         ``ray.llm_slots`` each call is made like a Forager's by a node's LLM endpoint, to that node's Ollama
         (``ray.ollama_hosts``): the driver's node, where the Orchestrator lives, needs no model server."""
         if self._llm is None:
-            from actors.llm_endpoint import with_slots
-            from infra.llm import build_llm
+            from actors.llm_endpoint import actor_llm
 
-            self._llm = with_slots(build_llm(self.settings), self.settings)
+            self._llm = actor_llm(self.settings)
         return self._llm
 
     def _llm_for_workers(self) -> Any | None:
@@ -169,116 +165,71 @@ class Orchestrator:
         if not plan.approved:
             raise ValueError("requirements must be approved before the run starts")
         s = self.settings.run
+        record = self.record
         crew = self._crew_or_default()
         started = time.monotonic()
-        self._token = self.rundir.claim()  # from now on an Orchestrator still running for this run stops
-        previous = {} if self.state else self.rundir.read_state()  # progress of an earlier process: resume it
-        self.state.update({
-            "run_id": self.run_id, "status": "running", "query": plan.query.text,
-            "requirements": [r.model_dump() for r in plan.requirements],
-            "search_queries": [q.model_dump() for q in plan.search_queries],
-            "settings": {"preset": self.settings.preset, "min_coverage": s.min_coverage,
-                         "max_iterations": s.max_iterations, "llm": self.settings.llm.backend,
-                         "embedder": self.settings.embed.backend, "store": self.settings.store.backend,
-                         "resolved": self.settings.record()},  # every value, for resume (no secrets)
-            "store_path": str(self.settings.store.path), "library": str(self.settings.search.library or ""),
-            "iterations": [], "documents": {}, "search_skipped": [],
-        })
-        coverages, resumed = self._resume_from(previous)
+        record.claim()  # from now on an Orchestrator still running for this run stops
+        coverages, resumed = record.start(plan, self.settings)  # an earlier process's progress: resume it
         if from_run and not resumed:
             self._inherit(from_run)
-        plan = self._with_replanned(plan)
-        self._checkpoint()
+        plan = record.requirements_with_replanned(plan)
+        record.checkpoint()
         self.emit(Stage.RUN, "started", f"run {self.run_id} started", requirements=len(plan.requirements),
-                  resumed_after_iteration=len(self.state["iterations"]) if resumed else None,
+                  resumed_after_iteration=record.iterations_done() if resumed else None,
                   node=ray_node())  # the machine that coordinates the run (None outside Ray)
-        offered: list[str] = list(self.state["documents"])
-        stop_reason = self._stop_on_resume(coverages) if resumed else ""
-        iteration = len(self.state["iterations"])
+        offered: list[str] = list(record.s.documents)
+        reason = record.resume_stop(coverages, s.min_coverage, s.max_iterations) if resumed else ""
+        iteration = record.iterations_done()
         try:
-            while not stop_reason:
+            while not reason:
                 self._check_cancel()
                 iteration += 1
                 self.emit(Stage.RUN, "iteration", f"iteration {iteration}", iteration=iteration)
-                results = (self._already_ingested(iteration) or self._follow_up_start(iteration)
-                           or self._already_searched(iteration))
+                results = (record.already_ingested(iteration) or record.follow_up_start(iteration)
+                           or record.already_searched(iteration))
                 if results is None:
                     results = await crew.search(SearchRequest(
                         run_id=self.run_id, iteration=iteration, query=plan.query.text,
                         requirements=plan.requirements, max_results=self.settings.search.batch_size,
                         exclude_keys=tuple(offered), search_queries=plan.search_queries))
-                    self._record_search(iteration, results)
+                    record.record_search(iteration, results)
                 offered.extend(c.key for c in results.candidates)
                 for c in results.candidates:  # each document's first ingest/progress phase
                     self.emit(Stage.INGEST, "progress", f"{c.key}: queued", iteration=iteration, key=c.key,
                               phase="queued")
                 ingested = await crew.ingest([IngestRequest(run_id=self.run_id, candidate=c)
                                               for c in results.candidates])
-                for res in ingested:
-                    self.state["documents"][res.key] = res.model_dump(mode="json", exclude={"run_id", "created_at"})
-                if self.state.get("ingested", {}).get("iteration") != iteration:  # for resume: only forage is left
-                    self.state["ingested"] = {"iteration": iteration, "new_documents": len(results.candidates),
-                                              "exhausted": results.exhausted}
-                self._checkpoint()
+                record.record_ingest(iteration, results, ingested)
                 coverages = await self._forage(crew, iteration, plan.requirements)
-                mean = mean_coverage(coverages)
-                self.state["iterations"].append({
-                    "iteration": iteration, "mean_coverage": mean,
-                    "new_documents": self.state["ingested"]["new_documents"],
-                    "coverage": {c.requirement.id: c.coverage for c in coverages},
-                    "status": {c.requirement.id: c.status for c in coverages},
-                    "llm_calls": {c.requirement.id: c.llm_calls for c in coverages},
-                    "answering_papers": {c.requirement.id: c.answering_papers for c in coverages},
-                    "overruled": {c.requirement.id: c.overruled for c in coverages},  # by the relevance check
-                    "errors": {c.requirement.id: c.error for c in coverages if c.status == "failed"},
-                })
-                self.state["last_coverages"] = [c.model_dump(mode="json") for c in coverages]  # for resume
-                self.state.pop("foraging", None)  # the iteration's record above replaces the partial one
-                self._checkpoint()
+                mean = record.record_iteration(iteration, coverages)
                 self.emit(Stage.RUN, "coverage", f"iteration {iteration}: mean coverage {mean:.2f}",
                           iteration=iteration, mean_coverage=mean,
                           coverage={c.requirement.id: c.coverage for c in coverages})
-                if mean >= s.min_coverage:
-                    stop_reason = f"coverage {mean:.2f} reached the goal {s.min_coverage:.2f}"
-                    break
-                if iteration >= s.max_iterations:
-                    stop_reason = f"reached the maximum of {s.max_iterations} iterations (coverage {mean:.2f})"
+                reason = stop_reason(mean, iteration, s.min_coverage, s.max_iterations)
+                if reason:
                     break
                 added = await self._replan(plan, coverages, iteration, mean)
                 if added:  # new requirements: forage them next iteration, even when sources are exhausted
                     plan = plan.model_copy(update={"requirements": (*plan.requirements, *added)})
                     continue
                 if results.exhausted and not results.candidates and self._nothing_new(coverages):
-                    stop_reason = f"sources exhausted and nothing new to forage (coverage {mean:.2f})"
+                    reason = f"sources exhausted and nothing new to forage (coverage {mean:.2f})"
                     break
 
             self._check_cancel()
             self.emit(Stage.WRITE, "started", "writing the report")
-            report = await crew.write(WriteRequest(run_id=self.run_id, query=plan.query, coverages=tuple(coverages),
-                                                   iterations=iteration, coverage_history=tuple(
-                                                       it["coverage"] for it in self.state["iterations"]),
-                                                   doc_ids=self._scope()[0]))
+            report = await crew.write(WriteRequest(
+                run_id=self.run_id, query=plan.query, coverages=tuple(coverages), iterations=iteration,
+                coverage_history=tuple(record.s.coverage_history()),
+                doc_ids=record.scope(s.whole_store)[0]))
             self.rundir.save_report(report)
-            docs = self.state["documents"].values()
-            self.state.update({
-                "status": "finished", "stop_reason": stop_reason, "final_coverage": mean_coverage(coverages),
-                "coverage": {c.requirement.id: c.coverage for c in coverages},
-                "failed_requirements": {c.requirement.id: c.error for c in coverages if c.status == "failed"},
-                "degraded": sorted({*self.state.get("degraded", []),
-                                    *(f"{c.requirement.id}: {f}" for c in coverages for f in c.failed_steps),
-                                    *(f"writer: {f}" for f in report.failed_steps)}),
-                "sources": [src.model_dump(mode="json") for src in report.sources],
-                "removed_citations": report.removed_citations,
-                "report": str(self.rundir.report_md), "seconds": round(time.monotonic() - started, 1),
-            })
-            self._checkpoint()
+            record.finish(reason, coverages, report, time.monotonic() - started)
             summary = RunSummary(
-                run_id=self.run_id, status="finished", iterations=iteration, stop_reason=stop_reason,
+                run_id=self.run_id, status="finished", iterations=iteration, stop_reason=reason,
                 mean_coverage=mean_coverage(coverages), run_dir=str(self.rundir.path),
-                report_path=str(self.rundir.report_md),
-                documents_stored=sum(1 for d in docs if d["status"] in ("stored", "skipped")),
-                documents_failed=sum(1 for d in docs if d["status"] == "failed"))
-            await self._final_event("finished", stop_reason, iteration, report=str(self.rundir.report_md),
+                report_path=str(self.rundir.report_md), documents_stored=record.documents_stored(),
+                documents_failed=record.documents_failed())
+            await self._final_event("finished", reason, iteration, report=str(self.rundir.report_md),
                                     mean_coverage=summary.mean_coverage)
             return summary
         except RunSuperseded as exc:  # not ours any more: write nothing, send no final event
@@ -286,15 +237,13 @@ class Orchestrator:
                               mean_coverage=mean_coverage(coverages), run_dir=str(self.rundir.path))
         except RunCancelled:
             reason = "cancelled (forage cancel); `forage resume` continues it"
-            self.state.update({"status": "cancelled", "stop_reason": reason})
-            self._checkpoint()
+            record.cancelled(reason)
             await self._final_event("failed", reason, iteration)
             return RunSummary(run_id=self.run_id, status="cancelled", iterations=iteration, stop_reason=reason,
                               mean_coverage=mean_coverage(coverages), run_dir=str(self.rundir.path))
         except Exception as exc:
             reason = f"{type(exc).__name__}: {exc}"
-            self.state.update({"status": "failed", "error": reason})
-            self._checkpoint()
+            record.failed(reason)
             await self._final_event("failed", reason, iteration)
             return RunSummary(run_id=self.run_id, status="failed", iterations=iteration, stop_reason=reason,
                               mean_coverage=mean_coverage(coverages), run_dir=str(self.rundir.path))
@@ -302,81 +251,22 @@ class Orchestrator:
             await crew.close()
 
     def _check_cancel(self) -> None:
-        self._check_owner()
+        self.record.check_owner()
         if self.rundir.cancel_requested():
             raise RunCancelled
 
-    def _resume_from(self, previous: dict[str, Any]) -> tuple[list[RequirementCoverage], bool]:
-        """Take over what an earlier process of this run recorded (documents ingested, iterations
-        foraged, the last coverages), so they are not done again. ([], False) for a new run."""
-        if previous.get("status") in ("running", "cancelled", "failed"):
-            # an earlier process of this run started it: this is a resume, so a cancel asked of that process is
-            # over (also when it was asked before any progress was recorded)
-            self.rundir.cancel_flag.unlink(missing_ok=True)
-        if not (previous.get("documents") or previous.get("iterations") or previous.get("searched")):
-            return [], False
-        for key in ("iterations", "documents", "search_skipped", "acquisition", "last_coverages", "ingested",
-                    "searched", "foraging", "replans", "from_run"):
-            if key in previous:
-                self.state[key] = previous[key]
-        self.state["resumed"] = [*previous.get("resumed", []), {"after_iteration": len(previous.get("iterations", [])),
-                                                                "status_was": previous.get("status")}]
-        return [RequirementCoverage.model_validate(c) for c in previous.get("last_coverages", [])], True
-
     def _inherit(self, from_run: str) -> None:
-        """Follow up ``from_run``: its stored documents become this run's (status "skipped": already in the
-        store, "from run X"), and up to ``forage.seed_chunks`` chunks of its evidence, taken in turn from
-        each of its requirements, become the seeds. Its query is not copied (forgetting it stays complete)."""
+        """Follow up ``from_run`` (RunRecord.inherit: its documents and evidence seeds)."""
         from infra.errors import ConfigError
 
         earlier = RunDir(self.settings.run.runs_dir, from_run)
-        state = earlier.read_state() if from_run != self.run_id else {}
-        if not state:
+        state = earlier.load_state() if from_run != self.run_id else None
+        if state is None:
             raise ConfigError(f"no earlier run {from_run!r} in {earlier.path.parent} to follow up")
-        docs = {key: {**entry, "status": "skipped", "reason": f"from run {from_run}"}
-                for key, entry in (state.get("documents") or {}).items()
-                if entry.get("status") in ("stored", "skipped") and entry.get("doc_id")}
-        if not docs:
-            raise ConfigError(f"run {from_run!r} has no stored documents to follow up")
-        lists = [[cid for ev in cov.get("evidence", ()) for cid in ev.get("chunk_ids", ())]
-                 for cov in state.get("last_coverages") or ()]
-        seeds: list[str] = []
-        for turn in range(max((len(x) for x in lists), default=0)):  # in turn: each requirement's best first
-            seeds.extend(x[turn] for x in lists if turn < len(x) and x[turn] not in seeds)
-        seeds = seeds[: self.settings.forage.seed_chunks]
-        self.state["documents"].update(docs)
-        self.state["from_run"] = {"run_id": from_run, "documents": len(docs), "seed_chunk_ids": seeds}
-        self.emit(Stage.RUN, "follow_up", f"following up run {from_run}: {len(docs)} documents, "
-                                          f"{len(seeds)} evidence chunks as a starting point",
-                  from_run=from_run, documents=len(docs), seed_chunks=len(seeds))
-
-    def _follow_up_start(self, iteration: int) -> SearchResults | None:
-        """A follow-up's first iteration forages the earlier run's documents before searching for more."""
-        if iteration != 1 or not self.state.get("from_run"):
-            return None
-        return SearchResults(run_id=self.run_id, iteration=iteration)
-
-    def _scope(self) -> tuple[tuple[str, ...] | None, tuple[str, ...]]:
-        """(doc_ids the Foragers search, seed chunk ids): the run's own documents (its library, the papers its
-        searches found, a follow-up's earlier run's) and a follow-up's seeds; (None, ()) with
-        ``run.whole_store`` (every document in the store)."""
-        follow = self.state.get("from_run")
-        if self.settings.run.whole_store and not follow:
-            return None, ()
-        docs = tuple(dict.fromkeys(d["doc_id"] for d in self.state["documents"].values()
-                                   if d.get("doc_id") and d.get("status") in ("stored", "skipped")))
-        return docs, tuple((follow or {}).get("seed_chunk_ids", ()))
-
-    def _with_replanned(self, plan: RequirementsPlan) -> RequirementsPlan:
-        """``plan`` plus the requirements an earlier process of this run added by re-planning."""
-        known = {r.id for r in plan.requirements}
-        added = [Requirement.model_validate(r) for rep in self.state.get("replans", []) for r in rep["added"]
-                 if r["id"] not in known]
-        if not added:
-            return plan
-        plan = plan.model_copy(update={"requirements": (*plan.requirements, *added)})
-        self.state["requirements"] = [r.model_dump() for r in plan.requirements]
-        return plan
+        docs, seeds = self.record.inherit(state, from_run, self.settings.forage.seed_chunks)
+        self.emit(Stage.RUN, "follow_up", f"following up run {from_run}: {docs} documents, "
+                                          f"{seeds} evidence chunks as a starting point",
+                  from_run=from_run, documents=docs, seed_chunks=seeds)
 
     async def _replan(self, plan: RequirementsPlan, coverages: Sequence[RequirementCoverage], iteration: int,
                       mean: float) -> tuple[Requirement, ...]:
@@ -385,26 +275,22 @@ class Orchestrator:
         from actors.steps.plan import MAX_PLAN_REQUIREMENTS, replan_requirements
 
         s = self.settings.run
-        done = self.state["iterations"]
+        done = self.record.s.iterations
         if len(done) < 2 or mean >= s.min_coverage:
             return ()
-        previous = float(done[-2]["mean_coverage"])
+        previous = done[-2].mean_coverage
         if mean - previous > s.replan_min_gain:
             return ()
-        used = sum(len(rep["added"]) for rep in self.state.get("replans", []))
-        room = min(s.max_added_requirements - used, MAX_PLAN_REQUIREMENTS - len(plan.requirements))
+        room = min(s.max_added_requirements - self.record.replans_used(),
+                   MAX_PLAN_REQUIREMENTS - len(plan.requirements))
         if room <= 0:
             return ()
         result = await replan_requirements(plan.query, coverages, self._model(), room)
-        self.state.setdefault("replans", []).append({
-            "after_iteration": iteration, "mean_coverage": mean, "previous_mean_coverage": previous,
-            "missing": list(result.missing), "added": [r.model_dump() for r in result.added],
-            "dropped": result.dropped, "degraded": list(result.degraded)})
-        if result.degraded:
-            self.state["degraded"] = [*self.state.get("degraded", []), *result.degraded]
-        if result.added:
-            self.state["requirements"] = [r.model_dump() for r in (*plan.requirements, *result.added)]
-        self._checkpoint()
+        self.record.record_replan(
+            Replan(after_iteration=iteration, mean_coverage=mean, previous_mean_coverage=previous,
+                   missing=list(result.missing), added=list(result.added), dropped=result.dropped,
+                   degraded=list(result.degraded)),
+            (*plan.requirements, *result.added))
         ids = ", ".join(r.id for r in result.added) or "none"
         self.emit(Stage.RUN, "replanned",
                   f"coverage stalled ({previous:.2f} → {mean:.2f}): missing {', '.join(result.missing) or '—'}; "
@@ -413,80 +299,26 @@ class Orchestrator:
                   degraded=list(result.degraded))
         return result.added
 
-    def _record_search(self, iteration: int, results: SearchResults) -> None:
-        """Checkpoint a search's results before their ingestion: a resume after a crash during the
-        ingestion takes them over (``_already_searched``) instead of searching (and downloading) again."""
-        for c in results.candidates:
-            if c.source != "library":  # where an online paper came from and how it was acquired
-                self.state.setdefault("acquisition", {})[c.key] = c.model_dump(
-                    mode="json", include={"title", "source", "doi", "arxiv_id", "openalex_id", "year",
-                                          "found_by", "score", "score_reason", "abstract_only", "path",
-                                          "download_failures", "landing_url"})
-        self.state["search_skipped"].extend(sk.model_dump() for sk in results.skipped)
-        self.state["searched"] = {"iteration": iteration, "exhausted": results.exhausted,
-                                  "candidates": [c.model_dump(mode="json") for c in results.candidates]}
-        self._checkpoint()
-
-    def _already_searched(self, iteration: int) -> SearchResults | None:
-        """When an earlier process searched this iteration but did not finish ingesting its documents: the
-        recorded candidates, not a new search (documents it did ingest are found in the store: skipped)."""
-        searched = self.state.get("searched") or {}
-        if (searched.get("iteration") != iteration or len(self.state["iterations"]) >= iteration
-                or (self.state.get("ingested") or {}).get("iteration") == iteration):
-            return None
-        return SearchResults(run_id=self.run_id, iteration=iteration, exhausted=bool(searched.get("exhausted")),
-                             candidates=tuple(Candidate.model_validate(c) for c in searched.get("candidates", ())))
-
     async def _forage(self, crew: Crew, iteration: int,
                       requirements: Sequence[Requirement]) -> list[RequirementCoverage]:
         """Forage ``requirements`` for ``iteration``, checkpointing each requirement's result as its Forager
         finishes (``foraging`` in run.json). Results an earlier process of this run recorded for this
         iteration (same requirement) are taken over, not foraged again. Results in ``requirements`` order."""
-        partial = self.state.get("foraging") or {}
-        recorded = partial.get("done", {}) if partial.get("iteration") == iteration else {}
-        done: dict[str, RequirementCoverage] = {}
-        for r in requirements:
-            if r.id in recorded:
-                cov = RequirementCoverage.model_validate(recorded[r.id])
-                if cov.requirement == r and cov.status == "ok":  # a failed one (its Forager died) is tried again
-                    done[r.id] = cov
-        self.state["foraging"] = {"iteration": iteration,
-                                  "done": {rid: recorded[rid] for rid in done}}
+        done = self.record.foraged_before(iteration, requirements)
         for cov in done.values():  # what their Foragers reported before the resume, for this process's view
             rid = cov.requirement.id
             self.emit(Stage.FORAGE, "coverage", f"{rid}: coverage {cov.coverage:.2f} (foraged before the "
                       "resume)", iteration=iteration, requirement_id=rid, coverage=cov.coverage,
                       llm_calls=cov.llm_calls, answering_papers=cov.answering_papers, taken_over=True)
-        scope, seeds = self._scope()
+        scope, seeds = self.record.scope(self.settings.run.whole_store)
         todo = [ForageRequest(run_id=self.run_id, iteration=iteration, requirement=r, doc_ids=scope,
                               seed_chunk_ids=seeds) for r in requirements if r.id not in done]
         if todo:
             async with aclosing(forage_each(crew, todo)) as results:
                 async for cov in results:
                     done[cov.requirement.id] = cov
-                    self.state["foraging"]["done"][cov.requirement.id] = cov.model_dump(mode="json")
-                    self._checkpoint()
+                    self.record.record_foraged(cov)
         return [done[r.id] for r in requirements]
-
-    def _already_ingested(self, iteration: int) -> SearchResults | None:
-        """When an earlier process searched and ingested this iteration but did not forage it: no new
-        search (its documents are in the store and in ``documents``), only the forage is left."""
-        ingested = self.state.get("ingested") or {}
-        if ingested.get("iteration") != iteration or len(self.state["iterations"]) >= iteration:
-            return None
-        return SearchResults(run_id=self.run_id, iteration=iteration, exhausted=bool(ingested.get("exhausted")))
-
-    def _stop_on_resume(self, coverages: Sequence[RequirementCoverage]) -> str:
-        """The stop reason when the recorded iterations already met the stop rule (then only the report is left)."""
-        s, done = self.settings.run, len(self.state["iterations"])
-        if not coverages or not done:
-            return ""
-        mean = mean_coverage(coverages)
-        if mean >= s.min_coverage:
-            return f"coverage {mean:.2f} reached the goal {s.min_coverage:.2f}"
-        if done >= s.max_iterations:
-            return f"reached the maximum of {s.max_iterations} iterations (coverage {mean:.2f})"
-        return ""
 
     @staticmethod
     def _nothing_new(coverages: Sequence[RequirementCoverage]) -> bool:
@@ -498,14 +330,6 @@ class Orchestrator:
         ref = self.emit(Stage.RUN, kind, message, iteration=iteration, **payload)
         if ref is not None:
             await ref
-
-    def _check_owner(self) -> None:
-        if self._token is not None and self.rundir.owner() != self._token:
-            raise RunSuperseded("another process took this run over (forage resume); this one stopped")
-
-    def _checkpoint(self) -> None:
-        self._check_owner()
-        self.rundir.save_state(self.state)
 
 
 # -- crews --------------------------------------------------------------------------------------------

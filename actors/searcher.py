@@ -73,11 +73,10 @@ class Searcher:
         if self._web is None:
             llm = self._llm
             if llm is None:
-                from actors.llm_endpoint import with_slots
-                from infra.llm import build_llm
+                from actors.llm_endpoint import actor_llm
 
                 # screening calls go through a node's LLM endpoint to its own Ollama, like every LLM call of a run
-                llm = with_slots(build_llm(self.settings), self.settings)
+                llm = actor_llm(self.settings)
             self._web = build_web_search(self.settings, self.run_id, llm, self._emit)
         return self._web
 

@@ -18,14 +18,13 @@ class Writer:
 
     async def write(self, request: WriteRequest) -> Report:
         if self._step is None:
-            from actors.llm_endpoint import with_slots
+            from actors.llm_endpoint import actor_llm
             from actors.steps.write import WriteStep
-            from infra.llm import build_llm
             from infra.store import build_store
 
             # like a Forager's: with ray.llm_slots every call is made by a node's LLM endpoint, to that node's
             # Ollama (ray.ollama_hosts), so the Writer needs no model server on its own node
-            llm = with_slots(self._llm or build_llm(self.settings), self.settings)
+            llm = actor_llm(self.settings, self._llm)
             self._step = WriteStep(self.settings, build_store(self.settings), llm, emit=self._emit)
         try:
             return await self._step.write(request)

@@ -190,12 +190,9 @@ def edit_search_strings(plan: RequirementsPlan) -> RequirementsPlan:
 def preflight(settings: Settings, query: str, follow_up: bool = False) -> None:
     """Everything that can be checked before any work starts, each failure one clear sentence.
     A follow-up run (``follow_up``) may have nothing new to search: it has the earlier run's documents."""
-    import asyncio
-
-    from actors.steps.search import library_files
-    from infra.llm import build_llm
-
     from actors.searcher import online
+    from actors.steps.search import library_files
+    from gateway.session import check_model_servers
 
     ResearchQuery(run_id="preflight", text=query)  # empty query → ValidationError
     if settings.search.library is None and not online(settings) and not follow_up:
@@ -203,13 +200,7 @@ def preflight(settings: Settings, query: str, follow_up: bool = False) -> None:
                           "OpenAlex and arXiv")
     if settings.search.library is not None:
         library_files(settings.search.library)
-    asyncio.run(build_llm(settings).check())
-    if settings.embed.backend == "ollama":
-        from infra.embed import build_embedder
-
-        check = getattr(build_embedder(settings), "check", None)
-        if check is not None:
-            check()
+    check_model_servers(settings)
 
 
 def execute(settings: Settings, query: str, *, yes: bool, requirements_file: Path | None,
@@ -274,12 +265,14 @@ def library_read(settings: Settings, run_dir: Path) -> tuple[int, int] | None:
         return None
     from actors.steps.search import file_key, library_files
 
+    from messages.run_state import RunState
+
     try:
         files = {file_key(p) for p in library_files(settings.search.library)}
-        state = json.loads((run_dir / "run.json").read_text(encoding="utf-8"))
+        state = RunState.load(run_dir / "run.json")
     except (ForageError, OSError, ValueError):
         return None
-    return len(files & set(state.get("documents") or {})), len(files)
+    return len(files & set(state.documents if state else {})), len(files)
 
 
 ADDRESS_HELP = ("Run on this Ray cluster: 'auto' (the cluster this machine is a node of), 'HOST:6379' or "
@@ -341,19 +334,18 @@ def follow_up_settings(settings: Settings, from_run: str, *, keep_library: bool 
 
     earlier = run_dir(Path(settings.run.runs_dir).expanduser(), from_run)
     try:
-        state = earlier.read_state()
+        state = earlier.load_state()
     except (OSError, ValueError) as exc:
         raise ForageError(f"cannot read run {from_run!r}: {exc}") from exc
-    if not state:
+    if state is None:
         raise ForageError(f"no run {from_run!r} in {earlier.path.parent}: see `forage runs`")
-    if not any(d.get("status") in ("stored", "skipped") and d.get("doc_id")
-               for d in (state.get("documents") or {}).values()):
+    if not state.stored_doc_ids():
         raise ForageError(f"run {from_run!r} has no stored documents to follow up: start a new run instead")
-    embedder = (state.get("settings") or {}).get("embedder")
+    embedder = state.settings.embedder if state.settings else None
     return settings_for_run(
-        settings, store=Path(state["store_path"]) if state.get("store_path") and not keep_store else None,
+        settings, store=Path(state.store_path) if state.store_path and not keep_store else None,
         embedder=embedder if embedder in ("minilm", "ollama") else None,  # the store's vectors come from it
-        library=Path(state["library"]) if state.get("library") and not keep_library else None)
+        library=Path(state.library) if state.library and not keep_library else None)
 
 
 def checked_run(settings: Settings, query: str, *, yes: bool, requirements_file: Path | None,
@@ -413,8 +405,14 @@ def chunk(
 
     settings = Settings.load()
     if run is not None:
-        state = json.loads((runs_dir / run / "run.json").read_text(encoding="utf-8"))
-        store = Path(state["store_path"])
+        from actors.steps.rundir import RunDir
+        from actors.steps.verify import store_path
+
+        try:
+            store = store_path(RunDir(runs_dir, run))
+        except (OSError, ValueError) as exc:
+            err.print(f"[red]error:[/red] {_one_line(exc)}")
+            raise typer.Exit(2) from None
     if store is not None:
         settings = settings.updated(store={"path": store})
     found = build_store(settings).get_chunk(chunk_id)
@@ -529,7 +527,10 @@ def show_retrieval(results: dict[str, Any]) -> None:
 
 
 def _one_line(exc: BaseException) -> str:
-    text = str(exc)
+    from infra.errors import strip_ansi, unwrap
+
+    exc = unwrap(exc)  # a Ray task's error: what its task raised, not Ray's traceback
+    text = strip_ansi(str(exc))
     if hasattr(exc, "errors"):  # pydantic ValidationError: which value and what is wrong, no pydantic prefix
         from infra.errors import validation_text
 

@@ -9,7 +9,7 @@ Cancel writes ``runs/<run_id>/cancel``; the Orchestrator stops at its next stage
 next iteration or the report) with status "cancelled". Resume starts a new driver for the same run
 id: the Orchestrator finds the run's earlier progress in run.json and continues it — documents
 already ingested, a searched batch, iterations already foraged and the requirements already foraged
-in an unfinished iteration are not done again (see Orchestrator._resume_from).
+in an unfinished iteration are not done again (see RunRecord.start in actors/steps/run_record.py).
 The run's settings come from run.json (preset, coverage goal, iterations, LLM and embedder backends,
 store, library; online when it had approved search strings); the rest (e.g. the Ollama model) from
 the environment, as for `forage research`.
@@ -23,7 +23,9 @@ from typing import Annotated, Any
 
 import typer
 
+from actors.steps.run_record import shown_status
 from actors.steps.rundir import RunDir
+from messages.run_state import RunState
 
 RunsDir = Annotated[Path | None, typer.Option(help="Runs folder (default: settings).")]
 
@@ -37,20 +39,24 @@ def _settings(runs_dir: Path | None) -> Any:
     return settings
 
 
-def run_state(rundir: RunDir) -> tuple[str, dict[str, Any]]:
+def run_state(rundir: RunDir) -> tuple[str, RunState | None]:
     """(the state to show, run.json's content) for one run folder: run.json's status; "interrupted
     (forage resume RUN)" for a "running" run whose owner process is gone (its driver was killed, the
-    machine restarted); "unreadable: <why>" with {} for a run.json that is not a JSON object."""
+    machine restarted); "unreadable: <why>" with None for a run.json that is not a run's state."""
+    from pydantic import ValidationError
+
     try:
-        state = json.loads(rundir.run_json.read_text(encoding="utf-8"))
+        state = rundir.load_state()
+    except ValidationError as exc:
+        return f"unreadable: {exc.error_count()} field(s) not as a run's state", None
+    except json.JSONDecodeError:
+        return "unreadable: JSONDecodeError", None
     except (OSError, ValueError) as exc:
-        return f"unreadable: {type(exc).__name__}", {}
-    if not isinstance(state, dict):
-        return "unreadable: not a JSON object", {}
-    status = str(state.get("status") or "?")
-    if status == "running" and rundir.owner_alive() is False:
+        return f"unreadable: {exc if isinstance(exc, ValueError) else type(exc).__name__}", None
+    shown = shown_status(state, rundir)
+    if shown == "interrupted":
         return f"interrupted (forage resume {rundir.run_id})", state
-    return status, state
+    return shown, state
 
 
 def runs(runs_dir: RunsDir = None) -> None:
@@ -67,13 +73,13 @@ def runs(runs_dir: RunsDir = None) -> None:
         table.add_column(col, no_wrap=col != "query")
     for path in sorted(folder.glob("*/run.json")):
         shown, state = run_state(RunDir(folder, path.parent.name))
-        cov = state.get("final_coverage")
-        table.add_row(path.parent.name, shown, f"{cov:.2f}" if isinstance(cov, int | float) else "",
-                      escape(str(state.get("query", ""))[:60]))  # a query is text, not markup
+        cov = state.final_coverage if state else None
+        table.add_row(path.parent.name, shown, f"{cov:.2f}" if cov is not None else "",
+                      escape(((state.query or "") if state else "")[:60]))  # a query is text, not markup
     base.console.print(table)
 
 
-def _load(run_id: str, runs_dir: Path | None) -> tuple[Any, Any, dict[str, Any]]:
+def _load(run_id: str, runs_dir: Path | None) -> tuple[Any, Any, RunState]:
     from gateway import cli as base
     from gateway.forget import run_dir
     from infra.errors import ForageError
@@ -81,11 +87,11 @@ def _load(run_id: str, runs_dir: Path | None) -> tuple[Any, Any, dict[str, Any]]
     settings = _settings(runs_dir)
     try:
         rundir = run_dir(Path(settings.run.runs_dir).expanduser(), run_id)
-        state = rundir.read_state()
+        state = rundir.load_state()
     except (ForageError, ValueError, OSError) as exc:
         base.err.print(f"[red]error:[/red] {base._one_line(exc)}")
         raise typer.Exit(2) from None
-    if not state:
+    if state is None:
         base.err.print(f"[red]error:[/red] no run {run_id!r} in {rundir.path.parent}")
         raise typer.Exit(2)
     return settings, rundir, state
@@ -97,8 +103,8 @@ def cancel(run_id: Annotated[str, typer.Argument(help="The run to stop (see `for
     from gateway import cli as base
 
     _, rundir, state = _load(run_id, runs_dir)
-    if state.get("status") in ("finished", "cancelled"):
-        base.console.print(f"run {run_id} is already {state['status']}")
+    if state.status in ("finished", "cancelled"):
+        base.console.print(f"run {run_id} is already {state.status}")
         return
     rundir.request_cancel()
     base.console.print(f"run {run_id}: cancel requested; it stops before its next stage")
@@ -117,11 +123,11 @@ def resume(run_id: Annotated[str, typer.Argument(help="The run to continue (see 
     try:  # refuses a finished run and one never approved
         settings, plan = resume_plan(settings, run_id, state, address=address)
     except ConfigError as exc:
-        finished = f": {rundir.report_md}" if state.get("status") == "finished" else ""
+        finished = f": {rundir.report_md}" if state.status == "finished" else ""
         base.err.print(f"[red]error:[/red] {exc}{finished}")
         raise typer.Exit(2) from None
-    base.console.print(f"resuming run [bold]{run_id}[/bold] after {len(state.get('iterations', []))} "
-                       f"iteration(s), {len(state.get('documents', {}))} document(s) already ingested")
+    base.console.print(f"resuming run [bold]{run_id}[/bold] after {len(state.iterations)} "
+                       f"iteration(s), {len(state.documents)} document(s) already ingested")
     session = ResearchSession(settings, run_id=run_id, quiet=True)
     try:
         view = base.ProgressView(plan, live=False)

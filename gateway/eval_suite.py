@@ -78,8 +78,8 @@ def score_run(rundir: RunDir, settings: Settings, judge: LLM | None, judge_name:
 
     row = run_metrics(rundir)
     if judge is not None and rundir.report_md.exists():
-        state = rundir.read_state()
-        store = build_store(settings.updated(store={"path": state.get("store_path") or settings.store.path}))
+        state = rundir.require_state()
+        store = build_store(settings.updated(store={"path": state.store_path or settings.store.path}))
         try:
             verdict = asyncio.run(judge_run(rundir, store, judge, judge_name))
         except Exception as exc:  # noqa: BLE001 (one failed judgement must not lose the suite)

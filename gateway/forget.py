@@ -38,6 +38,7 @@ from typing import Any
 from actors.steps.rundir import RunDir
 from infra.errors import ConfigError, ForageError
 from infra.settings import Settings
+from messages.run_state import DocumentEntry, RunState
 
 _RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 DAY_S = 86_400.0
@@ -74,20 +75,18 @@ def run_dir(runs_dir: Path, run_id: str) -> RunDir:
     return RunDir(runs_dir, run_id)
 
 
-def _read_state(rundir: RunDir) -> dict[str, Any]:
+def _read_state(rundir: RunDir) -> RunState | None:
     try:
-        return rundir.read_state()
+        return rundir.load_state()
     except (OSError, ValueError):
-        return {}
+        return None  # the run folder still goes; its documents cannot be told apart
 
 
-def documents_stored_by(state: dict[str, Any]) -> dict[str, dict[str, Any]]:
+def documents_stored_by(state: RunState | None) -> dict[str, DocumentEntry]:
     """doc_id -> ingest record, for the documents this run put into the store (not those it found there)."""
-    out: dict[str, dict[str, Any]] = {}
-    for entry in (state.get("documents") or {}).values():
-        if isinstance(entry, dict) and entry.get("status") == "stored" and entry.get("doc_id"):
-            out[str(entry["doc_id"])] = entry
-    return out
+    if state is None:
+        return {}
+    return {d.doc_id: d for d in state.documents.values() if d.status == "stored" and d.doc_id}
 
 
 def documents_used_elsewhere(runs_dir: Path, run_id: str) -> dict[str, str]:
@@ -97,27 +96,42 @@ def documents_used_elsewhere(runs_dir: Path, run_id: str) -> dict[str, str]:
         if path.parent.name == run_id:
             continue
         try:
-            state = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
+            state = RunState.load(path)
+        except OSError:
             continue
-        for entry in (state.get("documents") or {}).values():
-            if isinstance(entry, dict) and entry.get("doc_id") and entry.get("status") in ("stored", "skipped"):
-                used.setdefault(str(entry["doc_id"]), path.parent.name)
+        except ValueError:  # not a run's state as this Forage knows it: its documents still count as used
+            doc_ids = _doc_ids_in(path)
+        else:
+            doc_ids = state.stored_doc_ids() if state is not None else []
+        for doc_id in doc_ids:
+            used.setdefault(doc_id, path.parent.name)
     return used
 
 
-def _store_settings(settings: Settings, state: dict[str, Any]) -> Settings:
+def _doc_ids_in(path: Path) -> list[str]:
+    """The documents a run.json that is JSON but not a RunState names: deleting a paper another run may still
+    cite is worse than keeping one."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return []
+    docs = data.get("documents") if isinstance(data, dict) else None
+    return [str(e["doc_id"]) for e in (docs.values() if isinstance(docs, dict) else ())
+            if isinstance(e, dict) and e.get("doc_id") and e.get("status") in ("stored", "skipped")]
+
+
+def _store_settings(settings: Settings, state: RunState | None) -> Settings:
     """``settings`` with the store (and embedder) the run recorded in run.json."""
-    recorded = state.get("settings") or {}
     changes: dict[str, dict[str, Any]] = {}
-    if state.get("store_path"):
-        changes["store"] = {"path": Path(state["store_path"])}
-    if recorded.get("embedder") in ("minilm", "ollama"):
-        changes["embed"] = {"backend": recorded["embedder"]}
+    if state is not None and state.store_path:
+        changes["store"] = {"path": Path(state.store_path)}
+    embedder = state.settings.embedder if state is not None and state.settings else None
+    if embedder in ("minilm", "ollama"):
+        changes["embed"] = {"backend": embedder}
     return settings.updated(**changes) if changes else settings
 
 
-def _store_for(settings: Settings, state: dict[str, Any]) -> Any:
+def _store_for(settings: Settings, state: RunState | None) -> Any:
     from infra.store import build_store
 
     return build_store(_store_settings(settings, state))
@@ -196,7 +210,7 @@ def _inside(path: Path, folder: Path) -> bool:
     return True
 
 
-def _delete_documents(settings: Settings, rundir: RunDir, state: dict[str, Any], report: ForgetReport,
+def _delete_documents(settings: Settings, rundir: RunDir, state: RunState | None, report: ForgetReport,
                       store: Any | None) -> None:
     from actors.steps.contextual import cache_path
 
@@ -218,7 +232,7 @@ def _delete_documents(settings: Settings, rundir: RunDir, state: dict[str, Any],
         entry = mine[doc_id]
         store.delete_document(doc_id)
         report.documents_deleted.append(doc_id)
-        path = entry.get("path")
+        path = entry.path
         if path and _inside(Path(path), papers) and Path(path).is_file():
             Path(path).unlink()
             report.papers_removed.append(str(path))

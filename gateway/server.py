@@ -43,12 +43,14 @@ from fastapi.responses import (FileResponse, HTMLResponse, JSONResponse, PlainTe
 from fastapi.staticfiles import StaticFiles
 from pydantic import ValidationError
 
+from actors.steps.run_record import resumable, shown_status
 from actors.steps.rundir import RunDir
 from gateway.api import (Approval, Chunk, Documents, Message, Proposal, RunCreate, RunCreated, RunListItem,
                          RunView, gateway_token, is_loopback, token_path)
 from infra.errors import validation_text
 from infra.settings import Settings, settings_for_run
 from messages.plan import Requirement, RequirementsPlan, ResearchQuery, SearchQuery
+from messages.run_state import RunState
 from messages.status import Stage, StatusEvent
 
 STATIC = Path(__file__).resolve().parent / "static"
@@ -61,7 +63,6 @@ ARTIFACTS = {"run.json": "application/json", "evidence.jsonl": "application/x-nd
              "report.md": "text/markdown; charset=utf-8", "report.json": "application/json",
              "comparison.json": "application/json"}
 FINAL_KINDS = ("finished", "failed")
-RESUMABLE = ("interrupted", "cancelled", "failed")  # shown statuses `forage resume` continues
 _FIGURE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}\.(svg|png)$")
 FIGURE_TYPES = {"svg": "image/svg+xml", "png": "image/png"}
 
@@ -150,6 +151,14 @@ class RunManager:
             raise HTTPException(422, validation_text(exc, field_names=QUERY_NAMES)) from None
         settings = self.settings_for(req)
         loop = asyncio.get_running_loop()
+        if self.llm is None:  # the model server and model answer before any work, as `forage research` checks
+            from gateway.session import check_model_servers
+            from infra.errors import ForageError, describe
+
+            try:
+                await loop.run_in_executor(self.pool, check_model_servers, settings)
+            except ForageError as exc:
+                raise HTTPException(503, describe(exc)) from None
         session = await loop.run_in_executor(self.pool, self._session, settings)
         run = ManagedRun(run_id=session.run_id, query=req.query.strip(), settings=settings, session=session,
                          cond=asyncio.Condition())
@@ -174,13 +183,13 @@ class RunManager:
         if run_id in self._resuming or (held is not None and not held.ended):
             raise HTTPException(409, f"run {run_id} is {held.status if held else 'resuming'} in this gateway")
         try:
-            state = rundir.read_state()
+            state = rundir.load_state()
         except (OSError, ValueError) as exc:
             raise HTTPException(409, f"run {run_id}: run.json cannot be read ({type(exc).__name__})") from None
-        if not state:
+        if state is None:
             raise HTTPException(404, f"no run {run_id!r}")
-        if not resumable(state, False, rundir):
-            raise HTTPException(409, f"run {run_id} is {shown_status(state, False, rundir)}: only an interrupted, "
+        if not resumable(state, rundir):
+            raise HTTPException(409, f"run {run_id} is {shown_status(state, rundir)}: only an interrupted, "
                                      "cancelled or failed run with approved requirements can be resumed")
         try:
             settings, plan = resume_plan(self.settings, run_id, state)
@@ -204,7 +213,9 @@ class RunManager:
         try:
             plan = run.session.plan(run.query)
         except Exception as exc:  # noqa: BLE001 — the run fails, the gateway stays up
-            self._finish(run, "failed", f"planning failed: {type(exc).__name__}: {exc}")
+            from infra.errors import describe
+
+            self._finish(run, "failed", f"planning failed: {describe(exc)}")  # one sentence, no traceback
             self._call_in_loop(run.planned.set)
             return
         if run.status == "planning":
@@ -239,7 +250,9 @@ class RunManager:
             summary = run.session.run(plan)
             self._finish(run, summary.status, None if summary.status == "finished" else summary.stop_reason)
         except Exception as exc:  # noqa: BLE001
-            self._finish(run, "failed", f"{type(exc).__name__}: {exc}")
+            from infra.errors import describe
+
+            self._finish(run, "failed", describe(exc))
 
     def _finish(self, run: ManagedRun, status: str, error: str | None) -> None:
         run.status, run.error = status, error
@@ -319,12 +332,12 @@ class RunManager:
     # -- state -----------------------------------------------------------------------------------------
     def state(self, run_id: str) -> RunView:
         rundir = self.rundir(run_id)
-        disk = _read_json(rundir.run_json)
+        disk = _load(rundir)
         run = self.runs.get(run_id)
-        if run is None and not disk and not rundir.events_jsonl.exists():
+        if run is None and disk is None and not rundir.events_jsonl.exists():
             raise HTTPException(404, f"no run {run_id!r}")
         live = run is not None and not run.ended
-        status = shown_status(disk, live, rundir)
+        status = shown_status(disk, rundir, live=live)
         proposal = None
         if run is not None:
             if run.status in ("planning", "awaiting_approval") or status in ("awaiting_approval", "unknown"):
@@ -336,25 +349,26 @@ class RunManager:
                                     search_queries=[q.model_dump(mode="json") for q in run.plan.search_queries],
                                     search_filters=[list(q.filters()) for q in run.plan.search_queries],
                                     degraded=list(run.plan.degraded))
-        docs = disk.get("documents") or {}
-        failures = {k: str(d.get("reason") or "") for k, d in docs.items() if d.get("status") == "failed"}
-        acquisition = disk.get("acquisition") or {}
-        downloaded = sum(1 for a in acquisition.values() if a.get("path"))
+        docs = disk.documents if disk else {}
+        failures = {k: d.reason or "" for k, d in docs.items() if d.status == "failed"}
+        downloaded = sum(1 for a in (disk.acquisition if disk else {}).values() if a.get("path"))
         events = run.events if run is not None else self._disk_events(run_id, 0)
         found = sum(int(e.payload.get("found", 0)) for e in events if e.stage == Stage.SEARCH and e.kind == "results")
-        iterations = disk.get("iterations") or []
-        coverage = disk.get("coverage") or (iterations[-1]["coverage"] if iterations else {})
+        iterations = disk.iterations if disk else []
+        coverage = (disk.coverage if disk else {}) or (iterations[-1].coverage if iterations else {})
+        requirements = [r.model_dump() for r in disk.requirements] if disk else []
         egress = rundir.path / "egress.jsonl"
         return RunView(
-            run_id=run_id, status=status, query=disk.get("query") or (run.query if run else None),
-            live=live, resumable=resumable(disk, live, rundir), proposal=proposal,
-            requirements=disk.get("requirements") or (
+            run_id=run_id, status=status, query=(disk.query if disk else None) or (run.query if run else None),
+            live=live, resumable=resumable(disk, rundir, live=live), proposal=proposal,
+            requirements=requirements or (
                 [r.model_dump() for r in run.plan.requirements] if run and run.plan else []),
-            search_queries=disk.get("search_queries") or [], iterations=len(iterations), coverage=coverage,
-            final_coverage=disk.get("final_coverage"), stop_reason=disk.get("stop_reason"),
-            error=(run.error if run else None) or disk.get("error"),
+            search_queries=[q.model_dump(mode="json") for q in disk.search_queries] if disk else [],
+            iterations=len(iterations), coverage=coverage,
+            final_coverage=disk.final_coverage if disk else None, stop_reason=disk.stop_reason if disk else None,
+            error=(run.error if run else None) or (disk.error if disk else None),
             documents=Documents(found=max(found, len(docs)), downloaded=downloaded,
-                                ingested=sum(1 for d in docs.values() if d.get("status") in ("stored", "skipped")),
+                                ingested=sum(1 for d in docs.values() if d.status in ("stored", "skipped")),
                                 failed=len(failures), failures=failures),
             egress_requests=_count_lines(egress), last_seq=run.last_seq if run else len(events),
             report_ready=rundir.report_md.exists(),
@@ -364,11 +378,12 @@ class RunManager:
         items: dict[str, RunListItem] = {}
         if self.runs_dir.exists():
             for path in self.runs_dir.glob("*/run.json"):
-                disk, rundir = _read_json(path), RunDir(self.runs_dir, path.parent.name)
-                items[path.parent.name] = RunListItem(run_id=path.parent.name, status=shown_status(disk, False, rundir),
-                                                      query=disk.get("query"), live=False,
-                                                      final_coverage=disk.get("final_coverage"),
-                                                      resumable=resumable(disk, False, rundir))
+                rundir = RunDir(self.runs_dir, path.parent.name)
+                disk = _load(rundir)
+                items[path.parent.name] = RunListItem(run_id=path.parent.name, status=shown_status(disk, rundir),
+                                                      query=disk.query if disk else None, live=False,
+                                                      final_coverage=disk.final_coverage if disk else None,
+                                                      resumable=resumable(disk, rundir))
         for run_id, run in self.runs.items():
             old = items.get(run_id)
             live = not run.ended
@@ -380,30 +395,12 @@ class RunManager:
         return sorted(items.values(), key=lambda i: i.run_id, reverse=True)
 
 
-def shown_status(disk: dict[str, Any], live: bool, rundir: RunDir | None = None) -> str:
-    """run.json's status as the gateway shows it (as `forage runs` does): a "running" run that this gateway
-    does not drive and whose owner process (the Orchestrator that claimed it) is gone is "interrupted" — its
-    gateway, driver or Orchestrator stopped."""
-    status = str(disk.get("status") or "unknown")
-    if status == "running" and not live and rundir is not None and rundir.owner_alive() is False:
-        return "interrupted"
-    return status
-
-
-def resumable(disk: dict[str, Any], live: bool, rundir: RunDir | None = None) -> bool:
-    """POST .../resume (as `forage resume`) continues it: approved, not finished, and driven by no one — or
-    "running" with an owner that cannot be seen from here (on another machine): resuming takes it over."""
-    if live or not disk.get("requirements"):
-        return False
-    status = shown_status(disk, live, rundir)
-    return status in RESUMABLE or (status == "running" and (rundir is None or rundir.owner_alive() is None))
-
-
-def _read_json(path: Path) -> dict[str, Any]:
+def _load(rundir: RunDir) -> RunState | None:
+    """The run's state; None when it has none or it cannot be read (shown as "unknown")."""
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        return rundir.load_state()
     except (OSError, ValueError):
-        return {}
+        return None
 
 
 def _count_lines(path: Path) -> int:
@@ -614,11 +611,11 @@ def create_app(settings: Settings, *, llm: Any | None = None, token: str | None 
              summary="A stored chunk cited by the run (as `forage chunk`): text, document, section, pages")
     async def chunk(run_id: str, chunk_id: str) -> Chunk:
         rundir = manager.rundir(run_id)
-        state = rundir.read_state()
-        if not state.get("store_path"):
+        state = _load(rundir)
+        if state is None or not state.store_path:
             raise HTTPException(404, f"run {run_id} records no store")
         return await asyncio.get_running_loop().run_in_executor(
-            manager.pool, _load_chunk, settings, Path(state["store_path"]), chunk_id)
+            manager.pool, _load_chunk, settings, Path(state.store_path), chunk_id)
 
     @app.websocket("/ws/runs/{run_id}")
     async def ws_events(websocket: WebSocket, run_id: str, after: int = Query(0, ge=0)) -> None:
@@ -644,9 +641,9 @@ def create_app(settings: Settings, *, llm: Any | None = None, token: str | None 
                     await websocket.send_text(json.dumps({"type": "event", "event": ev.model_dump(mode="json")}))
                     after = ev.seq
                 rundir = manager.rundir(run_id)
-                state = _read_json(rundir.run_json)
-                await websocket.send_json({"type": "end", "status": shown_status(state, False, rundir),
-                                           "last_seq": after, "resumable": resumable(state, False, rundir)})
+                state = _load(rundir)
+                await websocket.send_json({"type": "end", "status": shown_status(state, rundir),
+                                           "last_seq": after, "resumable": resumable(state, rundir)})
             else:
                 streamer = asyncio.create_task(_stream(websocket, run, after))
                 await asyncio.wait({streamer, reader}, return_when=asyncio.FIRST_COMPLETED)
@@ -786,9 +783,9 @@ def status_of(run: ManagedRun) -> str:
     """The run's status; once its events have ended, run.json (checkpointed before the last event) decides."""
     if run.ended and run.status not in ("planning", "awaiting_approval", "cancelled"):
         rundir = RunDir(run.settings.run.runs_dir, run.run_id)
-        disk = _read_json(rundir.run_json)
-        shown = shown_status(disk, False, rundir)  # "interrupted" when it ended while run.json says running
-        if disk.get("status") not in (None, "running", "awaiting_approval") or shown == "interrupted":
+        disk = _load(rundir)
+        shown = shown_status(disk, rundir)  # "interrupted" when it ended while run.json says running
+        if (disk is not None and disk.status not in ("running", "awaiting_approval")) or shown == "interrupted":
             return shown
     return run.status
 

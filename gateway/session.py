@@ -19,7 +19,8 @@ from actors.status_hub import StatusHub
 from actors.steps.rundir import RunDir, new_run_id
 from infra.errors import ConfigError
 from infra.settings import Settings, settings_for_run
-from messages.plan import PlanRequest, Requirement, RequirementsPlan, ResearchQuery, SearchQuery
+from messages.plan import PlanRequest, RequirementsPlan, ResearchQuery
+from messages.run_state import RecordedSettings, RunState
 from messages.status import RunSummary, Stage, StatusEvent
 
 
@@ -88,7 +89,24 @@ class ResearchSession:
                 pass
 
 
-def resume_plan(settings: Settings, run_id: str, state: dict[str, Any], *,
+def check_model_servers(settings: Settings) -> None:
+    """The model server and model a run needs (and the embedding server, for Ollama embeddings) answer:
+    LLMUnavailable (one sentence: what is missing, how to fix it) before any work starts. The CLI's preflight and
+    the gateway's POST /api/runs both call it. Blocking: from async code, call it in a worker thread."""
+    import asyncio
+
+    from infra.llm import build_llm
+
+    asyncio.run(build_llm(settings).check())
+    if settings.embed.backend == "ollama":
+        from infra.embed import build_embedder
+
+        check = getattr(build_embedder(settings), "check", None)
+        if check is not None:
+            check()
+
+
+def resume_plan(settings: Settings, run_id: str, state: RunState, *,
                 address: str | None = None) -> tuple[Settings, RequirementsPlan]:
     """The settings and approved plan that continue run ``run_id`` from its run.json ``state``.
 
@@ -98,24 +116,24 @@ def resume_plan(settings: Settings, run_id: str, state: dict[str, Any], *,
     ``settings``.
     ``address``: the Ray cluster to run on. ConfigError when the run is finished or was never approved.
     """
-    if state.get("status") == "finished":
+    if state.status == "finished":
         raise ConfigError(f"run {run_id} is already finished")
-    if not state.get("requirements"):
+    if not state.approved:
         raise ConfigError(f"run {run_id} never started (no approved requirements); start a new run")
-    recorded = state.get("settings") or {}
-    searches = tuple(SearchQuery.model_validate(q) for q in state.get("search_queries") or ())
-    if recorded.get("resolved"):  # every value the run was made with (run.json since this format)
-        settings = settings_for_run(settings, recorded=recorded["resolved"], address=address)
+    recorded = state.settings or RecordedSettings()
+    searches = tuple(state.search_queries)
+    if recorded.resolved:  # every value the run was made with (run.json since this format)
+        settings = settings_for_run(settings, recorded=recorded.resolved, address=address)
     else:  # an older run.json: its summary, the rest from ``settings``
         settings = settings_for_run(
-            settings, preset=recorded.get("preset"), min_coverage=recorded.get("min_coverage"),
-            max_iterations=recorded.get("max_iterations"), llm_backend=recorded.get("llm"),
-            embedder=recorded.get("embedder"), store=Path(state["store_path"]) if state.get("store_path") else None,
+            settings, preset=recorded.preset, min_coverage=recorded.min_coverage,
+            max_iterations=recorded.max_iterations, llm_backend=recorded.llm,
+            embedder=recorded.embedder, store=Path(state.store_path) if state.store_path else None,
             offline=not searches, address=address)
-        settings = settings.updated(search={"library": Path(state["library"]) if state.get("library") else None})
-    query = ResearchQuery(run_id=run_id, text=state["query"])
+        settings = settings.updated(search={"library": Path(state.library) if state.library else None})
+    query = ResearchQuery(run_id=run_id, text=state.query or "")
     plan = RequirementsPlan(run_id=run_id, query=query, approved=True, search_queries=searches,
-                            requirements=tuple(Requirement.model_validate(r) for r in state["requirements"]))
+                            requirements=tuple(state.requirements))
     return settings, plan
 
 

@@ -80,3 +80,45 @@ def validation_text(exc: Any, *, field_names: dict[str, str] | None = None) -> s
         where = names.get(loc[-1], loc[-1]) if loc else ""
         parts.append(f"{where}: {msg}" if where and where.casefold() not in msg.casefold() else msg)
     return "; ".join(parts)
+
+
+_ANSI: Any = None  # compiled on first use
+
+
+def strip_ansi(text: str) -> str:
+    """``text`` without terminal escape codes (Ray colours its tracebacks)."""
+    import re
+
+    global _ANSI
+    if _ANSI is None:
+        _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
+    return _ANSI.sub("", text)
+
+
+def unwrap(exc: BaseException) -> BaseException:
+    """The error a Ray task raised, for a ``RayTaskError`` (its ``cause``); ``exc`` itself otherwise."""
+    for _ in range(8):
+        cause = getattr(exc, "cause", None)
+        if not isinstance(cause, BaseException):
+            break
+        exc = cause
+    return exc
+
+
+def describe(exc: BaseException) -> str:
+    """One line for a person: what went wrong, never a traceback or a terminal escape code. A Ray task's error
+    is unwrapped to the error its task raised; Forage's own errors are their message (they say what to do); a
+    validation error names the value and the problem; anything else is its type and the first line of its
+    message."""
+    exc = unwrap(exc)
+    if hasattr(exc, "errors") and callable(exc.errors):  # pydantic's ValidationError
+        try:
+            return validation_text(exc, field_names={"query": "the research query", "text": "the research query"})
+        except Exception:  # noqa: BLE001 — not pydantic's after all
+            pass
+    text = strip_ansi(str(exc))
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    first = lines[0] if lines else ""
+    if isinstance(exc, ForageError):
+        return " ".join(text.split()) if len(lines) <= 3 else first
+    return f"{type(exc).__name__}: {first}" if first else type(exc).__name__

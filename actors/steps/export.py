@@ -22,6 +22,7 @@ from markdown_it import MarkdownIt
 
 from actors.steps.rundir import RunDir
 from actors.steps.write import SOURCES_HEADING
+from messages.run_state import RunState
 from messages.write import Report, SourceRef
 
 FORMATS = ("md", "html", "bibtex", "ris", "json")
@@ -167,11 +168,11 @@ def to_ris(sources: list[SourceRef] | tuple[SourceRef, ...]) -> str:
 
 
 # -- JSON --------------------------------------------------------------------------------------------------
-def to_json(rundir: RunDir, report: Report, state: dict[str, Any]) -> str:
+def to_json(rundir: RunDir, report: Report, state: RunState) -> str:
     data: dict[str, Any] = {
-        "run_id": rundir.run_id, "query": state.get("query"), "status": state.get("status"),
-        "stop_reason": state.get("stop_reason"), "final_coverage": state.get("final_coverage"),
-        "requirements": state.get("requirements", []), "iterations": state.get("iterations", []),
+        "run_id": rundir.run_id, "query": state.query, "status": state.status,
+        "stop_reason": state.stop_reason, "final_coverage": state.final_coverage,
+        **state.model_dump(mode="json", include={"requirements", "iterations"}),
         "report": json.loads(report.model_dump_json()),
     }
     comparison = rundir.path / "comparison.json"
@@ -186,7 +187,7 @@ def export(rundir: RunDir, fmt: str) -> str:
 
     if fmt not in FORMATS:
         raise ValueError(f"unknown export format {fmt!r}; choose one of {', '.join(FORMATS)}")
-    state = rundir.read_state()
+    state = rundir.require_state()
     report = load_report(rundir, state)
     if fmt == "md":
         return report.markdown

@@ -53,7 +53,7 @@ class Judgement:
 
 
 async def judge_run(rundir: RunDir, store: Store, judge: LLM, judge_name: str = "") -> Judgement:
-    state = rundir.read_state()
+    state = rundir.require_state()
     report = load_report(rundir, state)
     passages = []
     for c in load_cited_chunks(rundir)[:EVIDENCE_CHUNKS]:
@@ -63,7 +63,7 @@ async def judge_run(rundir: RunDir, store: Store, judge: LLM, judge_name: str = 
     markdown = report.markdown if len(report.markdown) <= REPORT_CHARS else report.markdown[:REPORT_CHARS] + " …"
     verdict = await judge.structured([
         {"role": "system", "content": _JUDGE_SYSTEM},
-        {"role": "user", "content": (f"{block('QUERY', str(state.get('query', '')))}\n\n{block('REPORT', markdown)}"
+        {"role": "user", "content": (f"{block('QUERY', state.query or '')}\n\n{block('REPORT', markdown)}"
                                      f"\n\nPassages the citations rest on:\n"
                                      f"{block('EVIDENCE', chr(10).join(passages) or '(none)')}")}], JudgeVerdict)
     claims = [" ".join(c.split()) for c in verdict.unsupported_claims if c.strip()]
@@ -73,14 +73,15 @@ async def judge_run(rundir: RunDir, store: Store, judge: LLM, judge_name: str = 
 
 def run_metrics(rundir: RunDir) -> dict[str, Any]:
     """What a run folder records, as one flat row (None where the run has no value)."""
-    state = rundir.read_state()
-    row: dict[str, Any] = {"run_id": rundir.run_id, "query": state.get("query", ""), "status": state.get("status"),
-                           "coverage": state.get("final_coverage"), "iterations": len(state.get("iterations", [])),
-                           "sources": len(state.get("sources", [])), "removed_citations": state.get("removed_citations"),
-                           "wall_s": state.get("seconds"), "compliance": None, "records": None}
+    state = rundir.require_state()
+    row: dict[str, Any] = {"run_id": rundir.run_id, "query": state.query or "", "status": state.status,
+                           "coverage": state.final_coverage, "iterations": len(state.iterations),
+                           "sources": len(state.sources),
+                           "removed_citations": (state.removed_citations if "removed_citations" in state.model_fields_set
+                                                 else None),
+                           "wall_s": state.seconds, "compliance": None, "records": None}
     # the Foragers' counts are cumulative over iterations: the last iteration holds the run's total
-    iterations = state.get("iterations", [])
-    forage_calls = sum(iterations[-1].get("llm_calls", {}).values()) if iterations else 0
+    forage_calls = sum(state.iterations[-1].llm_calls.values()) if state.iterations else 0
     writer_calls = 0
     if rundir.report_json.exists():
         report = json.loads(rundir.report_json.read_text(encoding="utf-8"))

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from infra.private_files import private_append, private_dir
+from messages.run_state import RunState
 from messages.write import Report
 
 __all__ = ["RunDir", "atomic_write", "atomic_write_bytes", "new_run_id", "private_append", "private_dir"]
@@ -168,13 +169,22 @@ class RunDir:
     def cancel_requested(self) -> bool:
         return self.cancel_flag.exists()
 
-    def read_state(self) -> dict[str, Any]:
-        if not self.run_json.exists():
-            return {}
-        return json.loads(self.run_json.read_text(encoding="utf-8"))
+    def load_state(self) -> RunState | None:
+        """The run's state (run.json); None when there is none. ValueError when it is not a run's state."""
+        return RunState.load(self.run_json)
 
-    def save_state(self, state: dict[str, Any]) -> None:
-        atomic_write(self.run_json, json.dumps(state, indent=2, default=str, ensure_ascii=False) + "\n")
+    def require_state(self) -> RunState:
+        """The run's state; FileNotFoundError when the run has none (ValueError when it is not a run's state)."""
+        state = self.load_state()
+        if state is None:
+            raise FileNotFoundError(f"no run {self.run_id!r}: {self.run_json} does not exist")
+        return state
+
+    def save_state(self, state: RunState | dict[str, Any]) -> None:
+        """Write run.json atomically. A dict (an older caller, a test) is validated as a RunState first."""
+        if not isinstance(state, RunState):
+            state = RunState.model_validate(state)
+        atomic_write(self.run_json, state.to_json())
 
     def save_report(self, report: Report) -> None:
         atomic_write(self.report_md, report.markdown)

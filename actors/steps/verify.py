@@ -13,11 +13,11 @@ import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from actors.steps.rundir import RunDir
 from actors.steps.write import SOURCES_HEADING, check_citations, citation_numbers
 from infra.store.base import Store
+from messages.run_state import RunState
 from messages.write import CitedChunk, Report
 
 
@@ -49,15 +49,15 @@ def load_cited_chunks(rundir: RunDir) -> list[CitedChunk]:
     return [CitedChunk.model_validate_json(line) for line in lines if line.strip()]
 
 
-def load_report(rundir: RunDir, state: dict[str, Any] | None = None) -> Report:
+def load_report(rundir: RunDir, state: RunState | None = None) -> Report:
     """The run's report: report.json when saved; else rebuilt from run.json's sources and report.md."""
     if rundir.report_json.exists():
         return rundir.load_report()
-    state = state if state is not None else rundir.read_state()
+    state = state if state is not None else rundir.require_state()
     if not rundir.report_md.exists():
         raise FileNotFoundError(f"run {rundir.run_id} has no report ({rundir.report_md} does not exist)")
     return Report.model_validate({"run_id": rundir.run_id, "markdown": rundir.report_md.read_text(encoding="utf-8"),
-                                  "sources": state.get("sources", []),
+                                  "sources": [src.model_dump() for src in state.sources],
                                   "cited_chunks": [c.model_dump() for c in load_cited_chunks(rundir)]})
 
 
@@ -107,7 +107,7 @@ def verify_run(rundir: RunDir, store: Store) -> list[Check]:
 
 def store_path(rundir: RunDir) -> Path:
     """The store the run used (run.json's store_path)."""
-    state = json.loads(rundir.run_json.read_text(encoding="utf-8"))
-    if not state.get("store_path"):
+    state = rundir.require_state()
+    if not state.store_path:
         raise ValueError(f"run {rundir.run_id} records no store_path in run.json; pass --store")
-    return Path(state["store_path"])
+    return Path(state.store_path)

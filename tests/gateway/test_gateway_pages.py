@@ -138,8 +138,10 @@ def test_resume_plan_rebuilds_the_run_from_run_json(tmp_path) -> None:
              "search_queries": [{"text": "zebrafish fin regeneration", "requirement_ids": ["R1"]}],
              "settings": {"preset": "deep", "min_coverage": 0.7, "max_iterations": 4, "llm": "ollama"},
              "store_path": str(tmp_path / "store"), "library": str(tmp_path / "lib")}
-    settings, plan = resume_plan(Settings.load("quick"), "20260101-000000-00000000000000cc", state,
-                                 address="ray://head:10001")
+    from messages.run_state import RunState
+
+    settings, plan = resume_plan(Settings.load("quick"), "20260101-000000-00000000000000cc",
+                                 RunState.model_validate({"run_id": "r", **state}), address="ray://head:10001")
     assert plan.approved and plan.run_id == "20260101-000000-00000000000000cc"
     assert plan.query.text == state["query"] and [r.id for r in plan.requirements] == ["R1"]
     assert [q.text for q in plan.search_queries] == ["zebrafish fin regeneration"]
@@ -150,7 +152,7 @@ def test_resume_plan_rebuilds_the_run_from_run_json(tmp_path) -> None:
     assert settings.ray.address == "ray://head:10001"
     for bad in ({**state, "status": "finished"}, {**state, "requirements": []}):
         with pytest.raises(ConfigError):
-            resume_plan(Settings.load("quick"), "r", bad)
+            resume_plan(Settings.load("quick"), "r", RunState.model_validate({"run_id": "r", **bad}))
 
 
 def test_resume_restores_every_recorded_value_but_secrets(tmp_path) -> None:
@@ -158,6 +160,7 @@ def test_resume_restores_every_recorded_value_but_secrets(tmp_path) -> None:
     (model, mailto, sources, Zotero, forage strengths) except secrets, which come from the resuming side."""
     from gateway.session import resume_plan
     from infra.settings import Settings
+    from messages.run_state import RunState
 
     run = Settings.load("deep", llm={"model": "llama3:8b"}, search={"mailto": "me@lab.example", "sources": ["arxiv"],
                                                                     "openalex_api_key": "secret-1"},
@@ -165,8 +168,9 @@ def test_resume_restores_every_recorded_value_but_secrets(tmp_path) -> None:
                         run={"runs_dir": tmp_path / "runs"}, store={"path": tmp_path / "store"})
     recorded = json.loads(json.dumps(run.record()))  # as run.json holds it
     assert "secret" not in json.dumps(recorded) and "ray" not in recorded
-    state = {"status": "interrupted", "query": "q?", "requirements": [{"id": "R1", "text": "Fin regrowth speed"}],
-             "settings": {"preset": "deep", "resolved": recorded}}
+    state = RunState(run_id="r", status="running", query="q?",
+                     requirements=[{"id": "R1", "text": "Fin regrowth speed"}],
+                     settings={"preset": "deep", "resolved": recorded})
     resumer = Settings.load("quick", zotero={"api_key": "mine"})
     settings, _ = resume_plan(resumer, "20260101-000000-00000000000000cc", state, address="auto")
     assert settings.record() == run.record()

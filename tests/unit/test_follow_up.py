@@ -11,6 +11,7 @@ iteration.
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 from pathlib import Path
 from typing import Any
@@ -147,7 +148,7 @@ def real_run(settings: Settings, run_id: str, query: str, embedder: Any, from_ru
 
     summary = asyncio.run(go())
     assert summary.status == "finished", summary.stop_reason
-    return RunDir(settings.run.runs_dir, run_id).read_state(), emit, llm, requests
+    return json.loads(RunDir(settings.run.runs_dir, run_id).run_json.read_text(encoding="utf-8")), emit, llm, requests
 
 
 def store_outsider(settings: Settings, world: dict[str, Path], embedder: Any) -> str:
@@ -225,14 +226,14 @@ def test_follow_up_settings_take_the_earlier_runs_store_library_and_embedder(wor
 
     settings = settings_for(world)
     RunDir(world["runs"], "run-old").save_state({
-        "status": "finished", "store_path": str(tmp_path / "old-store"), "library": str(tmp_path / "old-lib"),
+        "run_id": "run-old", "status": "finished", "store_path": str(tmp_path / "old-store"), "library": str(tmp_path / "old-lib"),
         "settings": {"embedder": "ollama"}, "documents": {"file:/x.pdf": {"status": "stored", "doc_id": "d1"}}})
     derived = follow_up_settings(settings, "run-old")
     assert derived.store.path == tmp_path / "old-store" and derived.search.library == tmp_path / "old-lib"
     assert derived.embed.backend == "ollama"
     kept = follow_up_settings(settings, "run-old", keep_library=True, keep_store=True)
     assert kept.store.path == world["store"] and kept.search.library == world["library"]
-    RunDir(world["runs"], "run-empty").save_state({"status": "failed", "documents": {}})
+    RunDir(world["runs"], "run-empty").save_state({"run_id": "run-empty", "status": "failed", "documents": {}})
     with pytest.raises(ForageError, match="no stored documents"):
         follow_up_settings(settings, "run-empty")
     with pytest.raises(ForageError, match="no run 'run-missing'"):

@@ -11,6 +11,7 @@ store, anything else a run wrote there) may contain them.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import re
 import stat
@@ -199,7 +200,7 @@ def real_run(settings: Settings, run_id: str, embedder: Any) -> dict[str, Any]:
 
     summary = asyncio.run(go())
     assert summary.status == "finished", summary.stop_reason
-    return RunDir(settings.run.runs_dir, run_id).read_state()
+    return json.loads(RunDir(settings.run.runs_dir, run_id).run_json.read_text(encoding="utf-8"))
 
 
 def files_containing(word: str, *folders: Path) -> list[str]:

@@ -171,7 +171,7 @@ def test_a_whole_run_finishes_through_every_fault_and_records_what_degraded(chao
     settings, summary, server, llm = (chaos_run[k] for k in ("settings", "summary", "server", "llm"))
     assert summary.status == "finished", summary.stop_reason
     rundir = RunDir(settings.run.runs_dir, RUN)
-    state = rundir.read_state()
+    state = json.loads(rundir.run_json.read_text(encoding="utf-8"))
     assert [r["text"] for r in state["requirements"]][1:] == [SCALES_REQUIREMENT]  # the plan came through
     assert {d["status"] for d in state["documents"].values()} == {"stored"}
     checks = verify_run(rundir, build_store(settings))  # every [n] resolves to a chunk that says it
@@ -211,7 +211,7 @@ def test_the_writer_with_its_server_down_writes_the_report_from_the_evidence(cha
 
     settings = chaos_run["settings"]
     assert chaos_run["summary"].status == "finished"
-    state = RunDir(settings.run.runs_dir, RUN).read_state()
+    state = json.loads(RunDir(settings.run.runs_dir, RUN).run_json.read_text(encoding="utf-8"))
     coverages = tuple(RequirementCoverage.model_validate(c) for c in state["last_coverages"])
     written = [c.requirement.id for c in coverages if c.status == "ok" and c.evidence]  # sections the LLM writes
     assert written

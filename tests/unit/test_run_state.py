@@ -1,0 +1,88 @@
+"""run.json is one typed model (messages/run_state.py): run.json files of the format before it load and
+round-trip (every value kept, unknown fields too), a write that does not fit is refused before it reaches the
+disk, and the status shown for a run comes from one place."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from actors.steps.run_record import RunRecord, resumable, shown_status, stop_reason
+from actors.steps.rundir import RunDir
+from messages.run_state import RunState
+
+OLD = Path(__file__).resolve().parents[1] / "data" / "run_json"
+FILES = sorted(OLD.glob("*.json"))
+
+
+@pytest.mark.parametrize("path", FILES, ids=[p.stem for p in FILES])
+def test_an_older_run_json_loads_typed_and_round_trips(path: Path) -> None:
+    original = json.loads(path.read_text(encoding="utf-8"))
+    state = RunState.load(path)
+    assert state is not None and state.status == original["status"] == "finished"
+    assert [r.id for r in state.requirements] == [r["id"] for r in original["requirements"]]
+    assert set(state.documents) == set(original["documents"])
+    assert [it.coverage for it in state.iterations] == [it["coverage"] for it in original["iterations"]]
+    assert state.final_coverage == original["final_coverage"]
+    again = json.loads(state.to_json())
+    for key, value in original.items():  # every value it held, as it held it
+        assert again.get(key) == value, key
+    assert RunState.from_json(state.to_json()) == state
+
+
+def test_what_each_older_file_records_is_there_typed() -> None:
+    replanned = RunState.load(OLD / "replanned.json")
+    assert replanned.replans and replanned.replans[0].added and replanned.replans[0].after_iteration >= 2
+    resumed = RunState.load(OLD / "resumed.json")
+    assert resumed.resumed and resumed.resumed[0].status_was == "running"
+    follow = RunState.load(OLD / "follow_up.json")
+    assert follow.from_run is not None and follow.from_run.run_id and follow.stored_doc_ids()
+    ray_run = RunState.load(OLD / "ray_run_with_faults.json")
+    assert ray_run.settings is not None and ray_run.settings.resolved and ray_run.last_coverages
+    assert all(d.in_store for d in ray_run.documents.values()) and len(ray_run.stored_doc_ids()) == 4
+
+
+def test_fields_another_version_wrote_are_kept(tmp_path) -> None:
+    data = json.loads((OLD / "resumed.json").read_text(encoding="utf-8"))
+    data["written_by_a_newer_forage"] = {"x": [1, 2]}
+    data["iterations"][0]["also_newer"] = "kept"
+    rundir = RunDir(tmp_path, data["run_id"])
+    rundir.save_state(data)
+    back = json.loads(rundir.run_json.read_text(encoding="utf-8"))
+    assert back["written_by_a_newer_forage"] == {"x": [1, 2]} and back["iterations"][0]["also_newer"] == "kept"
+
+
+def test_a_write_that_is_not_a_runs_state_never_reaches_the_disk(tmp_path) -> None:
+    rundir = RunDir(tmp_path, "r")
+    rundir.save_state({"run_id": "r", "status": "running"})
+    before = rundir.run_json.read_text(encoding="utf-8")
+    for bad in ({"run_id": "r", "status": "sleeping"}, {"run_id": "r", "status": "running", "iterations": [{}]},
+                {"run_id": "r", "status": "running", "documents": {"k": {"status": "lost"}}}):
+        with pytest.raises(ValueError):
+            rundir.save_state(bad)
+    assert rundir.run_json.read_text(encoding="utf-8") == before
+    (tmp_path / "r" / "run.json").write_text("[1, 2]", encoding="utf-8")
+    with pytest.raises(ValueError, match="not a JSON object"):
+        rundir.load_state()
+    assert RunDir(tmp_path, "none").load_state() is None
+
+
+def test_the_stop_rule_and_the_shown_status_live_in_one_place(tmp_path) -> None:
+    assert stop_reason(0.9, 1, 0.85, 6) == "coverage 0.90 reached the goal 0.85"
+    assert stop_reason(0.5, 6, 0.85, 6) == "reached the maximum of 6 iterations (coverage 0.50)"
+    assert stop_reason(0.5, 2, 0.85, 6) == ""
+    rundir = RunDir(tmp_path, "r")
+    record = RunRecord(rundir, "r")
+    state = RunState(run_id="r", status="running", requirements=[{"id": "R1", "text": "Fin regrowth"}])
+    rundir.save_state(state)
+    assert shown_status(None) == "unknown"
+    assert shown_status(state, rundir) == "running"  # no owner recorded: cannot tell
+    record.claim()  # this process: alive
+    assert shown_status(state, rundir) == "running" and not resumable(state, rundir)
+    owner = json.loads(rundir.owner_file.read_text())
+    rundir.owner_file.write_text(json.dumps({**owner, "pid": 2 ** 22 + 7, "started": 1.0}))  # a process long gone
+    assert shown_status(state, rundir) == "interrupted" and resumable(state, rundir)
+    assert shown_status(state, rundir, live=True) == "running" and not resumable(state, rundir, live=True)
+    assert not resumable(state.model_copy(update={"requirements": []}), rundir)  # never approved
