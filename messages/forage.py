@@ -38,6 +38,10 @@ class ChunkJudgement(Frozen):
     model_tag: Tag | None = Field(
         default=None, description="The judge's own tag when the relevance check overruled it (``tag`` is then what "
                                   "counts); None: the check agreed, or the passage was never shown to the judge.")
+    model_kind: Literal["method", "result", "background"] | None = Field(
+        default=None, description="The judge's own kind when the section check overruled it: a 'method' or 'result' "
+                                  "from an introduction, background or related-work section counts as background "
+                                  "(``kind``); None: the check agreed.")
 
 
 class DocumentSummary(Frozen):

@@ -119,6 +119,19 @@ def _norm_path(path: str) -> str:
     return " ".join(path.casefold().split())
 
 
+_BACKGROUND_SECTION = re.compile(
+    r"^\W*(?:(?:\d+|[ivxlc]+|[a-h])[.)]?\s+)*(?:\d+(?:\.\d+)*\.?\s+)?"
+    r"(?:introduction|background|related\s+work|prior\s+work|previous\s+work|motivation|preliminaries|"
+    r"literature\s+review|state\s+of\s+the\s+art)\b", re.IGNORECASE)
+
+
+def background_section(section_path: str) -> bool:
+    """Whether a chunk sits in a paper's introduction, background, related-work or motivation section (by its
+    top-level heading: "1 Introduction > 1.2 Contributions" is; "Results > Background noise" is not)."""
+    top = section_path.split(">", 1)[0].strip()
+    return bool(_BACKGROUND_SECTION.match(top))
+
+
 def _cosine(a: Sequence[float], b: Sequence[float]) -> float:
     norm = math.sqrt(sum(x * x for x in a)) * math.sqrt(sum(y * y for y in b))
     return sum(x * y for x, y in zip(a, b, strict=True)) / norm if norm else 0.0
@@ -435,7 +448,9 @@ class ForageStep:
         batches = [list(shown[start:start + size]) for start in range(0, len(shown), size)]
         answers = await self._together([self._judge_batch(req, b, stage, it, retry=True) for b in batches])
         order = {chunk.chunk_id: n for n, chunk in enumerate(chunks)}
-        judged = [self._checked(j, relevance.get(j.chunk_id)) for batch in answers for j in batch]
+        by_id = {chunk.chunk_id: chunk for chunk in chunks}
+        judged = [self._checked(j, relevance.get(j.chunk_id), by_id[j.chunk_id].section_path)
+                  for batch in answers for j in batch]
         judged += [ChunkJudgement(chunk_id=c.chunk_id, doc_id=c.doc_id, tag="unrelated", stage=stage,  # type: ignore[arg-type]
                                   relevance=relevance[c.chunk_id],
                                   motive=f"not shown to the judge: similarity {relevance[c.chunk_id]:.2f} to the "
@@ -443,15 +458,20 @@ class ForageStep:
                    for c in off_topic]
         out = sorted(judged, key=lambda j: order[j.chunk_id])
         overruled = [j for j in out if j.model_tag is not None]
+        rekinded = [j for j in out if j.model_kind is not None]
         self.overruled += len(overruled)
-        if off_topic or overruled:
+        if off_topic or overruled or rekinded:
             self.emit(Stage.FORAGE, "checked", f"{req.id}: relevance check: {len(off_topic)} passage(s) off-topic, "
-                                               f"{len(overruled)} verdict(s) overruled", iteration=it.number,
+                                               f"{len(overruled)} verdict(s) overruled"
+                      + (f", {len(rekinded)} method/result passage(s) from an introduction or background section "
+                         "counted as background" if rekinded else ""), iteration=it.number,
                       requirement_id=req.id, judged_at=stage, floors=list(self._floors),
                       off_topic=[{"chunk_id": c.chunk_id, "relevance": round(relevance[c.chunk_id], 4)}
                                  for c in off_topic],
                       overruled=[{"chunk_id": j.chunk_id, "model_tag": j.model_tag, "tag": j.tag,
-                                  "relevance": round(j.relevance or 0.0, 4)} for j in overruled])
+                                  "relevance": round(j.relevance or 0.0, 4)} for j in overruled],
+                      kinds_overruled=[{"chunk_id": j.chunk_id, "model_kind": j.model_kind, "kind": j.kind,
+                                        "section": by_id[j.chunk_id].section_path} for j in rekinded])
         if record:
             self._record(out, it)
         return out
@@ -464,14 +484,19 @@ class ForageStep:
         scores = await asyncio.to_thread(self.relevance.score, req.text, [c.text for c in chunks])
         return {c.chunk_id: score for c, score in zip(chunks, scores, strict=True)}
 
-    def _checked(self, judgement: ChunkJudgement, relevance: float | None) -> ChunkJudgement:
-        """The judge's verdict after the relevance check: an 'answers' below the answer floor counts as
-        'interesting' (the judge's tag kept in ``model_tag``)."""
+    def _checked(self, judgement: ChunkJudgement, relevance: float | None, section_path: str = "") -> ChunkJudgement:
+        """The judge's verdict after the checks: an 'answers' below the answer floor counts as 'interesting' (the
+        judge's tag kept in ``model_tag``); a 'method' or 'result' from an introduction, background or
+        related-work section counts as background (the judge's kind kept in ``model_kind``): there a paper
+        reports others' work and its own motivation, not its methods and results."""
         if relevance is None:
             return judgement
+        update: dict[str, Any] = {"relevance": relevance}
         if judgement.tag == "answers" and relevance < self._floors[0]:
-            return judgement.model_copy(update={"relevance": relevance, "tag": "interesting", "model_tag": "answers"})
-        return judgement.model_copy(update={"relevance": relevance})
+            update.update(tag="interesting", model_tag="answers")
+        if judgement.kind in ("method", "result") and background_section(section_path):
+            update.update(kind="background", model_kind=judgement.kind)
+        return judgement.model_copy(update=update)
 
     def _record(self, judged: Sequence[ChunkJudgement], it: _Iteration) -> None:
         for judgement in judged:

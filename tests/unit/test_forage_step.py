@@ -878,3 +878,31 @@ def test_a_configured_signal_orders_and_filters_what_the_judge_sees(store, embed
     assert by_id[cid(PHOTO, 2)].tag == "answers" and by_id[cid(PHOTO, 3)].model_tag == "answers"
     assert by_id[cid(PHOTO, 3)].tag == "interesting" and by_id[cid(FOREST, 2)].tag == "interesting"
     assert cov.coverage == 1.0 and cov.overruled == 2 and cov.answering_papers == 1
+
+
+def test_a_method_or_result_from_an_introduction_counts_as_background(store, embedder):
+    """The judge's kind is checked too, by where the passage sits: an introduction says what others did and why
+    the paper exists, so its 'method' is background and alone gives 0.75, not full coverage."""
+    signal = PhraseRelevance({"leaves use the energy of sunlight": 0.9})  # only PHOTO's introduction is close
+    emit = RecordingEmit(RUN)
+    cov = forage(ForageStep(settings(relevance_check=True, vector_k=N_BODY_CHUNKS), store, embedder,
+                            FunctionLLM(YesMan()), emit=emit, relevance=signal))
+    (intro,) = [j for j in cov.judgements if j.tag == "answers"]
+    assert intro.chunk_id == cid(PHOTO, 0) and intro.kind == "background" and intro.model_kind == "method"
+    assert cov.coverage == 0.75 and cov.answering_papers == 1
+    (checked,) = [e.payload for e in emit.events if e.kind == "checked" and e.payload["kinds_overruled"]]
+    assert checked["kinds_overruled"] == [{"chunk_id": cid(PHOTO, 0), "model_kind": "method", "kind": "background",
+                                           "section": "Introduction"}]
+    unchecked = forage(ForageStep(settings(relevance_check=False, vector_k=N_BODY_CHUNKS), store, embedder,
+                                  FunctionLLM(YesMan()), relevance=signal))
+    assert unchecked.coverage == 1.0  # the judge's word alone
+
+
+def test_background_sections_are_told_by_their_top_heading():
+    from actors.steps.forage import background_section
+
+    for path in ("Introduction", "1 Introduction > 1.2 Contributions", "2. Related Work", "II. BACKGROUND",
+                 "Motivation and goals", "3.1 Prior work on tracing"):
+        assert background_section(path), path
+    for path in ("Methods", "Results > Background noise", "Abstract", "Discussion", "Introductory remarks", ""):
+        assert not background_section(path), path
