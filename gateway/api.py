@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import secrets
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -99,6 +99,11 @@ class RunCreate(_Model):
     min_coverage: float | None = Field(default=None, ge=0, le=1, description="Stop once mean coverage reaches it.")
     max_requirements: int | None = Field(default=None, ge=1, le=10, description="Most requirements to derive.")
     offline: bool | None = Field(default=None, description="Send nothing at all: only the library is searched.")
+    llm_backend: Literal["ollama", "embedded"] | None = Field(
+        default=None, description="Model backend: ollama (a model server) or embedded (the small model that ships "
+                                  "with Forage); default: the gateway's settings.")
+    model: str | None = Field(default=None, pattern=r"^[A-Za-z0-9][A-Za-z0-9._:/+-]{0,199}$",
+                              description="Model name for the backend (Ollama: one GET /api/models lists).")
 
 
 class RequirementIn(_Model):
@@ -155,6 +160,18 @@ class RunView(_Model):
     last_seq: int = Field(description="Seq of the last status event known.")
     report_ready: bool
     artifacts: list[str]
+
+
+class ModelChoices(_Model):
+    """What the New-run form offers: the backends, the gateway's default, and the models the Ollama server has."""
+
+    backends: list[str]
+    backend: str = Field(description="The gateway's default backend.")
+    model: str = Field(description="The gateway's default model for that backend.")
+    ollama_host: str
+    ollama_models: list[str] = Field(default=[], description="Installed on the Ollama server (empty when it cannot "
+                                                             "say: see ollama_error).")
+    ollama_error: str | None = None
 
 
 class RunCreated(_Model):

@@ -45,8 +45,8 @@ from pydantic import ValidationError
 
 from actors.steps.run_record import resumable, shown_status
 from actors.steps.rundir import RunDir
-from gateway.api import (Approval, Chunk, Documents, Message, Proposal, RunCreate, RunCreated, RunListItem,
-                         RunView, gateway_token, is_loopback, token_path)
+from gateway.api import (Approval, Chunk, Documents, Message, ModelChoices, Proposal, RunCreate, RunCreated,
+                         RunListItem, RunView, gateway_token, is_loopback, token_path)
 from infra.errors import validation_text
 from infra.settings import Settings, settings_for_run
 from messages.plan import Requirement, RequirementsPlan, ResearchQuery, SearchQuery
@@ -135,7 +135,8 @@ class RunManager:
                 raise HTTPException(422, f"library {req.library!r} is not a folder on the gateway's machine")
         settings = settings_for_run(self.settings, preset=req.preset, library=lib, offline=req.offline,
                                     max_iterations=req.max_iterations, min_coverage=req.min_coverage,
-                                    max_requirements=req.max_requirements)
+                                    max_requirements=req.max_requirements, llm_backend=req.llm_backend,
+                                    model=req.model)
         if lib is not None:  # a folder a caller named: read no file whose real path lies outside it
             settings = settings.updated(search={"library_confined": True})
         from actors.searcher import online
@@ -508,6 +509,22 @@ def create_app(settings: Settings, *, llm: Any | None = None, token: str | None 
         run = await manager.create(body)
         return RunCreated(run_id=run.run_id, status=run.status, state_url=f"/api/runs/{run.run_id}",
                           events_url=f"/ws/runs/{run.run_id}")
+
+    @app.get("/api/models", response_model=ModelChoices, dependencies=auth, tags=["runs"],
+             summary="Model backends and the models the Ollama server has, for the New-run form")
+    async def models() -> ModelChoices:
+        from infra.errors import ForageError, describe
+        from infra.llm import build_llm, ollama_host
+
+        ollama = build_llm(settings.updated(llm={"backend": "ollama"}))
+        found: list[str] = []
+        error = None
+        try:
+            found = await ollama.installed_models()  # type: ignore[attr-defined]
+        except ForageError as exc:
+            error = describe(exc)
+        return ModelChoices(backends=["ollama", "embedded"], backend=settings.llm.backend, model=settings.llm.model,
+                            ollama_host=ollama_host(settings), ollama_models=found, ollama_error=error)
 
     @app.get("/api/runs", response_model=list[RunListItem], dependencies=auth, tags=["runs"],
              summary="Every run in the runs folder and every run this gateway holds, newest first")

@@ -2,7 +2,9 @@
 "use strict";
 
 const $ = (id) => document.getElementById(id);
-const state = { runId: null, ws: null, lastSeq: 0, ended: false, evidence: null, reqs: {}, counts: null };
+// counters: the server's (run.json, deduplicated by document) and what this page's events showed since (keys
+// deduplicated too); each counter shows the larger, so a replayed run counts each document once
+const state = { runId: null, ws: null, lastSeq: 0, ended: false, evidence: null, reqs: {}, counts: null, seen: null };
 
 // -- token (every gateway but a --no-token one): #token=... in the URL `forage serve` prints, kept for this tab --
 (function takeToken() {
@@ -60,6 +62,8 @@ $("start").addEventListener("click", async () => {
   if ($("max-iterations").value) body.max_iterations = Number($("max-iterations").value);
   if ($("max-requirements").value) body.max_requirements = Number($("max-requirements").value);
   if ($("offline").checked) body.offline = true;
+  if ($("backend").value) body.llm_backend = $("backend").value;
+  if ($("model").value.trim()) body.model = $("model").value.trim();
   $("start").disabled = true;
   try {
     const created = await api("/api/runs", { method: "POST", body: JSON.stringify(body) });
@@ -73,7 +77,8 @@ $("start").addEventListener("click", async () => {
 function resetView() {
   if (state.ws) { state.ws.onclose = null; state.ws.close(); }
   Object.assign(state, { ws: null, lastSeq: 0, ended: false, evidence: null, reqs: {},
-                         counts: { found: 0, downloaded: 0, ingested: 0, failed: 0 } });
+                         counts: { found: 0, downloaded: 0, ingested: 0, failed: 0 },
+                         seen: { found: 0, downloaded: 0, ingested: new Set(), failed: new Set() } });
   $("timeline").replaceChildren(); $("coverage").replaceChildren(); $("events").replaceChildren();
   $("failures").replaceChildren(); $("report").replaceChildren();
   for (const id of ["n-found", "n-downloaded", "n-ingested", "n-failed", "n-egress", "n-events"]) $(id).textContent = "0";
@@ -106,10 +111,7 @@ async function refreshState(proposed = false) {
   for (const [rid, c] of Object.entries(s.coverage || {})) setCoverage(rid, c);
   if (s.proposal && s.status === "awaiting_approval") showProposal(s.proposal); else $("approval").hidden = true;
   if (s.documents) {
-    state.counts.ingested = Math.max(state.counts.ingested, s.documents.ingested);
-    state.counts.failed = Math.max(state.counts.failed, s.documents.failed);
-    state.counts.found = Math.max(state.counts.found, s.documents.found);
-    state.counts.downloaded = Math.max(state.counts.downloaded, s.documents.downloaded);
+    for (const k of ["found", "downloaded", "ingested", "failed"]) state.counts[k] = s.documents[k];
     for (const [key, reason] of Object.entries(s.documents.failures || {})) addFailure(key, reason);
     showCounts();
   }
@@ -239,7 +241,9 @@ function setCoverage(rid, value, failed = false) {
   row.dataset.coverage = String(value);
 }
 function showCounts() {
-  for (const k of ["found", "downloaded", "ingested", "failed"]) $("n-" + k).textContent = state.counts[k];
+  const seen = { found: state.seen.found, downloaded: state.seen.downloaded,
+                 ingested: state.seen.ingested.size, failed: state.seen.failed.size };
+  for (const k of ["found", "downloaded", "ingested", "failed"]) $("n-" + k).textContent = Math.max(state.counts[k], seen[k]);
 }
 function addFailure(key, reason) {
   if (document.querySelector(`#failures li[data-key="${CSS.escape(key)}"]`)) return;
@@ -258,6 +262,7 @@ function onEvent(ev) {
       if (ev.kind === "requirements") refreshState(true);
       break;
     case "run":
+      if (ev.kind === "started") loadRuns();  // the runs list shows the status the header shows
       if (ev.kind === "iteration") step("orchestrator", `iteration ${ev.iteration}`);
       else if (ev.kind === "coverage") {
         step("orchestrator", `mean ${Number(p.mean_coverage || 0).toFixed(2)}`, "done");
@@ -267,14 +272,17 @@ function onEvent(ev) {
       break;
     case "search":
       step("searcher", ev.kind === "results" ? `${p.found} found` : ev.kind, ev.kind.endsWith("failed") ? "failed" : "");
-      if (ev.kind === "results") state.counts.found += Number(p.found || 0);
-      if (ev.kind === "downloads") state.counts.downloaded += Number(p.downloaded || 0);
+      if (ev.kind === "results") state.seen.found += Number(p.found || 0);
+      if (ev.kind === "downloads") state.seen.downloaded += Number(p.downloaded || 0);
       showCounts();
       api(`/api/runs/${state.runId}`).then((s) => { $("n-egress").textContent = s.egress_requests; }).catch(() => {});
       break;
     case "ingest":
-      if (ev.kind === "document") { state.counts.ingested += 1; step("ingestors", p.status || "stored", "done"); }
-      if (ev.kind === "failed") { state.counts.failed += 1; addFailure(p.key || "?", p.reason || ev.message); step("ingestors", "failed", "failed"); }
+      if (ev.kind === "document") {
+        state.seen.ingested.add(p.key || ev.seq); state.seen.failed.delete(p.key);  // a retry that worked
+        step("ingestors", p.status || "stored", "done");
+      }
+      if (ev.kind === "failed") { state.seen.failed.add(p.key || ev.seq); addFailure(p.key || "?", p.reason || ev.message); step("ingestors", "failed", "failed"); }
       showCounts();
       break;
     case "forage": {
@@ -352,6 +360,18 @@ function showChunk(chunk, row) {
 }
 $("chunk-close").addEventListener("click", () => { $("chunk-view").hidden = true; });
 $("chunk-view").addEventListener("click", (e) => { if (e.target.id === "chunk-view") $("chunk-view").hidden = true; });
+
+// -- model choices: the backends, the gateway's default, the models its Ollama server has ---------------------------
+async function loadModels() {
+  try {
+    const m = await api("/api/models");
+    $("model").placeholder = `default: ${m.backend} ${m.model}`;
+    $("model-list").replaceChildren(...m.ollama_models.map((name) => el("option", { value: name })));
+    $("model-note").textContent = m.ollama_error ? m.ollama_error
+      : `${m.ollama_models.length} model(s) on the Ollama server at ${m.ollama_host}`;
+  } catch (e) { $("model-note").textContent = String(e.message || e); }
+}
+loadModels();
 
 $("refresh-runs").addEventListener("click", loadRuns);
 loadRuns();

@@ -98,8 +98,8 @@ class OllamaLLM(RetryingLLM):
     def __repr__(self) -> str:
         return f"OllamaLLM(host={self.host!r}, model={self.model!r})"
 
-    async def check(self) -> None:
-        """Raise LLMUnavailable (one sentence, with the fix) unless the server answers and has the model."""
+    async def installed_models(self) -> list[str]:
+        """The models the server has (``/api/tags``), sorted; LLMUnavailable (one sentence) when it cannot say."""
         try:
             async with ollama.AsyncClient(host=self.host, timeout=min(self.check_timeout_s, self.timeout_s),
                                           verify=tls_context()) as client:
@@ -112,7 +112,11 @@ class OllamaLLM(RetryingLLM):
             ) from None
         except (ConnectionError, httpx.TransportError, TimeoutError, ValueError):
             raise LLMUnavailable(f"Ollama is not reachable at {self.host}: start it with `ollama serve`.") from None
-        if not any(entry.model and same_model(self.model, entry.model) for entry in listing.models):
+        return sorted({entry.model for entry in listing.models if entry.model})
+
+    async def check(self) -> None:
+        """Raise LLMUnavailable (one sentence, with the fix) unless the server answers and has the model."""
+        if not any(same_model(self.model, name) for name in await self.installed_models()):
             raise LLMUnavailable(f"Ollama has no model '{self.model}': run `ollama pull {self.model}`.")
 
     async def _complete(self, messages: list[ChatMessage], schema: type[BaseModel], json_schema: dict[str, Any],

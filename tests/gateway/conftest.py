@@ -61,7 +61,9 @@ def gateway(ray_cluster, tmp_path_factory, ingest_cache):
 
     ray_cluster.cloudpickle.register_pickle_by_value(brain_module)
     tmp = tmp_path_factory.mktemp("gateway")
-    app = create_app(gateway_settings(tmp, ingest_cache), llm=FunctionLLM(brain_module.brain))
+    # the owner allowed the demo library: the dashboard test names it as a run's library
+    app = create_app(gateway_settings(tmp, ingest_cache), llm=FunctionLLM(brain_module.brain),
+                     allowed_libraries=[DEMO_LIBRARY])
     server = LiveServer(app)
     yield server
     server.stop()

@@ -1,7 +1,8 @@
-"""The dashboard in a real headless Chromium (Debian's, driven by Playwright) against the live gateway:
-start a run in the page, approve an edited proposal, watch coverage update, open the report, click a
-citation and see the cited chunk. Every request the page makes goes to the gateway (works offline).
-A screenshot is kept under $FORAGE_TEST_ARTIFACTS (default tests/artifacts/)."""
+"""The dashboard in a real headless Chromium (Debian's, driven by Playwright) against a live gateway that needs
+its token, as `forage serve` runs it: opened at the address it prints (``#token=…``), start a run in the page,
+approve an edited proposal, watch coverage update, open the report, click a citation and see the cited chunk,
+open the run again after a reload. Without the token the page gets nothing. Every request the page makes goes
+to the gateway (works offline). A screenshot is kept under $FORAGE_TEST_ARTIFACTS (default tests/artifacts/)."""
 
 from __future__ import annotations
 
@@ -10,11 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from tests.gateway.conftest import DEMO_LIBRARY, REPO
+from tests.gateway.conftest import DEMO_LIBRARY, REPO, LiveServer
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
 CHROMIUM = Path("/usr/bin/chromium")
+TOKEN = "browser-s3cret-token"
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
         "--disable-component-update", "--disable-sync", "--no-first-run"]
 
@@ -36,13 +38,40 @@ def browser():
         b.close()
 
 
-def test_dashboard_start_approve_watch_read_cite(browser, gateway) -> None:
+@pytest.fixture(scope="module")
+def token_gateway(gateway):
+    """The session gateway's settings and scripted brain behind a token (a second app over the same runs folder)."""
+    from gateway.server import create_app
+    from infra.llm.fakes import FunctionLLM
+    from tests.e2e import brain as brain_module
+
+    server = LiveServer(create_app(gateway.app.state.manager.settings, llm=FunctionLLM(brain_module.brain),
+                                   token=TOKEN, allowed_libraries=[DEMO_LIBRARY]))
+    yield server
+    server.stop()
+
+
+def test_without_the_token_the_page_gets_nothing(browser, token_gateway) -> None:
+    from playwright.sync_api import expect
+
+    page = browser.new_page()
+    page.goto(token_gateway.url + "/")
+    expect(page.locator("#start-error")).to_contain_text("missing or wrong token", timeout=30_000)
+    assert page.locator("#runs li").count() == 0
+    page.close()
+
+
+def test_dashboard_start_approve_watch_read_cite(browser, token_gateway) -> None:
+    from playwright.sync_api import expect
+
+    gateway = token_gateway
     page = browser.new_page(viewport={"width": 1400, "height": 1100})
     requests: list[str] = []
     page.on("request", lambda r: requests.append(r.url))
     errors: list[str] = []
     page.on("pageerror", lambda e: errors.append(str(e)))
-    page.goto(gateway.url + "/")
+    page.goto(gateway.url + f"/#token={TOKEN}")  # the address `forage serve` prints
+    assert TOKEN not in page.url  # taken into the tab's storage, out of the address bar
 
     page.fill("#query", "Anticoagulation after trauma, and how JIT compilers specialize types")
     page.fill("#library", str(DEMO_LIBRARY))
@@ -73,8 +102,11 @@ def test_dashboard_start_approve_watch_read_cite(browser, gateway) -> None:
     assert int(page.inner_text("#n-ingested")) == 4 and int(page.inner_text("#n-failed")) == 0
     # the charts load through the gateway (figures/<name> in the report)
     assert page.locator("#report img").count() >= 2
-    page.wait_for_function("[...document.querySelectorAll('#report img')].every(i => i.complete && i.naturalWidth > 0)",
-                           timeout=30_000)
+    # (expect, not wait_for_function: the page's CSP has no 'unsafe-eval', which wait_for_function's polling needs)
+    images = page.locator("#report img")
+    for i in range(images.count()):
+        expect(images.nth(i)).to_have_js_property("complete", True, timeout=30_000)
+    assert page.evaluate("[...document.querySelectorAll('#report img')].every(i => i.naturalWidth > 0)")
     page.locator("#report a.cite").first.click()
     page.wait_for_selector("#chunk-view:not([hidden])", timeout=30_000)
     quote = page.inner_text("#chunk-quote")
@@ -88,6 +120,15 @@ def test_dashboard_start_approve_watch_read_cite(browser, gateway) -> None:
     page.click("#chunk-close")
     page.click("#refresh-runs")
     page.wait_for_selector("#runs li .badge.finished", timeout=30_000)
+
+    # opened again after a reload, its events replayed: each document still counted once (it read 8 of 4)
+    run_id = page.evaluate("state.runId")
+    page.reload()
+    page.click(f'#runs li[data-run="{run_id}"]')
+    page.wait_for_selector("#report-box:not([hidden])", timeout=60_000)
+    expect(page.locator("#conn")).to_have_text("run over", timeout=60_000)
+    assert int(page.inner_text("#n-ingested")) == 4 and int(page.inner_text("#n-failed")) == 0
+    assert page.inner_text(f'#runs li[data-run="{run_id}"] .badge') == page.inner_text("#run-status") == "finished"
     assert errors == []
     # every request went to the gateway (blob: URLs are the page's own copies of the charts it fetched)
     outside = [u for u in requests if not (u.startswith(gateway.url) or u.startswith("blob:" + gateway.url))]

@@ -1,5 +1,5 @@
 """A gateway on a shared machine (no Ray): a token on every bind, read by the owner's client from its 0600 file;
-another OS user without it gets 401 and cannot read it; the API's ``library`` only inside folders the owner
+another OS user without it gets 401 and can read neither it nor a store; the API's ``library`` only inside folders the owner
 allowed (resolved: no ``..`` or symlink escape, no existence oracle outside), and such a run reads no file
 whose real path lies outside its folder."""
 
@@ -89,14 +89,21 @@ def test_another_os_user_can_neither_use_the_gateway_nor_read_its_token(tmp_path
         os.chmod(shared / "cfg", 0o755)
         token = load_or_create_token()
         os.chmod(token_path().parent, 0o755)  # even with the folder open, the file itself is the owner's
+        from infra.store.lancedb import LanceStore
+
+        LanceStore(shared / "store", dim=4)  # a store in a folder every user can walk into (made 0700)
         server = LiveServer(app_allowing(tmp_path, [], token=token))
         probe = (
-            "import json, sys, urllib.request, urllib.error\n"
+            "import json, os, sys, urllib.request, urllib.error\n"
             "out = {}\n"
             "try:\n"
             f"    open({str(token_path())!r}).read(); out['token_read'] = True\n"
             "except PermissionError:\n"
             "    out['token_read'] = False\n"
+            "try:\n"
+            f"    os.listdir({str(shared / 'store')!r}); out['store_read'] = True\n"
+            "except PermissionError:\n"
+            "    out['store_read'] = False\n"
             "try:\n"
             f"    urllib.request.urlopen({server.url + '/api/runs'!r}, timeout=30); out['status'] = 200\n"
             "except urllib.error.HTTPError as e:\n"
@@ -117,7 +124,7 @@ def test_another_os_user_can_neither_use_the_gateway_nor_read_its_token(tmp_path
         finally:
             server.stop()
         assert done.returncode == 0, done.stderr
-        assert json.loads(done.stdout) == {"token_read": False, "status": 401}
+        assert json.loads(done.stdout) == {"token_read": False, "store_read": False, "status": 401}
     finally:
         shutil.rmtree(shared, ignore_errors=True)
 
