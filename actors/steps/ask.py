@@ -89,7 +89,8 @@ class AskStep:
 
     async def ask(self, question: str) -> AskResult:
         from actors.steps.plan import content_words
-        from actors.steps.write import citation_numbers, tidy
+        from actors.steps.text import tidy
+        from actors.steps.write import citation_numbers
 
         question = " ".join(question.split())
         if not question:
@@ -161,7 +162,7 @@ class AskStep:
         """An answer quoted from the ``QUOTED`` best passages: each one's sentence sharing the most content
         words with the question, numbered [1], [2] …; insufficient when there is no passage."""
         from actors.steps.plan import content_words
-        from actors.steps.write import prose_sentences
+        from actors.steps.text import prose_sentences
 
         wanted = content_words(question)
         quotes: list[tuple[str, ChunkRecord]] = []

@@ -8,7 +8,7 @@
 3. A differentiation pass over the whole set: what each paper does that the others do not.
 4. The problem × method gap matrix, computed (:func:`gap_matrix`), never generated.
 
-Model text goes through the Writer's :func:`~actors.steps.write.tidy`; paper numbers the model
+Model text goes through the Writer's :func:`~actors.steps.text.tidy`; paper numbers the model
 invents are dropped. A failed call degrades to an empty record or pass, noted in ``failed_steps``.
 """
 
@@ -20,7 +20,9 @@ from typing import Any, Literal
 from pydantic import Field, create_model
 
 from actors.steps.forage import block
+from actors.steps.plan import content_words
 from actors.steps.schemas import RECORD_CHARS, ContributionDraft, DifferenceDraft, OverlapDraft
+from actors.steps.text import plain_text, tidy
 from infra.errors import LLM_FAILURES
 from infra.llm.base import LLM
 from infra.settings import Settings
@@ -52,10 +54,8 @@ REPEAT_SHARE = 0.5  # a text of 6+ words with fewer distinct words than this sha
 
 def record_text(raw: str, echoes: Sequence[str]) -> str:
     """A record field as presentable text, or '' when it is not: implausible or looping (see the Writer's
-    :func:`~actors.steps.write.tidy`), a word list repeating itself, or an echo of the paper's title or a
+    :func:`~actors.steps.text.tidy`), a word list repeating itself, or an echo of the paper's title or a
     taxonomy label (a weak model copies its input)."""
-    from actors.steps.write import content_words, tidy
-
     text = tidy(raw, RECORD_CHARS)
     words = [w.casefold().strip(".,;:!?") for w in text.split()]
     if len(words) >= 6 and len(set(words)) < REPEAT_SHARE * len(words):
@@ -106,8 +106,6 @@ class ComparisonStep:
     async def compare(self, sources: Sequence[SourceRef], notes: dict[str, str] | None = None) -> Comparison:
         """``sources``: the cited papers (at most ``write.max_compared`` are used); ``notes``: what the
         Foragers said about each document (doc_id → text), shown to the model as evidence."""
-        from actors.steps.write import content_words, plain_text
-
         w = self.settings.write
         chosen = list(sources)[: w.max_compared]
         failed: list[str] = []

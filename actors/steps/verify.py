@@ -10,7 +10,6 @@ has at least one such chunk. Nothing here calls a model.
 from __future__ import annotations
 
 import hashlib
-import json
 from dataclasses import dataclass
 from pathlib import Path
 

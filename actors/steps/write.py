@@ -43,9 +43,10 @@ from typing import Literal
 
 from markdown_it import MarkdownIt
 
+from actors.steps.compare import ComparisonStep
 from actors.steps.events import Emit, null_emit
 from actors.steps.forage import block
-from actors.steps.plan import content_words, echoes_feedback
+from actors.steps.plan import content_words
 from actors.steps.schemas import (
     MAX_EVIDENCE_SENTENCES,
     MOTIVE_CHARS,
@@ -55,6 +56,8 @@ from actors.steps.schemas import (
     OverviewDraft,
     SectionDraft,
 )
+from actors.steps.text import (CITE, CUT_SLACK, MIN_LETTER_SHARE, escape_md, plain_text, prose_sentences, tidy,
+                               trim_cut)
 from infra.errors import LLM_FAILURES
 from infra.llm.base import LLM, ChatMessage
 from infra.settings import Settings
@@ -83,23 +86,12 @@ EXTRACTIVE = ("Quoted from the evidence: each finding below is the sentence of a
               "requirement{why}.")
 EXTRACTED_PER_ITEM = 1  # sentences quoted per evidence document
 
-# [3], [1, 2], [1–3] — not preceded by a backslash (escaped brackets are literal text)
-_CITE = re.compile(r"(?<!\\)\[(\d+(?:\s*[,;–-]\s*\d+)*)\]")
-_LABEL = re.compile(r"\b(Evidence|Mechanism)\s*:", re.IGNORECASE)
 _SEGMENT = re.compile(r"\b(Evidence|Mechanism):")
 _SENTENCE_END = re.compile(r"[.!?](?=\s|$)")
-_MD_SPECIAL = re.compile(r"([\\`*_\[\]<>|#])")
-_WORD = re.compile(r"[^\W\d_]{2,}")  # an alphabetic word (two letters or more)
-_FINAL_PUNCT = re.compile(r"[.!?…][\"'”’)\]]*$")
-_SENTENCE_SPLIT = re.compile(r"(?<=[.!?])\s+")
 
 # LLM_FAILURES (what a model call may end in after its retries): the Writer falls back and records it, so a server
 # that fails while the report is written (HTTP 500 on every retry, a timeout, garbage) costs prose, never the run
 
-MIN_SENTENCE_WORDS = 3  # alphabetic words a model-written sentence needs
-MIN_LETTER_SHARE = 0.5  # letters among its non-space characters ("2022-01-01T00:00:00Z" has 0.1)
-LOOP_WORDS = 4  # a phrase of this many words that occurs 3 times or more is a repetition loop
-CUT_SLACK = 0.98  # text at least this share of its maxLength, without final punctuation, was cut off
 TITLE_WORDS = 8  # words of the query in a title derived from it
 
 _SECTION_SYSTEM = (
@@ -124,7 +116,7 @@ _OVERVIEW_SYSTEM = (
 def citation_numbers(text: str) -> list[int]:
     """Every source number cited in ``text`` ([3], [1, 2], [1–3]), in order, with repeats."""
     numbers: list[int] = []
-    for match in _CITE.finditer(text):
+    for match in CITE.finditer(text):
         for part in re.split(r"\s*[,;]\s*", match.group(1)):
             bounds = re.split(r"\s*[–-]\s*", part)
             if len(bounds) == 2 and bounds[0].isdigit() and bounds[1].isdigit():
@@ -219,101 +211,6 @@ def check_citations(markdown: str, sources: Sequence[SourceRef],
 
 
 # -- text helpers ----------------------------------------------------------------------------------------
-def escape_md(text: str) -> str:
-    """Plain text made safe inside Markdown inline content (one line, no live brackets or emphasis)."""
-    return _MD_SPECIAL.sub(r"\\\1", " ".join(text.split()))
-
-
-def plain_text(text: str) -> str:
-    """Model-written text as one line of plain text: no citation markers, no 'Evidence:' or
-    'Mechanism:' labels (they would read as report sentences of their own). Not yet escaped."""
-    text = _CITE.sub("", text)
-    text = re.sub(r"\(\s*(?:see\s*)?\)", "", text)
-    text = " ".join(text.split())
-    text = re.sub(r"^(?:Evidence|Mechanism)\s*:\s*", "", text, flags=re.IGNORECASE)
-    text = _LABEL.sub(lambda m: f"{m.group(1)} -", text)
-    return re.sub(r"\s+([,.;:!?])", r"\1", text).strip()
-
-
-def whole_sentences(text: str) -> str:
-    """Plain text without repeated sentences (small models loop) and without a last sentence cut off
-    by the length limit (kept if it is the only one)."""
-    parts = [p for p in re.split(r"(?<=[.!?])\s+", text.strip()) if p]
-    unique = list(dict.fromkeys(parts))
-    if len(unique) > 1 and not re.search(r"[.!?][\"')\]]*$", unique[-1]):
-        unique.pop()
-    return " ".join(unique)
-
-
-def plausible(text: str) -> bool:
-    """Whether model-written text looks like prose: at least ``MIN_SENTENCE_WORDS`` alphabetic words,
-    letters making up at least ``MIN_LETTER_SHARE`` of its non-space characters (so a timestamp or a
-    soup of digits and punctuation fails), and no echo of the JSON-repair feedback."""
-    chars = "".join(text.split())
-    if not chars or len(_WORD.findall(text)) < MIN_SENTENCE_WORDS or echoes_feedback(text):
-        return False
-    return sum(c.isalpha() for c in chars) / len(chars) >= MIN_LETTER_SHARE
-
-
-def prose_sentences(text: str) -> list[str]:
-    """The plausible sentences of a passage in order (heading lines left out, whitespace normalised): what
-    extractive sections and answers quote from."""
-    prose = " ".join(line for line in text.splitlines() if not line.lstrip().startswith("#"))
-    return [s for s in _SENTENCE_SPLIT.split(" ".join(prose.split())) if plausible(s)]
-
-
-def collapse_loop(text: str) -> str:
-    """``text`` with a repetition loop cut off: when a phrase of ``LOOP_WORDS`` words (case and
-    punctuation ignored) occurs three times or more, only the text before its second occurrence is
-    kept, ending in "…". '' when that keeps less than half of the words (the text is mostly loop)."""
-    words = text.split()
-    keys = [re.sub(r"[^\w]", "", w.casefold()) for w in words]
-    seen: dict[tuple[str, ...], list[int]] = {}
-    cut = len(words)
-    for i in range(len(words) - LOOP_WORDS + 1):
-        at = seen.setdefault(tuple(keys[i:i + LOOP_WORDS]), [])
-        at.append(i)
-        if len(at) == 3:
-            cut = min(cut, at[1])
-    if cut == len(words):
-        return text
-    if cut * 2 < len(words):
-        return ""
-    return " ".join(words[:cut]).rstrip(",;:-–— ") + "…"
-
-
-def trim_cut(text: str) -> str:
-    """Text cut off mid-sentence, trimmed back to its last complete sentence or, when there is none, to
-    its last whole word followed by "…" (the last word may itself be cut, so it goes too)."""
-    text = text.rstrip()
-    if _FINAL_PUNCT.search(text):
-        return text
-    ends = list(re.finditer(r"[.!?][\"'”’)\]]*(?=\s)", text))
-    if ends:
-        return text[:ends[-1].end()]
-    words = text.split()
-    return " ".join(words[:-1]).rstrip(",;:-–— ") + "…" if len(words) > 1 else ""
-
-
-def tidy(raw: str, limit: int, *, drop_unfinished: bool = False) -> str:
-    """Model-written text (limited to ``limit`` characters by its schema) as presentable plain text, or
-    '' when nothing plausible is left.
-
-    Citation markers and labels are removed (:func:`plain_text`); text at the length limit without
-    final punctuation is trimmed back (:func:`trim_cut`); repeated sentences are dropped and a
-    repetition loop inside a sentence is collapsed (:func:`collapse_loop`); sentences that are not
-    :func:`plausible` are dropped. ``drop_unfinished`` also drops a last sentence without final
-    punctuation when there are others (see :func:`whole_sentences`). Not yet escaped.
-    """
-    text = plain_text(raw)
-    if len(raw.rstrip()) >= limit * CUT_SLACK:
-        text = trim_cut(text)
-    if drop_unfinished:
-        text = whole_sentences(text)
-    sentences = dict.fromkeys(collapse_loop(s) for s in _SENTENCE_SPLIT.split(text))
-    return " ".join(s for s in sentences if plausible(s))
-
-
 def clean_sentence(text: str) -> tuple[str, list[int]]:
     """An LLM sentence as escaped Markdown without citation markers, labels or final punctuation;
     and the numbers it cited inline."""
@@ -709,8 +606,6 @@ class WriteStep:
         papers = [r for r in refs if r.doc_id in cited]
         if not self.settings.write.comparison or not papers:
             return None
-        from actors.steps.compare import ComparisonStep
-
         notes: dict[str, list[str]] = {}
         for s in sections:
             for ev, _ in s.items:

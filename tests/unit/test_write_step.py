@@ -10,18 +10,8 @@ import pytest
 
 from actors.steps.events import RecordingEmit
 from actors.steps.schemas import OverviewDraft, SectionDraft
-from actors.steps.write import (
-    NO_EVIDENCE,
-    NO_MECHANISM,
-    WriteStep,
-    check_citations,
-    collapse_loop,
-    first_sentence,
-    harvard,
-    plausible,
-    query_title,
-    trim_cut,
-)
+from actors.steps.text import collapse_loop, plausible, trim_cut
+from actors.steps.write import NO_EVIDENCE, NO_MECHANISM, WriteStep, check_citations, first_sentence, harvard, query_title
 from infra.errors import LLMOutputError, LLMTimeout
 from infra.llm.fakes import FunctionLLM, ScriptedLLM
 from infra.settings import Settings

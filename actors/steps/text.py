@@ -1,0 +1,120 @@
+"""Model-written text made presentable, and passages split into quotable sentences (plain functions).
+
+Small models loop, cut off at their length limit, label their sentences and echo JSON-repair feedback; these
+helpers turn what they wrote into plain sentences (or nothing) before it reaches a report, a comparison or an
+answer. Used by the Writer (actors.steps.write), the comparison (actors.steps.compare) and ``forage ask``.
+"""
+
+from __future__ import annotations
+
+import re
+
+from actors.steps.plan import echoes_feedback
+
+# [3], [1, 2], [1–3] — not preceded by a backslash (escaped brackets are literal text)
+CITE = re.compile(r"(?<!\\)\[(\d+(?:\s*[,;–-]\s*\d+)*)\]")
+_LABEL = re.compile(r"\b(Evidence|Mechanism)\s*:", re.IGNORECASE)
+_MD_SPECIAL = re.compile(r"([\\`*_\[\]<>|#])")
+_WORD = re.compile(r"[^\W\d_]{2,}")  # an alphabetic word (two letters or more)
+_FINAL_PUNCT = re.compile(r"[.!?…][\"'”’)\]]*$")
+SENTENCE_SPLIT = re.compile(r"(?<=[.!?])\s+")
+
+MIN_SENTENCE_WORDS = 3  # alphabetic words a model-written sentence needs
+MIN_LETTER_SHARE = 0.5  # letters among its non-space characters ("2022-01-01T00:00:00Z" has 0.1)
+LOOP_WORDS = 4  # a phrase of this many words that occurs 3 times or more is a repetition loop
+CUT_SLACK = 0.98  # text at least this share of its maxLength, without final punctuation, was cut off
+
+
+def escape_md(text: str) -> str:
+    """Plain text made safe inside Markdown inline content (one line, no live brackets or emphasis)."""
+    return _MD_SPECIAL.sub(r"\\\1", " ".join(text.split()))
+
+
+def plain_text(text: str) -> str:
+    """Model-written text as one line of plain text: no citation markers, no 'Evidence:' or
+    'Mechanism:' labels (they would read as report sentences of their own). Not yet escaped."""
+    text = CITE.sub("", text)
+    text = re.sub(r"\(\s*(?:see\s*)?\)", "", text)
+    text = " ".join(text.split())
+    text = re.sub(r"^(?:Evidence|Mechanism)\s*:\s*", "", text, flags=re.IGNORECASE)
+    text = _LABEL.sub(lambda m: f"{m.group(1)} -", text)
+    return re.sub(r"\s+([,.;:!?])", r"\1", text).strip()
+
+
+def whole_sentences(text: str) -> str:
+    """Plain text without repeated sentences (small models loop) and without a last sentence cut off
+    by the length limit (kept if it is the only one)."""
+    parts = [p for p in re.split(r"(?<=[.!?])\s+", text.strip()) if p]
+    unique = list(dict.fromkeys(parts))
+    if len(unique) > 1 and not re.search(r"[.!?][\"')\]]*$", unique[-1]):
+        unique.pop()
+    return " ".join(unique)
+
+
+def plausible(text: str) -> bool:
+    """Whether model-written text looks like prose: at least ``MIN_SENTENCE_WORDS`` alphabetic words,
+    letters making up at least ``MIN_LETTER_SHARE`` of its non-space characters (so a timestamp or a
+    soup of digits and punctuation fails), and no echo of the JSON-repair feedback."""
+    chars = "".join(text.split())
+    if not chars or len(_WORD.findall(text)) < MIN_SENTENCE_WORDS or echoes_feedback(text):
+        return False
+    return sum(c.isalpha() for c in chars) / len(chars) >= MIN_LETTER_SHARE
+
+
+def prose_sentences(text: str) -> list[str]:
+    """The plausible sentences of a passage in order (heading lines left out, whitespace normalised): what
+    extractive sections and answers quote from."""
+    prose = " ".join(line for line in text.splitlines() if not line.lstrip().startswith("#"))
+    return [s for s in SENTENCE_SPLIT.split(" ".join(prose.split())) if plausible(s)]
+
+
+def collapse_loop(text: str) -> str:
+    """``text`` with a repetition loop cut off: when a phrase of ``LOOP_WORDS`` words (case and
+    punctuation ignored) occurs three times or more, only the text before its second occurrence is
+    kept, ending in "…". '' when that keeps less than half of the words (the text is mostly loop)."""
+    words = text.split()
+    keys = [re.sub(r"[^\w]", "", w.casefold()) for w in words]
+    seen: dict[tuple[str, ...], list[int]] = {}
+    cut = len(words)
+    for i in range(len(words) - LOOP_WORDS + 1):
+        at = seen.setdefault(tuple(keys[i:i + LOOP_WORDS]), [])
+        at.append(i)
+        if len(at) == 3:
+            cut = min(cut, at[1])
+    if cut == len(words):
+        return text
+    if cut * 2 < len(words):
+        return ""
+    return " ".join(words[:cut]).rstrip(",;:-–— ") + "…"
+
+
+def trim_cut(text: str) -> str:
+    """Text cut off mid-sentence, trimmed back to its last complete sentence or, when there is none, to
+    its last whole word followed by "…" (the last word may itself be cut, so it goes too)."""
+    text = text.rstrip()
+    if _FINAL_PUNCT.search(text):
+        return text
+    ends = list(re.finditer(r"[.!?][\"'”’)\]]*(?=\s)", text))
+    if ends:
+        return text[:ends[-1].end()]
+    words = text.split()
+    return " ".join(words[:-1]).rstrip(",;:-–— ") + "…" if len(words) > 1 else ""
+
+
+def tidy(raw: str, limit: int, *, drop_unfinished: bool = False) -> str:
+    """Model-written text (limited to ``limit`` characters by its schema) as presentable plain text, or
+    '' when nothing plausible is left.
+
+    Citation markers and labels are removed (:func:`plain_text`); text at the length limit without
+    final punctuation is trimmed back (:func:`trim_cut`); repeated sentences are dropped and a
+    repetition loop inside a sentence is collapsed (:func:`collapse_loop`); sentences that are not
+    :func:`plausible` are dropped. ``drop_unfinished`` also drops a last sentence without final
+    punctuation when there are others (see :func:`whole_sentences`). Not yet escaped.
+    """
+    text = plain_text(raw)
+    if len(raw.rstrip()) >= limit * CUT_SLACK:
+        text = trim_cut(text)
+    if drop_unfinished:
+        text = whole_sentences(text)
+    sentences = dict.fromkeys(collapse_loop(s) for s in SENTENCE_SPLIT.split(text))
+    return " ".join(s for s in sentences if plausible(s))
