@@ -50,18 +50,29 @@ _DIFFERENCE_SYSTEM = (
 
 
 REPEAT_SHARE = 0.5  # a text of 6+ words with fewer distinct words than this share is a loop ("Method, Experiment, …")
+GROUNDED_SHARE = 0.5  # of a record field's content words, the share its own paper's text must hold
 
 
-def record_text(raw: str, echoes: Sequence[str]) -> str:
+def grounded(text: str, paper_words: set[str]) -> bool:
+    """Whether a record field is about its own paper: at least ``GROUNDED_SHARE`` of its content words occur in
+    the paper's stored text (a weak model also writes one paper's method into another's record)."""
+    mine = content_words(text)
+    return not mine or len(mine & paper_words) >= GROUNDED_SHARE * len(mine)
+
+
+def record_text(raw: str, echoes: Sequence[str], paper_words: set[str] | None = None) -> str:
     """A record field as presentable text, or '' when it is not: implausible or looping (see the Writer's
-    :func:`~actors.steps.text.tidy`), a word list repeating itself, or an echo of the paper's title or a
-    taxonomy label (a weak model copies its input)."""
+    :func:`~actors.steps.text.tidy`), a word list repeating itself, an echo of the paper's title or a
+    taxonomy label (a weak model copies its input), or not about its own paper (``paper_words``: the content
+    words of the paper's stored text; see :func:`grounded`)."""
     text = tidy(raw, RECORD_CHARS)
     words = [w.casefold().strip(".,;:!?") for w in text.split()]
     if len(words) >= 6 and len(set(words)) < REPEAT_SHARE * len(words):
         return ""
     mine = content_words(text)
     if any(mine <= content_words(e) for e in echoes if e):
+        return ""
+    if paper_words is not None and not grounded(text, paper_words):
         return ""
     return text
 
@@ -131,10 +142,15 @@ class ComparisonStep:
                 records.append(ContributionRecord(n=src.n, doc_id=src.doc_id, title=src.title))
                 continue
             echoes = [src.title, *w.problem_labels, *w.method_labels]
+            own = content_words(f"{src.title} {doc.abstract} {doc.markdown}") if doc else None
+            fields = {name: record_text(getattr(draft, name), echoes, own)
+                      for name in ("problem", "method", "contribution", "novelty")}
+            elsewhere = [name for name in fields if not fields[name] and record_text(getattr(draft, name), echoes)]
+            if elsewhere:
+                failed.append(f"record [{src.n}]: {', '.join(elsewhere)} not found in the paper's own text; "
+                              "left empty")
             records.append(ContributionRecord(
-                n=src.n, doc_id=src.doc_id, title=src.title,
-                problem=record_text(draft.problem, echoes), method=record_text(draft.method, echoes),
-                contribution=record_text(draft.contribution, echoes), novelty=record_text(draft.novelty, echoes),
+                n=src.n, doc_id=src.doc_id, title=src.title, **fields,
                 problem_label=draft.problem_label, method_label=draft.method_label))
         known = {r.n for r in records}
         overlaps: list[Overlap] = []

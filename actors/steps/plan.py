@@ -3,8 +3,9 @@
 :func:`derive_requirements` asks the LLM for content-only, self-contained requirements, cleans and
 deduplicates them and numbers them R1..Rn. A small model's garbage is dropped: items with fewer than
 three words and items that echo the JSON-repair feedback of :mod:`infra.llm.jsonfix` (a JSON decoder
-or pydantic error message). When the LLM fails or nothing usable is left, the query itself becomes R1
-and the plan says so in ``degraded``: planning never stops a run.
+or pydantic error message). When the LLM fails or nothing usable is left, the query's own questions
+(when it asks several, :func:`split_questions`) or the query itself become the requirements, and the
+plan says so in ``degraded``: planning never stops a run.
 
 :func:`requirements_to_text` writes the file the researcher edits before approving;
 :func:`requirements_from_text` reads it back (round trip: ``from_text(to_text(plan))`` gives the
@@ -134,7 +135,36 @@ def _shorten(text: str, limit: int) -> str:
     return cut if len(cut) >= limit // 2 else text[:limit]
 
 
-def _fallback(query: ResearchQuery, why: str) -> RequirementsPlan:
+_QUESTION_WORDS = r"(?:how|what|which|why|when|where|who|whom|whose|whether|does|do|did|is|are|was|were|can|could)"
+# where a query's questions meet: after a question mark, or at ", and how …" / "; what …" / " and why …"
+_QUESTION_BREAK = re.compile(rf"\?\s+|[,;]\s*(?:(?:and|but|as well as)\s+)?(?={_QUESTION_WORDS}\b)"
+                             rf"|\s+and\s+(?={_QUESTION_WORDS}\b)", re.IGNORECASE)
+
+
+def split_questions(text: str) -> list[str]:
+    """The questions a query asks, in order, each as a sentence of its own ("How do tracing JIT compilers
+    specialize types, and how are recurrent networks used to predict sepsis early?" gives two); [] when it asks
+    fewer than two usable ones (each needs :data:`MIN_REQUIREMENT_WORDS` words)."""
+    parts = []
+    for raw in _QUESTION_BREAK.split(" ".join(text.split())):
+        part = raw.strip(" ,;.?!")
+        if not part:
+            continue
+        asks = re.match(rf"{_QUESTION_WORDS}\b", part, re.IGNORECASE) is not None
+        parts.append(part[0].upper() + part[1:] + ("?" if asks else ""))
+    usable = [p for p in parts if usable_requirement(p)]
+    return usable if len(usable) >= 2 and len(usable) == len(parts) else []
+
+
+def _fallback(query: ResearchQuery, why: str, n: int = MAX_PLAN_REQUIREMENTS) -> RequirementsPlan:
+    """The requirements without the LLM: the query's own questions when it asks several (each requirement is
+    then answered, and its coverage earned, on its own), else the query itself as R1."""
+    questions = [_shorten(q, _REQ_MAX_CHARS) for q in split_questions(query.text)][:n]
+    if len(questions) >= 2:
+        texts = [q if self_contained(q, query.text) else anchored(q, query.text) for q in questions]
+        return RequirementsPlan(run_id=query.run_id, query=query, requirements=_numbered(_unique(texts)),
+                                degraded=(f"requirements: {why}; the query's {len(texts)} questions are "
+                                          f"R1-R{len(texts)}",))
     text = _shorten(query.text, _REQ_MAX_CHARS)
     if len(text) < 3:  # a one- or two-letter query still gets a valid requirement
         text = f"About: {text}"
@@ -168,7 +198,7 @@ async def derive_requirements(query: ResearchQuery, llm: LLM, max_requirements: 
     try:
         answer = await llm.structured(_messages(query, n), RequirementList)
     except (LLMOutputError, LLMTimeout) as exc:
-        return _fallback(query, f"the LLM failed ({type(exc).__name__}: {_shorten(str(exc), 200)})")
+        return _fallback(query, f"the LLM failed ({type(exc).__name__}: {_shorten(str(exc), 200)})", n)
     # "QUERY", "Photosynthesis" (an echo or a topic) and "Unterminated string starting at (character 332)"
     # (our own repair feedback) are not self-contained requirements
     cleaned = [_shorten(clean_requirement(t), _REQ_MAX_CHARS) for t in answer.requirements]
@@ -176,7 +206,7 @@ async def derive_requirements(query: ResearchQuery, llm: LLM, max_requirements: 
     if not texts:
         dropped = sum(1 for t in cleaned if t)
         return _fallback(query, "the LLM returned no usable requirement"
-                         + (f" ({dropped} dropped as too short or as echoed error feedback)" if dropped else ""))
+                         + (f" ({dropped} dropped as too short or as echoed error feedback)" if dropped else ""), n)
     texts, degraded = await _standalone(query, texts[:n], llm)
     return RequirementsPlan(run_id=query.run_id, query=query, requirements=_numbered(_unique(texts)),
                             degraded=tuple(degraded))

@@ -41,10 +41,13 @@ def answer(messages: list[dict[str, str]], schema: type) -> Any:
         return {"title": "Photosynthesis and energy", "overview": "Plants capture light and store it in sugars."}
     if name == "ContributionDraft":
         n = int(re.search(r"^Paper \[(\d+)\]", user, re.M).group(1))
-        return {"problem": f"Paper {n} asks how plants capture light energy.",
-                "method": f"Paper {n} measures leaves in the laboratory.",
-                "contribution": f"Paper {n} reports how chlorophyll uses light.",
-                "novelty": f"Paper {n} claims the first such measurement." if n != 2 else "",
+        # each field in the paper's own words (the Writer keeps only fields its paper's text holds)
+        words = re.search(r"<<<ABSTRACT\n(.*?)\nABSTRACT>>>", user, re.S).group(1).split()  # type: ignore[union-attr]
+        own = " ".join(words[:8]).rstrip(".,;:")
+        return {"problem": f"Paper {n} asks about this: {own}.",
+                "method": f"Paper {n} measures what it reports: {own}.",
+                "contribution": f"Paper {n} reports that {own}.",
+                "novelty": f"Paper {n} claims first that {own}." if n != 2 else "",
                 "problem_label": "causal effect or mechanism",
                 "method_label": "laboratory experiment" if n != 3 else "observational or cohort study"}
     if name == "OverlapDraft":

@@ -60,10 +60,19 @@ def test_the_label_schema_only_allows_the_taxonomy():
     assert schema.__name__ == "ContributionDraft" and issubclass(schema, ContributionDraft)
 
 
-def record(problem: str, method: str, novelty: str = "It is the first to measure this in the field.") -> dict:
-    return {"problem": "How leaves capture light energy in the canopy.",
-            "method": "Chlorophyll content was measured in sun and shade leaves.",
-            "contribution": "Sun leaves hold more chlorophyll per area.", "novelty": novelty,
+# each paper's record in its own words (the comparison keeps only fields its paper's text holds)
+OWN = {"A": ("How chlorophyll in photosystem II absorbs photons.", "The light reactions split water.",
+             "The light reactions produce ATP and NADPH.", "It is the first to show the reactions split water."),
+       "B": ("Leaves of sun-exposed plants and shade leaves.", "Chlorophyll per area was measured at noon.",
+             "Sun leaves hold more chlorophyll per area than shade leaves.",
+             "It is the first to measure young leaves in midsummer."),
+       "C": ("How the Calvin cycle fixes carbon dioxide.", "The cycle uses ATP and NADPH.",
+             "The Calvin cycle fixes carbon dioxide into sugars.", "It is the first to follow carbon into sugars.")}
+
+
+def record(problem: str, method: str, novelty: str | None = None, paper: str = "A") -> dict:
+    p, m, c, n = OWN[paper]
+    return {"problem": p, "method": m, "contribution": c, "novelty": n if novelty is None else novelty,
             "problem_label": problem, "method_label": method}
 
 
@@ -78,8 +87,8 @@ def run_compare(store, llm):
 
 def test_scripted_records_overlaps_differences_and_compliance(store):
     llm = ScriptedLLM({
-        ContributionDraft: [record("mechanism", "experiment"), record("mechanism", "experiment", novelty=""),
-                            record("prediction", "model")],
+        ContributionDraft: [record("mechanism", "experiment"), record("mechanism", "experiment", novelty="", paper="B"),
+                            record("prediction", "model", paper="C")],
         OverlapDraft: [{"overlaps": [{"papers": [2, 1, 9], "element": "method", "shared": "chlorophyll assays"},
                                      {"papers": [3, 99], "element": "dataset", "shared": "nothing real"}]}],
         DifferenceDraft: [{"differences": [{"paper": 3, "distinct": "Only it models sugar synthesis rates."},
@@ -104,7 +113,8 @@ def test_scripted_records_overlaps_differences_and_compliance(store):
 
 def test_a_label_outside_the_taxonomy_fails_validation_and_the_record_stays_empty(store):
     bad = record("astrology", "experiment")
-    llm = ScriptedLLM({ContributionDraft: [bad, bad, bad, record("mechanism", "trial"), record("mechanism", "trial")],
+    llm = ScriptedLLM({ContributionDraft: [bad, bad, bad, record("mechanism", "trial", paper="B"),
+                                           record("mechanism", "trial", paper="C")],
                        OverlapDraft: [LLMOutputError("no valid OverlapDraft")],
                        DifferenceDraft: [{"differences": []}]})
     comparison = run_compare(store, llm)
@@ -112,6 +122,20 @@ def test_a_label_outside_the_taxonomy_fails_validation_and_the_record_stays_empt
     assert comparison.compliant == 2 and comparison.matrix.unlabelled == (1,)
     assert comparison.failed_steps == ("record [1]: LLMOutputError; left empty",
                                        "overlap pass: LLMOutputError; no overlaps listed")
+
+
+def test_a_record_about_another_paper_is_left_empty_and_said(store):
+    """Seen with the embedded model: the TraceMonkey paper's record described the sepsis paper's method."""
+    llm = ScriptedLLM({ContributionDraft: [record("mechanism", "experiment"), record("mechanism", "trial", paper="B"),
+                                           record("prediction", "model", paper="A")],  # paper 3's record is A's
+                       OverlapDraft: [{"overlaps": []}], DifferenceDraft: [{"differences": []}]})
+    comparison = run_compare(store, llm)
+    third = comparison.records[2]
+    assert (third.problem, third.method, third.contribution, third.novelty) == ("", "", "", "")
+    assert third.problem_label == "prediction"  # the labels are a choice among the taxonomy's, not a claim
+    assert comparison.records[0].method == "The light reactions split water." and comparison.compliant == 2
+    assert "record [3]: problem, method, contribution, novelty not found in the paper's own text; left empty" \
+        in comparison.failed_steps
 
 
 def test_record_text_drops_what_a_weak_model_echoes_or_loops():

@@ -266,3 +266,35 @@ def test_a_requirement_still_pointing_nowhere_gets_the_query_subject(again):
     (r1,) = plan.requirements
     assert r1.text.startswith("How is it evaluated? (about: ") and "thromboprophylaxis" in r1.text
     assert "trauma patients" in r1.text and plan.degraded and "subject was added" in plan.degraded[0]
+
+
+def test_without_the_llm_a_query_of_several_questions_gives_one_requirement_each():
+    """Seen with the embedded model: every proposed requirement dropped, and a two-part question became one
+    requirement whose coverage 1.0 rested on a paper answering only its second half."""
+    query = ResearchQuery(run_id="run-plan", text="How do tracing JIT compilers specialize types, and how are "
+                                                  "recurrent networks used to predict sepsis early?")
+    plan = asyncio.run(derive_requirements(query, ScriptedLLM([{"requirements": ["QUERY", "-", "1."]}])))
+    assert [(r.id, r.text) for r in plan.requirements] == [
+        ("R1", "How do tracing JIT compilers specialize types?"),
+        ("R2", "How are recurrent networks used to predict sepsis early?")]
+    assert "the query's 2 questions are R1-R2" in plan.degraded[0]
+    # one requirement allowed: the whole query, not half of it
+    capped = asyncio.run(derive_requirements(query, ScriptedLLM([LLMTimeout("slow")]), max_requirements=1))
+    assert [r.text for r in capped.requirements] == [query.text]
+
+
+@pytest.mark.parametrize(("text", "questions"), [
+    ("How are LLM agents used to search for papers, and how is faithfulness evaluated by humans?",
+     ["How are LLM agents used to search for papers?", "How is faithfulness evaluated by humans?"]),
+    ("What limits battery life? Which coatings slow the decay of lithium anodes?",
+     ["What limits battery life?", "Which coatings slow the decay of lithium anodes?"]),
+    ("Anticoagulation after trauma, and how JIT compilers specialize types",
+     ["Anticoagulation after trauma", "How JIT compilers specialize types?"]),
+    ("What complications follow thromboprophylaxis in trauma patients?", []),  # one question: the query is R1
+    ("Anticoagulation after trauma, JIT compilers, and open relation extraction", []),  # no question words
+    ("How do fish swim and why?", []),  # a part too short to stand alone
+])
+def test_split_questions(text, questions):
+    from actors.steps.plan import split_questions
+
+    assert split_questions(text) == questions

@@ -209,7 +209,7 @@ def test_comparison_is_saved_and_rendered(finished):
     assert matrix["cells"][row][matrix["methods"].index("observational or cohort study")] == [3]
     md = (folder / "report.md").read_text()
     part = md.split("## Comparison of the Cited Papers\n", 1)[1].split("\n## ", 1)[0]
-    assert "| [1] Light Reactions of Photosynthesis | Paper 1 asks how plants capture light energy." in part
+    assert "| [1] Light Reactions of Photosynthesis | Paper 1 asks about this: Plants depend on sunlight. This study" in part
     assert "all four fields stated: 2 of 3" in part
     assert "| [1] [2] | problem | light capture in leaves |" in part
     assert "| causal effect or mechanism | [3] | [1] [2] |" in part  # columns in taxonomy order
