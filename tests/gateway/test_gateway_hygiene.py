@@ -102,3 +102,21 @@ def test_download_links_work_with_the_token_in_the_query(token_client) -> None:
     assert token_client.get(url, params={"token": "s3cret-token"}).text == "# R\n"
     js = token_client.get("/static/app.js").text
     assert "artifacts/${name}` + (token() ? `?token=" in js
+
+
+def test_a_50_mb_body_is_refused_before_it_is_sent(tmp_path) -> None:
+    """Over a real socket to uvicorn: the headers announce 50 MB, one byte follows, and the 413 comes back at
+    once (the gateway never waits for, or reads, the body)."""
+    import socket
+
+    from tests.gateway.conftest import LiveServer
+
+    server = LiveServer(app_for(tmp_path))
+    try:
+        with socket.create_connection(("127.0.0.1", server.port), timeout=30) as sock:
+            sock.sendall(f"POST /api/runs HTTP/1.1\r\nHost: 127.0.0.1:{server.port}\r\nContent-Type: application/json"
+                         f"\r\nContent-Length: {50 * 1024 * 1024}\r\n\r\n{{".encode())
+            head = sock.recv(4096).decode("latin-1")
+        assert head.startswith("HTTP/1.1 413"), head[:200]
+    finally:
+        server.stop()
