@@ -879,7 +879,7 @@ def serve(settings: Settings, host: str = "127.0.0.1", port: int = 8765, *, no_t
     else:
         say(f"gateway on http://{shown}:{port}/  (--no-token: any user of this machine can read and start runs "
             "through it)")
-    uvicorn.run(app, host=host, port=port, log_level="warning", ws="websockets")
+    uvicorn.run(app, host=host, port=port, log_level="warning", ws="websockets-sansio")
 
 
 __all__ = ["create_app", "serve", "render_report"]

@@ -31,7 +31,8 @@ class LiveServer:
         self.port = sock.getsockname()[1]
         self.url = f"http://127.0.0.1:{self.port}"
         self.app = app
-        self.server = uvicorn.Server(uvicorn.Config(app, log_level="warning", ws="websockets", lifespan="on"))
+        self.server = uvicorn.Server(uvicorn.Config(app, log_level="warning", ws="websockets-sansio",
+                                                    lifespan="on"))
         self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [sock]}, daemon=True)
         self.thread.start()
 
