@@ -35,7 +35,9 @@ def serve(
     try:
         run_server(settings, host=host, port=port, no_token=no_token, say=base.console.print)
     except ValueError as exc:
-        base.console.print(f"[red]{exc}[/red]")
+        from rich.markup import escape
+
+        base.console.print(f"[red]{escape(str(exc))}[/red]")  # the host is the caller's text, not markup
         raise typer.Exit(2) from None
 
 
