@@ -12,10 +12,10 @@ The CLI's own runs are the owner's and read any folder the owner names.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from pathlib import Path
 
+from actors.steps.rundir import atomic_write
 from gateway.api import config_dir
 
 
@@ -34,13 +34,7 @@ def allowed_libraries(path: Path | None = None) -> list[Path]:
 
 
 def _write(folders: Sequence[Path], path: Path) -> None:
-    from actors.steps.rundir import private_dir
-
-    private_dir(path.parent)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as out:
-        out.writelines(f"{folder}\n" for folder in folders)
-    os.chmod(path, 0o600)
+    atomic_write(path, "".join(f"{folder}\n" for folder in folders))  # 0600 in a 0700 folder, never half-written
 
 
 def allow(folder: Path, path: Path | None = None) -> Path:
