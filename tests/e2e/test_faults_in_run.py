@@ -6,8 +6,10 @@ over four of the shared PDFs with contextual retrieval on, so the Ingestors call
 is the end-to-end brain (tests/e2e/brain.py) through FunctionLLM; it SIGKILLs the process that asks it
 (once each, marker files): the Ingestor asking for the chunk contexts of the DVT paper (mid-document:
 parsed and chunked, nothing stored yet) and the Forager of the just-in-time requirement at its first
-judgement — what an OOM kill or a segfault in a parser or model client does. The per-stage tests
-(test_ingestor_crash.py, test_forager_crash.py) cover the finer cases.
+judgement — what an OOM kill or a segfault in a parser or model client does. The Ingestor's finer cases are
+in test_ingestor_crash.py; the Forager's (its requirement fails for the iteration with the reason and
+coverage 0, the other requirement is foraged, a fresh process forages it again) are all asserted here (they
+were test_forager_crash.py, which drove a second crew of its own).
 """
 
 from __future__ import annotations
@@ -84,6 +86,7 @@ def test_the_killed_foragers_requirement_failed_once_then_was_foraged(faulty_run
     _, state, events, _, _ = faulty_run
     first, second = state["iterations"][:2]
     assert first["status"]["R2"] == "failed" and first["status"]["R1"] == "ok"
+    assert first["coverage"]["R2"] == 0.0 and first["coverage"]["R1"] > 0  # the other Forager did its work
     assert second["status"]["R2"] == "ok" and state["coverage"]["R2"] > 0
     assert state["coverage"]["R1"] == 1.0  # "heparin"/"bleeding" are in the DVT paper the killed Ingestor had
     died = [e for e in events if e.stage == "forage" and e.kind == "failed" and e.requirement_id == "R2"]

@@ -13,7 +13,10 @@ passage of the ReVerb paper (only ingested in iteration 2) until the driver is d
 such a request and for events.jsonl to show iteration 2's foraging started (a bounded poll of the file),
 then sends SIGKILL to the driver alone. Ray's daemons share the fate of the driver that started them, but
 its worker processes (the Orchestrator, the Foragers) outlive it for a while: the requests stay held until
-every process of the driver's session is gone (a bounded poll), so the orphaned run cannot move on. (Were
+every process of the driver's session that runs Forage code is gone (a bounded poll), so the orphaned run
+cannot move on. Ray's two agents (DashboardAgent, RuntimeEnvAgent) run none; each spends 60 s trying to
+tell the dead GCS that its raylet died (a timeout fixed in Ray) before it exits, so the resume starts beside
+them and the fixture waits for them, too, at its end: nothing of the killed session is left behind. (Were
 it to move on while `forage resume` runs, the resumed Orchestrator owns the run and the orphan stops at its
 next checkpoint without writing: tests/unit/test_run_owner.py.)
 
@@ -106,14 +109,19 @@ def events(run_dir: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-def session_members(sid: int) -> list[str]:
-    """Processes still alive in session ``sid`` (the driver and everything it started)."""
+RAY_AGENTS = frozenset({"ray::DashboardAgent", "ray::RuntimeEnvAgent"})  # Ray's own; no Forage code runs there
+
+
+def session_members(sid: int, ignore: frozenset[str] = frozenset()) -> list[str]:
+    """Processes still alive in session ``sid`` (the driver and everything it started), but those named in
+    ``ignore``."""
     import psutil
 
     alive = []
     for p in psutil.process_iter(["pid", "name", "status"]):
         try:
-            if os.getsid(p.pid) == sid and p.info["status"] != psutil.STATUS_ZOMBIE:
+            if (os.getsid(p.pid) == sid and p.info["status"] != psutil.STATUS_ZOMBIE
+                    and p.info["name"] not in ignore):
                 alive.append(f"{p.pid} {p.info['name']}")
         except (ProcessLookupError, PermissionError, psutil.Error):
             continue
@@ -183,7 +191,9 @@ def runs(shared_data, tmp_path_factory, ingest_cache):
                                  for e in events(run_dir)), "iteration 2's foraging in events.jsonl", proc)
             proc.send_signal(signal.SIGKILL)  # the driver alone
             assert proc.wait(60) == -signal.SIGKILL
-            wait_for(lambda: not session_members(proc.pid), "the killed driver's Ray processes to end")
+            killed_sid = proc.pid
+            wait_for(lambda: not session_members(killed_sid, ignore=RAY_AGENTS),
+                     "the killed driver's Ray processes to end")
             crashed = json.loads((run_dir / "run.json").read_text())
             gate.closed = False
             gate.release.set()  # the held requests answer workers that are gone
@@ -193,6 +203,7 @@ def runs(shared_data, tmp_path_factory, ingest_cache):
             code = proc.wait(LIMIT_S)
             resume_log = (tmp / "resume.log").read_text()
             assert code == 0, resume_log[-3000:]
+            wait_for(lambda: not session_members(killed_sid), "Ray's agents of the killed session to end")
             yield summary(whole_dir), summary(run_dir), crashed, json.loads((run_dir / "run.json").read_text())
         finally:
             gate.release.set()
