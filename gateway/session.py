@@ -68,6 +68,8 @@ class ResearchSession:
         final = False
         while True:
             ready, _ = ray.wait([done], timeout=0)
+            if ready and final:  # the final event was delivered before the future was ready: nothing follows
+                return ray.get(done)
             # once the run's future is ready, the hub already holds the final event (it is published
             # and awaited before run() returns); read until it is delivered
             events = ray.get(self.hub.wait.remote(self.seen, 5.0 if ready else poll_s))
