@@ -5,6 +5,8 @@
     forage library add csv FILE [--store PATH]                              a Zotero CSV export
     forage library list [--json] [--store PATH]                             documents in the store
     forage library remove DOC... [--store PATH]                             documents by id or unique id prefix
+    forage library fix-metadata DOC [--title T] [--author A]... [--year Y] [--doi D] [--arxiv ID]
+                                                                            correct what a PDF's page 1 gave
     forage library stats [--json] [--store PATH]                            counts, parsers, flags, size on disk
     forage library allow DIR / disallow DIR / allowed                       folders runs started through the
                                                                             gateway may read (gateway/allowed.py)
@@ -67,7 +69,8 @@ def register(app: typer.Typer) -> None:
     add_app.command(FILES)(add_files)
     add_app.command("zotero")(add_zotero)
     add_app.command("csv")(add_csv)
-    for name, command in (("list", list_documents), ("remove", remove_documents), ("stats", stats),
+    for name, command in (("list", list_documents), ("remove", remove_documents), ("fix-metadata", fix_metadata),
+                          ("stats", stats),
                           ("allow", allow_folder), ("disallow", disallow_folder), ("allowed", allowed_folders)):
         if not any(c.name == name for c in base.library_app.registered_commands):
             base.library_app.command(name)(command)
@@ -349,9 +352,9 @@ def list_documents(
     console.print(table)
 
 
-def _resolve_ids(documents: Sequence[Any], wanted: Sequence[str]) -> list[Any]:
+def _resolve_ids(documents: Sequence[Any], wanted: Sequence[str], unchanged: str = "nothing was removed") -> list[Any]:
     """The documents named by full ids or unique prefixes (case-insensitive), each once, in the order
-    given; exit 2 naming every unknown or ambiguous one (nothing is removed then)."""
+    given; exit 2 naming every unknown or ambiguous one (and ``unchanged``: nothing was done)."""
     problems: list[str] = []
     chosen: dict[str, Any] = {}
     for given in wanted:
@@ -367,7 +370,7 @@ def _resolve_ids(documents: Sequence[Any], wanted: Sequence[str]) -> list[Any]:
         else:
             chosen.setdefault(matches[0].doc_id, matches[0])
     if problems:
-        raise _fail("; ".join(problems) + " — see forage library list; nothing was removed")
+        raise _fail("; ".join(problems) + f" — see forage library list; {unchanged}")
     return list(chosen.values())
 
 
@@ -416,6 +419,54 @@ def remove_documents(
     console.print(f"[dim]{len(chosen)} removed from {settings.store.path} ({remaining} chunks left); runs keep their "
                   f"reports and evidence.jsonl{'; Zotero state updated: ' + ', '.join(map(str, noted)) if noted else ''}"
                   "[/dim]", highlight=False)
+
+
+def fix_metadata(
+    doc: Annotated[str, typer.Argument(metavar="DOC", help="Document id as `forage library list` shows it, or a "
+                                       "unique prefix.", show_default=False)],
+    title: Annotated[str | None, typer.Option(help="The paper's title.")] = None,
+    author: Annotated[list[str] | None, typer.Option(
+        "--author", help="An author, in order; repeat for each (replaces the whole list).")] = None,
+    year: Annotated[int | None, typer.Option(min=1000, max=2999, help="Year of publication.")] = None,
+    doi: Annotated[str | None, typer.Option(help="The paper's DOI ('10.…', 'doi:10.…' or a doi.org link); "
+                                            "'' removes it.")] = None,
+    arxiv: Annotated[str | None, typer.Option(help="The paper's arXiv id ('2302.07302'); '' removes it.")] = None,
+    store: Annotated[Path | None, typer.Option(help="Store folder (default: settings).")] = None,
+) -> None:
+    """Correct a document's title, authors, year, DOI or arXiv id where its PDF's page 1 misled the parser.
+
+    Reports and BibTeX/RIS exports written from then on use the corrected values (a run's own report keeps
+    what it was written with until `forage export` renders it again); the document keeps its chunks and
+    vectors, and searches match its new title."""
+    from actors.steps.ingest import with_identifiers
+    from gateway.cli import console
+    from infra.store.base import update_metadata
+
+    changes: dict[str, Any] = {}
+    if title is not None:
+        if not title.strip():
+            raise _fail("--title is empty: give the paper's title")
+        changes["title"] = " ".join(title.split())
+    if author is not None:
+        names = [" ".join(a.split()) for a in author if a.strip()]
+        if not names:
+            raise _fail("--author is empty: give each author's name")
+        changes["authors"] = tuple(names)
+    if year is not None:
+        changes["year"] = year
+    try:
+        settings = _settings(store)
+        library = _open_store(settings)
+        (chosen,) = _resolve_ids(library.list_documents(), [doc], unchanged="nothing was changed")
+        if doi is not None or arxiv is not None:
+            changes["origin"] = with_identifiers(chosen.origin or chosen.key, doi, arxiv)
+        if not changes:
+            raise _fail("nothing to change: give --title, --author, --year, --doi or --arxiv")
+        fixed = update_metadata(library, chosen.doc_id, changes)
+    except (ForageError, ValueError) as exc:
+        raise _fail(str(exc), 1) from None
+    console.print(f"[green]fixed[/green] {fixed.doc_id[:ID_WIDTH]}  {', '.join(fixed.authors) or 'Anonymous'} "
+                  f"({fixed.year or 'n.d.'}) {fixed.title}. {fixed.origin}", highlight=False)
 
 
 def _page_counts(store: Any, documents: Sequence[Any], batch_chunks: int = 2000) -> dict[str, int]:

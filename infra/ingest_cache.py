@@ -4,7 +4,8 @@ Parsing (Marker: minutes per paper on a CPU) and embedding are the costly parts 
 pure functions of their input. With ``ingest.cache_dir`` set, :class:`IngestCache` keeps
 
 * ``parsed/<key>.json``: the :class:`~infra.pdf.base.ParsedDocument` of a PDF, keyed by the file's sha256,
-  the parser's name (which carries its version) and its page limit;
+  the parser's name (which carries its version), Forage's revision of what it reads from that output
+  (`revision`) and its page limit;
 * ``vectors/<key>.npy``: the vectors of one document's chunks (float64, exactly what the embedder gave),
   keyed by the embedder's name and the exact strings it read (context line + chunk text, in order);
 * ``first-pages/<key>.txt``: the text of a library file's first pages, keyed by its sha256, which a library
@@ -52,8 +53,10 @@ class IngestCache:
 
     @staticmethod
     def parsed_key(doc_id: str, parser: PDFParser) -> str:
-        """``doc_id`` (the file's sha256), the parser's name (with its version) and its page limit."""
-        return _digest("parsed", doc_id, parser.name, str(getattr(parser, "max_pages", "")))
+        """``doc_id`` (the file's sha256), the parser's name (with its version), Forage's own revision of what
+        it reads from that parser's output, and its page limit."""
+        return _digest("parsed", doc_id, parser.name, str(getattr(parser, "revision", "")),
+                       str(getattr(parser, "max_pages", "")))
 
     @staticmethod
     def vectors_key(embedder_name: str, inputs: Sequence[str]) -> str:

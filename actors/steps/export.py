@@ -29,6 +29,7 @@ FORMATS = ("md", "html", "bibtex", "ris", "json")
 SUFFIX = {"md": ".md", "html": ".html", "bibtex": ".bib", "ris": ".ris", "json": ".json"}
 
 _DOI = re.compile(r"\b(10\.\d{4,9}/\S+)", re.IGNORECASE)
+_ARXIV = re.compile(r"\barXiv:(\d{4}\.\d{4,5}|[a-z][a-z.\-]*/\d{7})", re.IGNORECASE)
 _IMG_SRC = re.compile(r'(<img\b[^>]*?\bsrc=")([^"]*)(")')
 
 CSS = """
@@ -51,12 +52,20 @@ def doi_of(source: SourceRef) -> str | None:
     return m.group(1).rstrip(".,;)") if m else None
 
 
+def arxiv_of(source: SourceRef) -> str | None:
+    """The arXiv id named by a source's origin ('arXiv:2302.07302'), if any."""
+    m = _ARXIV.search(source.origin)
+    return m.group(1) if m else None
+
+
 def url_of(source: SourceRef) -> str | None:
     origin = source.origin.strip()
     if origin.startswith(("http://", "https://")):
         return origin
-    doi = doi_of(source)
-    return f"https://doi.org/{doi}" if doi else None
+    doi, arxiv_id = doi_of(source), arxiv_of(source)
+    if doi:
+        return f"https://doi.org/{doi}"
+    return f"https://arxiv.org/abs/{arxiv_id}" if arxiv_id else None
 
 
 # -- HTML --------------------------------------------------------------------------------------------------
@@ -130,7 +139,7 @@ def to_bibtex(sources: list[SourceRef] | tuple[SourceRef, ...]) -> str:
     used: set[str] = set()
     entries = []
     for s in sources:
-        doi, url = doi_of(s), url_of(s)
+        doi, url, arxiv_id = doi_of(s), url_of(s), arxiv_of(s)
         fields = [("title", _bib_value(s.title) or "Untitled")]
         if s.authors:
             fields.append(("author", " and ".join(_bib_value(a) for a in s.authors)))
@@ -138,6 +147,8 @@ def to_bibtex(sources: list[SourceRef] | tuple[SourceRef, ...]) -> str:
             fields.append(("year", str(s.year)))
         if doi:
             fields.append(("doi", doi))
+        if arxiv_id:  # arXiv's own BibTeX: eprint + archivePrefix (BibLaTeX and natbib styles link them)
+            fields += [("eprint", arxiv_id), ("archivePrefix", "arXiv")]
         if url:
             fields.append(("url", url))
         if s.origin and not doi and not url:
@@ -154,7 +165,8 @@ def to_ris(sources: list[SourceRef] | tuple[SourceRef, ...]) -> str:
     out = []
     for s in sources:
         doi, url = doi_of(s), url_of(s)
-        lines = [f"TY  - {'JOUR' if doi else 'GEN'}", f"TI  - {' '.join(s.title.split()) or 'Untitled'}"]
+        kind = "JOUR" if doi else "UNPB" if arxiv_of(s) else "GEN"  # UNPB: how reference managers file a preprint
+        lines = [f"TY  - {kind}", f"TI  - {' '.join(s.title.split()) or 'Untitled'}"]
         lines += [f"AU  - {' '.join(a.split())}" for a in s.authors if a.strip()]
         if s.year:
             lines.append(f"PY  - {s.year}")

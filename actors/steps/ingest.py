@@ -22,6 +22,7 @@ replaces the earlier version (``store.upsert_document`` replaces by key).
 from __future__ import annotations
 
 import hashlib
+import re
 import logging
 import os
 from collections.abc import Sequence
@@ -59,6 +60,40 @@ def file_sha256(path: Path) -> str:
     """Hex sha256 of the file's bytes (streamed)."""
     with path.open("rb") as handle:
         return hashlib.file_digest(handle, "sha256").hexdigest()
+
+
+def source_origin(file_name: str, doi: str | None, arxiv_id: str | None) -> str:
+    """What the report and the BibTeX/RIS exports name a PDF by: its file name, then its DOI and arXiv id when
+    known ("paper.pdf, doi:10.1186/…, arXiv:2302.07302"; actors/steps/export.py reads them back)."""
+    parts = [file_name] if file_name else []
+    return ", ".join([*parts, *([f"doi:{doi}"] if doi else []), *([f"arXiv:{arxiv_id}"] if arxiv_id else [])])
+
+
+_ID_PARTS = re.compile(r"^(?:doi:|arxiv:)", re.IGNORECASE)
+_DOI_GIVEN = re.compile(r"^(?:doi:\s*|https?://(?:dx\.)?doi\.org/)?(10\.\d{4,9}/\S+)$", re.IGNORECASE)
+_ARXIV_GIVEN = re.compile(r"^(?:arxiv:\s*|https?://arxiv\.org/abs/)?(\d{4}\.\d{4,5}|[a-z][a-z.\-]*/\d{7})(?:v\d+)?$",
+                          re.IGNORECASE)
+
+
+def with_identifiers(origin: str, doi: str | None, arxiv_id: str | None) -> str:
+    """``origin`` with its DOI and/or arXiv id replaced (None: keep the one it has; "": drop it). ValueError
+    for a DOI or arXiv id that is not one."""
+    parts = [p for p in (p.strip() for p in origin.split(", ")) if p]
+    name = ", ".join(p for p in parts if not _ID_PARTS.match(p))
+    old_doi = next((p[4:] for p in parts if p.lower().startswith("doi:")), None)
+    old_arxiv = next((p[6:] for p in parts if p.lower().startswith("arxiv:")), None)
+    if doi:
+        found = _DOI_GIVEN.match(doi.strip())
+        if not found:
+            raise ValueError(f"{doi!r} is not a DOI (10.<registrant>/<suffix>)")
+        doi = found.group(1).lower()
+    if arxiv_id:
+        found = _ARXIV_GIVEN.match(arxiv_id.strip())
+        if not found:
+            raise ValueError(f"{arxiv_id!r} is not an arXiv id (e.g. 2302.07302 or hep-th/0101001)")
+        arxiv_id = found.group(1)
+    return source_origin(name, old_doi if doi is None else doi or None,
+                         old_arxiv if arxiv_id is None else arxiv_id or None)
 
 
 def text_markdown(title: str, text: str) -> str:
@@ -195,7 +230,8 @@ class IngestStep:
             doc_id, candidate.key, parsed.markdown, outline_title=parsed.title or candidate.title,
             title=candidate.title or parsed.title, fallback_title=path.stem, page_spans=parsed.page_spans,
             authors=candidate.authors or parsed.authors, year=candidate.year or parsed.year,
-            parser=parsed.parser, flags=parsed.flags, origin=path.name)
+            parser=parsed.parser, flags=parsed.flags,
+            origin=source_origin(path.name, candidate.doi or parsed.doi, candidate.arxiv_id or parsed.arxiv_id))
 
     # ------------------------------------------------------------------ text
 

@@ -18,6 +18,9 @@ class ParsedDocument(BaseModel):
     title: str | None = None
     authors: tuple[str, ...] = ()
     year: int | None = None
+    doi: str | None = Field(default=None, description="The paper's own DOI, bare and lower case, when page 1 or "
+                                                      "the file's metadata names one with a DOI label.")
+    arxiv_id: str | None = Field(default=None, description="The arXiv id printed on page 1, without version.")
     n_pages: int = 0
     parser: str
     flags: tuple[str, ...] = Field(default=(), description="'repaired', 'truncated_pages:<n>', ...")

@@ -24,7 +24,11 @@ What this parser does on top of pymupdf4llm:
   largest page-1 heading → largest horizontal page-1 font), authors (the PDF Author field, unless
   the name lines under the title give a longer list that includes its first author; names are
   recognised by shape: 2–5 capitalised words, no digits, no institution words — a line that is not
-  mostly names gives none) and year (latest plausible year on page 1, else the PDF creation year).
+  mostly names gives none; when neither gives any, the page-1 lines under the title that are all
+  names, skipping e-mail, affiliation and place lines: the author grid of ACM papers), year (latest
+  plausible year on page 1, else the PDF creation year), the paper's DOI (only one written with a DOI
+  label — "doi:", "DOI", "doi.org/" — on page 1 or in the file's subject/keywords, so a cited work's
+  DOI is not taken) and its arXiv id (the "arXiv:NNNN.NNNNN" stamp on page 1).
 """
 
 from __future__ import annotations
@@ -45,6 +49,7 @@ from infra import privacy
 from infra.errors import PDFError
 from infra.pdf.base import ParsedDocument
 
+REVISION = "2"  # bump when what parse() derives from the same pymupdf4llm output changes (metadata, ids)
 PDF_MAGIC = b"%PDF-"
 MAGIC_WINDOW = 1024  # readers accept the header anywhere in the first KiB
 EOF_WINDOW = 2048  # %%EOF must sit near the end of a complete file
@@ -68,6 +73,8 @@ _NOT_NAME_WORDS = frozenset({
 })
 _MARKERS = str.maketrans("", "", "*∗†‡§¶#⋄□◇○•♯♭‖⊥☯✉")
 _SPLIT_NAMES = re.compile(r"\s*(?:,|;|\band\b|&)\s*")
+_LABELLED_DOI = re.compile(r"(?:\bdoi\s*:?\s*|doi\.org/)(10\.\d{4,9}/[^\s\"<>,;]+)", re.IGNORECASE)
+_ARXIV_STAMP = re.compile(r"\barXiv:\s*(\d{4}\.\d{4,5}|[a-z][a-z.\-]*/\d{7})(?:v\d+)?", re.IGNORECASE)
 _FRONT_END_HEADINGS = re.compile(r"^\W*(\d+\.?\s*|[ivx]+\.\s*)?(abstract|summary|introduction|background|keywords)\b",
                                  re.IGNORECASE)
 
@@ -114,6 +121,7 @@ class PyMuPDFParser:
         self.max_bytes = max_bytes
         self.layout = _layout_active()
         self.name = f"pymupdf4llm-{pymupdf4llm.__version__}" + ("+layout" if self.layout else "")
+        self.revision = REVISION  # Forage's own reading of the parse: part of the ingest cache's key
 
     # ------------------------------------------------------------------ reading and opening
     def _read(self, path: Path) -> bytes:
@@ -136,7 +144,8 @@ class PyMuPDFParser:
                 flags.append("unreadable_pages:" + ",".join(map(str, unreadable)))
             meta = doc.metadata or {}
             first_page = _page_one_lines(doc)
-        return self._assemble(path, pages, meta, first_page, n_pages, keep, flags)
+            page1_raw = _page_one_text(doc)
+        return self._assemble(path, pages, meta, first_page, page1_raw, n_pages, keep, flags)
 
     def _page_chunks(self, doc: Any, keep: int, path: Path) -> tuple[list[dict[str, Any]], list[int]]:
         """pymupdf4llm page chunks for the first ``keep`` pages; page by page if the whole run fails."""
@@ -162,7 +171,7 @@ class PyMuPDFParser:
         return pages, unreadable
 
     def _assemble(self, path: Path, pages: list[dict[str, Any]], meta: dict[str, Any],
-                  first_page: list[tuple[float, float, str]], n_pages: int, keep: int,
+                  first_page: list[tuple[float, float, str]], page1_raw: str, n_pages: int, keep: int,
                   flags: list[str]) -> ParsedDocument:
         page1 = pages[0] if pages and _page_no(pages[0]) == 1 else None
         boxes1 = _boxes(page1) if page1 else []
@@ -193,10 +202,12 @@ class PyMuPDFParser:
         if keep < n_pages:
             markdown += (f"\n\n> Note: only the first {keep} of {n_pages} pages were parsed "
                          f"(ingest.max_pages = {keep}); pages {keep + 1}–{n_pages} are not in this document.\n")
-        authors = _choose_authors(_metadata_authors(meta.get("author") or ""), _authors_under_title(boxes1, title))
+        authors = (_choose_authors(_metadata_authors(meta.get("author") or ""), _authors_under_title(boxes1, title))
+                   or _names_in_lines_under(first_page, title))
+        doi, arxiv_id = page_one_ids(page1_raw, meta)
         return ParsedDocument(markdown=markdown, page_spans=tuple(spans), title=title or None,
-                              authors=tuple(authors), year=_pick_year(meta, page1_text), n_pages=n_pages,
-                              parser=self.name, flags=tuple(flags))
+                              authors=tuple(authors), year=_pick_year(meta, page1_text), doi=doi, arxiv_id=arxiv_id,
+                              n_pages=n_pages, parser=self.name, flags=tuple(flags))
 
 
 # ---------------------------------------------------------------------- helpers (module level, testable)
@@ -364,6 +375,54 @@ def _page_one_lines(doc: Any) -> list[tuple[float, float, str]]:
             text = _WS.sub(" ", "".join(s["text"] for s in spans)).strip()
             lines.append((round(max(s["size"] for s in spans), 1), float(line["bbox"][1]), text))
     return lines
+
+
+def _page_one_text(doc: Any) -> str:
+    """All text of page 1, rotated stamps included (the arXiv id runs up the left margin)."""
+    try:
+        return doc[0].get_text() if len(doc) else ""
+    except Exception:  # noqa: BLE001 - only an identifier hint; the Markdown itself came out fine
+        return ""
+
+
+def page_one_ids(page1_text: str, meta: dict[str, Any]) -> tuple[str | None, str | None]:
+    """(DOI, arXiv id) of the paper: the first DOI written with a DOI label on page 1 or in the file's
+    subject/keywords metadata (a bare "10.x/y" may be a cited work's), and the first arXiv stamp."""
+    doi = None
+    for text in (page1_text, meta.get("subject") or "", meta.get("keywords") or ""):
+        found = _LABELLED_DOI.search(text)
+        if found:
+            doi = found.group(1).rstrip(".)]}").lower()
+            break
+    stamp = _ARXIV_STAMP.search(page1_text)
+    return doi, (stamp.group(1) if stamp else None)
+
+
+def _names_in_lines_under(lines: list[tuple[float, float, str]], title: str) -> list[str]:
+    """Names from the page-1 lines after the title's last line, up to the abstract: the lines whose pieces
+    (split at ',', ';', 'and', '&') all look like names. E-mail, affiliation and place lines are passed over
+    (an ACM author grid interleaves them with the names); a line of running prose ends the search."""
+    words = set(_words(title))
+    if not words:
+        return []
+    ends = [i for i, (_, _, text) in enumerate(lines)
+            if (ws := _words(text)) and sum(w in words for w in ws) >= 0.8 * len(ws)]
+    if not ends:
+        return []
+    names: list[str] = []
+    for _, _, text in lines[ends[-1] + 1:ends[-1] + 40]:
+        plain = text.translate(_MARKERS).strip()
+        if _FRONT_END_HEADINGS.match(plain):
+            break
+        if "@" in plain or len(plain.split()) > 12:
+            if len(plain.split()) > 12:
+                break
+            continue
+        pieces = [p.strip(" .,;:0123456789") for p in _SPLIT_NAMES.split(plain)]
+        pieces = [p for p in pieces if p]
+        if pieces and all(_looks_like_name(p) for p in pieces):
+            names.extend(pieces)
+    return list(dict.fromkeys(names))[:50]
 
 
 def _sensible_title(title: str, page1_text: str) -> bool:

@@ -5,10 +5,12 @@ Implementations: LanceDB (embedded default), Weaviate (a lab's shared library). 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Literal, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from infra.errors import StoreError
 
 SectionKind = Literal["title", "abstract", "body", "references", "caption"]
 RRF_K = 60  # the usual constant of reciprocal-rank fusion (the LanceDB store's hybrid, the Forager's paper ranking)
@@ -147,6 +149,12 @@ class Store(Protocol):
         """Chunks matching the filter in document order (doc, ordinal)."""
         ...
 
+    def export_documents(self, doc_ids: Sequence[str] | None = None) -> Iterator[
+            tuple[DocumentRecord, list[ChunkRecord], list[list[float]]]]:
+        """Every document (or those of ``doc_ids`` that exist, in that order) with its chunks in ordinal order
+        and their vectors: what a migration or a metadata fix writes back."""
+        ...
+
     # search
     def bm25(self, query: str, k: int, flt: ChunkFilter | None = None) -> list[Hit]: ...
     def vector(self, vector: Sequence[float], k: int, flt: ChunkFilter | None = None) -> list[Hit]: ...
@@ -154,6 +162,34 @@ class Store(Protocol):
                flt: ChunkFilter | None = None) -> list[Hit]:
         """Fuse BM25 and vector results; alpha=1 is pure vector, alpha=0 pure BM25."""
         ...
+
+
+def documents_named(store: Store, doc_ids: Sequence[str] | None) -> list[DocumentRecord]:
+    """The registered documents of ``doc_ids`` in that order (unknown ids left out); all of them for None."""
+    if doc_ids is None:
+        return store.list_documents()
+    return [doc for doc_id in doc_ids if (doc := store.get_document(doc_id)) is not None]
+
+
+METADATA_FIELDS = frozenset({"title", "authors", "year", "origin"})
+
+
+def update_metadata(store: Store, doc_id: str, changes: dict[str, object]) -> DocumentRecord:
+    """Rewrite a stored document's bibliographic fields (``title``, ``authors``, ``year``, ``origin``) by
+    writing it back with its own chunks and vectors through :meth:`Store.upsert_document` (one atomic
+    write; the chunks' search text, which holds the title, follows). The vectors are kept: their context
+    line read the old title. StoreError when the document is not stored or a field is not one of these."""
+    unknown = sorted(set(changes) - METADATA_FIELDS)
+    if unknown:
+        raise StoreError(f"not a bibliographic field: {', '.join(unknown)} "
+                         f"(one of {', '.join(sorted(METADATA_FIELDS))})", retryable=False)
+    found = next(iter(store.export_documents([doc_id])), None)
+    if found is None:
+        raise StoreError(f"no document {doc_id[:16]} in the store", retryable=False)
+    doc, chunks, vectors = found
+    updated = DocumentRecord.model_validate({**doc.model_dump(), **changes})
+    store.upsert_document(updated, chunks, vectors)
+    return updated
 
 
 def upsert_documents(store: Store, items: Sequence[tuple[DocumentRecord, Sequence[ChunkRecord],

@@ -62,7 +62,7 @@ from lancedb.table import Table
 from tenacity import before_sleep_log, retry, retry_if_exception, stop_after_attempt, wait_random_exponential
 
 from infra.errors import StoreError
-from infra.store.base import RRF_K, ChunkFilter, ChunkRecord, DocumentRecord, Hit
+from infra.store.base import RRF_K, ChunkFilter, ChunkRecord, DocumentRecord, Hit, documents_named
 
 if TYPE_CHECKING:
     from infra.store.meta import LibraryMeta
@@ -386,9 +386,10 @@ class LanceStore:
         meta_file = self.path / LIBRARY_META
         return LibraryMeta.loads(meta_file.read_text()) if meta_file.exists() else None
 
-    def export_documents(self) -> Iterator[tuple[DocumentRecord, list[ChunkRecord], list[list[float]]]]:
-        """Every document with its chunks (ordinal order) and their vectors, by (key, doc_id) (for migration)."""
-        for doc in self.list_documents():
+    def export_documents(self, doc_ids: Sequence[str] | None = None) -> Iterator[tuple[DocumentRecord, list[ChunkRecord], list[list[float]]]]:
+        """Every document with its chunks (ordinal order) and their vectors, by (key, doc_id) (for migration);
+        ``doc_ids``: only those documents (for a metadata fix), in that order."""
+        for doc in documents_named(self, doc_ids):
             where = f"doc_id = {sql_str(doc.doc_id)}"
             rows = self._read(CHUNKS, where, lambda t, w=where: t.search().where(w)
                               .select([*_CHUNK_COLUMNS, "vector"]).to_list(), [])

@@ -51,7 +51,7 @@ from weaviate.collections.classes.filters import _Filters
 from weaviate.util import generate_uuid5
 
 from infra.errors import StoreError
-from infra.store.base import ChunkFilter, ChunkRecord, DocumentRecord, Hit
+from infra.store.base import ChunkFilter, ChunkRecord, DocumentRecord, Hit, documents_named
 from infra.store.meta import LibraryMeta, check_meta
 
 if TYPE_CHECKING:
@@ -537,10 +537,11 @@ class WeaviateStore:
             filters=build_filter(flt), limit=min(limit, MAX_RESULTS), sort=order))
         return [c for c in (to_chunk(dict(o.properties)) for o in res.objects) if matches(flt, c)]
 
-    def export_documents(self) -> Iterator[tuple[DocumentRecord, list[ChunkRecord], list[list[float]]]]:
-        """Every document with its chunks and their vectors, in (key, doc_id) order (for migration)."""
+    def export_documents(self, doc_ids: Sequence[str] | None = None) -> Iterator[tuple[DocumentRecord, list[ChunkRecord], list[list[float]]]]:
+        """Every document with its chunks and their vectors, in (key, doc_id) order (for migration);
+        ``doc_ids``: only those documents (for a metadata fix), in that order."""
         collection = self._chunks()
-        for doc in self.list_documents():
+        for doc in documents_named(self, doc_ids):
             if collection is None:
                 yield doc, [], []
                 continue

@@ -197,6 +197,33 @@ def test_reupsert_same_document_is_idempotent(store: Store) -> None:
     assert store.count_chunks() == 4 and store.get_chunk(chunks[5].chunk_id) is None
 
 
+def test_a_metadata_fix_keeps_chunks_and_vectors_and_searches_by_the_new_title(store: Store) -> None:
+    from infra.store.base import update_metadata
+
+    doc, chunks = make_doc("f" * 64, ["photosynthesis in leaves", "carbon fixation"], title="Proceedings of the 45th")
+    other, other_chunks = make_doc("9" * 64, ["unrelated words"])
+    put(store, doc, chunks)
+    put(store, other, other_chunks)
+    assert [d.doc_id for d in documents_of(store, [other.doc_id, "nope", doc.doc_id])] == [other.doc_id, doc.doc_id]
+    fixed = update_metadata(store, doc.doc_id, {"title": "Calvin cycle kinetics", "authors": ("Melvin Calvin",),
+                                                "year": 1950, "origin": "paper.pdf, doi:10.1000/calvin"})
+    got = store.get_document(doc.doc_id)
+    assert got == fixed and got.title == "Calvin cycle kinetics" and got.authors == ("Melvin Calvin",)
+    assert (got.year, got.origin, got.key, got.n_chunks) == (1950, "paper.pdf, doi:10.1000/calvin", doc.key, 2)
+    assert store.chunks(ChunkFilter(doc_ids=(doc.doc_id,))) == chunks  # the same chunks
+    assert ids(store.vector(hash_vec("carbon fixation"), 1)) == [cid(doc.doc_id, 1)]  # and their vectors
+    assert cid(doc.doc_id, 0) in ids(store.bm25("calvin kinetics", 5))  # the title is in the search text
+    assert store.get_document(other.doc_id) == other.model_copy(update={"n_chunks": 1})
+    with pytest.raises(StoreError, match="no document"):
+        update_metadata(store, "0" * 64, {"year": 2000})
+    with pytest.raises(StoreError, match="not a bibliographic field: key"):
+        update_metadata(store, doc.doc_id, {"key": "file:/elsewhere.pdf"})
+
+
+def documents_of(store: Store, doc_ids: Sequence[str]) -> list[DocumentRecord]:
+    return [doc for doc, _, _ in store.export_documents(doc_ids)]
+
+
 def test_delete_document(store: Store) -> None:
     keep, keep_chunks = make_doc("k" * 64, ["keep me"])
     drop, drop_chunks = make_doc("x" * 64, ["drop me", "drop me too"])

@@ -8,6 +8,7 @@ tokenizer; the embedding model is not loaded here.
 
 from __future__ import annotations
 
+import json
 import time
 import unicodedata
 from pathlib import Path
@@ -26,35 +27,9 @@ from infra.store.base import ChunkRecord
 
 pytestmark = pytest.mark.slow
 
-# file → (title, first author's surname or None when not extracted, year printed on the paper or None)
-PAPERS: dict[str, tuple[str, str | None, int | None]] = {
-    "ace_clinsci2014.pdf": ("Fragment-based design for the development of N-domain-selective "
-                            "angiotensin-1-converting enzyme inhibitors", "DOUGLAS", 2014),
-    "beyond_summarization_arxiv2304.02623v1.pdf": (
-        "Beyond Summarization: Designing AI Support for Real-World Expository Writing Tasks", "Shen", 2023),
-    "bosonic_dark_matter_arxiv0908.0054.pdf": ("Ultra light bosonic dark matter and CMB", "Montoya", 2009),
-    "citesee_arxiv2302.07302v1.pdf": ("CiteSee: Augmenting Citations in Scientific Papers with Persistent and "
-                                      "Personalized Historical Context", None, 2023),
-    "dvt_prophylaxis_trauma_bmc2010.pdf": ("Complications related to deep venous thrombosis prophylaxis in trauma: "
-                                           "a systematic review of the literature", "Datta", 2010),
-    "molecular_explanations_perspective.pdf": ("A Perspective on Explanations of Molecular Prediction Models",
-                                               "Wellawatte", None),
-    "novelty_paraphrase_arxiv2202.00535v1.pdf": ("Novelty Controlled Paraphrase Generation with Retrieval Augmented "
-                                                 "Conditional Prompt Tuning", "Chowdhury", 2022),
-    "papermage_emnlp2023demo.pdf": ("PaperMage: A Unified Toolkit for Processing, Representing, and Manipulating "
-                                    "Visually-Rich Scientific Documents", "Lo", 2023),
-    "phrase_generation_acl2014.pdf": ("How to make words with vectors: Phrase generation in distributional semantics",
-                                      "Dinu", 2014),
-    "reverb_openie_emnlp2011.pdf": ("Identifying Relations for Open Information Extraction", "Fader", 2011),
-    "s2orc_acl2020.pdf": ("S2ORC: The Semantic Scholar Open Research Corpus", "Lo", 2020),
-    "sepsis_mgp_rnn_mlhc2017.pdf": ("An Improved Multi-Output Gaussian Process RNN with Real-Time Validation for "
-                                    "Early Sepsis Detection", "Futoma", 2017),
-    "timp_jss2007.pdf": ("TIMP: An R Package for Modeling Multi-way Spectroscopic Measurements", "Mullen", 2007),
-    "tracemonkey_pldi2009.pdf": ("Trace-based Just-in-Time Type Specialization for Dynamic Languages", "Gal", 2009),
-    "vespa_peerjcs2017.pdf": ("VESPA: Very large-scale Evolutionary and Selective Pressure Analyses", "Webb", 2017),
-    "wheat_metabolomics_plosone2018.pdf": ("Comparative physiological and metabolomics analysis of wheat (Triticum "
-                                           "aestivum L.) following post-anthesis heat stress", "Thomason", 2018),
-}
+# file → what the paper says about itself (title, first author's surname, year, DOI, arXiv id), read by hand
+TRUTH = json.loads((Path(__file__).parents[1] / "data" / "shared_pdfs_metadata.json").read_text())["papers"]
+PAPERS = {name: (t["title"], t["first_author_surname"], t["year"]) for name, t in TRUTH.items()}
 NO_REFERENCES_HEADING = {"bosonic_dark_matter_arxiv0908.0054.pdf"}  # its references are interleaved, unlabelled
 
 
@@ -109,6 +84,8 @@ def test_title_authors_year(corpus: dict[str, Ingested], name: str) -> None:
         assert parsed.authors and norm(surname) in norm(parsed.authors[0])
     if year:
         assert parsed.year == year
+    # the paper's own identifiers, and none where it prints none (a cited work's DOI is not the paper's)
+    assert (parsed.doi, parsed.arxiv_id) == (TRUTH[name]["doi"], TRUTH[name]["arxiv_id"])
 
 
 @pytest.mark.parametrize("name", sorted(PAPERS))

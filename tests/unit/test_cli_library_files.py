@@ -1,4 +1,5 @@
-"""`forage library add PATH...`, `library remove DOC...`, `library stats` and `library list --json` end to end
+"""`forage library add PATH...`, `library remove DOC...`, `library fix-metadata DOC`, `library stats` and `library
+list --json` end to end
 (typer's CliRunner): two real PDFs and a broken one ingested once per module into a LanceDB store in a temporary
 folder (PyMuPDF parser, in-process MiniLM embedder, the same IngestStep as a run); tests that change the store
 work on a copy of it."""
@@ -118,7 +119,7 @@ def test_list_shows_ids_and_json_has_every_field(library: Library) -> None:
     assert result.exit_code == 0, result.output
     listed = json.loads(result.output)
     assert {d["doc_id"] for d in listed} == {d.doc_id for d in documents}
-    assert {d["origin"] for d in listed} == {DVT, PHRASE}
+    assert {d["origin"] for d in listed} == {f"{DVT}, doi:10.1186/1752-2897-4-1", PHRASE}  # the file, then its DOI
     assert set(listed[0]) == {"doc_id", "key", "title", "authors", "year", "n_chunks", "parser", "flags", "origin"}
 
 
@@ -154,8 +155,8 @@ def test_remove_by_prefix_deletes_document_and_chunks_but_not_run_evidence(libra
                                                                           tmp_path: Path) -> None:
     store = library.copy(tmp_path)
     lance = build_store(settings_for(store))
-    gone = next(d for d in lance.list_documents() if d.origin == DVT)
-    kept = next(d for d in lance.list_documents() if d.origin == PHRASE)
+    gone = next(d for d in lance.list_documents() if d.origin.startswith(DVT))
+    kept = next(d for d in lance.list_documents() if d.origin.startswith(PHRASE))
     [first_chunk] = lance.chunks(ChunkFilter(doc_ids=(gone.doc_id,)), limit=1)
     chunk_id = first_chunk.chunk_id
     assert lance.get_chunk(chunk_id) is not None
@@ -177,6 +178,41 @@ def test_remove_by_prefix_deletes_document_and_chunks_but_not_run_evidence(libra
     assert lance.count_chunks() == kept.n_chunks
     assert evidence.read_bytes() == before  # runs keep their own evidence
     assert set(json.loads(zotero_state.read_text())["attachments"]) == {"BBBB2222"}  # add zotero brings it back
+
+
+def test_the_dvt_paper_is_named_by_its_doi_and_fix_metadata_corrects_a_paper(library: Library,
+                                                                              tmp_path: Path) -> None:
+    from actors.steps.export import to_bibtex
+    from messages.write import SourceRef
+
+    store = library.copy(tmp_path)
+    docs = {d.origin.split(", ")[0]: d for d in build_store(settings_for(store)).list_documents()}
+    assert docs[DVT].origin == f"{DVT}, doi:10.1186/1752-2897-4-1"  # labelled in the PDF's subject metadata
+    phrase = docs[PHRASE]
+    assert phrase.origin == PHRASE  # the ACL 2014 paper prints no DOI
+    result, text = invoke(["library", "fix-metadata", phrase.doc_id[:10], "--title", "How to make words with vectors",
+                           "--author", "Georgiana Dinu", "--author", "Marco Baroni", "--year", "2014",
+                           "--doi", "https://doi.org/10.3115/V1/P14-1059", "--store", str(store)], tmp_path)
+    assert result.exit_code == 0, result.output
+    assert f"fixed {phrase.doc_id[:12]}" in text and "Georgiana Dinu, Marco Baroni (2014)" in text
+    lance = build_store(settings_for(store))
+    fixed = lance.get_document(phrase.doc_id)
+    assert fixed is not None and fixed.title == "How to make words with vectors" and fixed.year == 2014
+    assert fixed.origin == f"{PHRASE}, doi:10.3115/v1/p14-1059" and fixed.n_chunks == phrase.n_chunks
+    assert lance.count_chunks(phrase.doc_id) == phrase.n_chunks
+    [entry] = to_bibtex([SourceRef(n=1, doc_id=fixed.doc_id, title=fixed.title, authors=fixed.authors,
+                                   year=fixed.year, origin=fixed.origin)]).split("\n\n")[:1]
+    assert entry.startswith("@article{dinu2014,") and "doi = {10.3115/v1/p14-1059}" in entry
+    # --doi '' drops it again; a wrong DOI, an unknown id or nothing to change is one clear error
+    result, _ = invoke(["library", "fix-metadata", phrase.doc_id, "--doi", "", "--store", str(store)], tmp_path)
+    assert result.exit_code == 0 and build_store(settings_for(store)).get_document(phrase.doc_id).origin == PHRASE
+    result, text = invoke(["library", "fix-metadata", phrase.doc_id, "--doi", "P14-1059", "--store", str(store)],
+                          tmp_path)
+    assert result.exit_code == 1 and "'P14-1059' is not a DOI" in text
+    result, text = invoke(["library", "fix-metadata", "ffff", "--year", "2000", "--store", str(store)], tmp_path)
+    assert result.exit_code == 2 and "no document 'ffff'" in text and "nothing was changed" in text
+    result, text = invoke(["library", "fix-metadata", phrase.doc_id, "--store", str(store)], tmp_path)
+    assert result.exit_code == 2 and "nothing to change" in text
 
 
 def test_remove_refuses_unknown_ids_and_removes_nothing(library: Library, tmp_path: Path) -> None:

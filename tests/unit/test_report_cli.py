@@ -232,3 +232,31 @@ def test_verify_a_run_saved_before_report_json_existed(finished, tmp_path):
     md = (target / "report.md").read_text()
     (target / "report.md").write_text(md.replace("[2].", "[5].", 1))
     assert invoke("verify", str(target)).exit_code == 1
+
+
+def test_bibtex_and_ris_name_a_pdf_by_its_doi_and_arxiv_id():
+    """The origin ingestion writes for a PDF (actors.steps.ingest.source_origin) becomes DOI, eprint and url."""
+    import bibtexparser
+
+    from actors.steps.export import to_bibtex, to_ris
+    from actors.steps.ingest import source_origin
+    from messages.write import SourceRef
+
+    both = SourceRef(n=1, doc_id="a" * 64, title="CiteSee", authors=("Joseph Chee Chang",), year=2023,
+                     origin=source_origin("citesee.pdf", "10.1145/3544548.3580847", "2302.07302"))
+    preprint = SourceRef(n=2, doc_id="b" * 64, title="Beyond Summarization", authors=("Zejiang Shen",), year=2023,
+                         origin=source_origin("beyond.pdf", None, "2304.02623"))
+    plain = SourceRef(n=3, doc_id="c" * 64, title="TIMP", year=2007, origin=source_origin("timp.pdf", None, None))
+    assert both.origin == "citesee.pdf, doi:10.1145/3544548.3580847, arXiv:2302.07302" and plain.origin == "timp.pdf"
+    entries = {e["title"]: e for e in bibtexparser.loads(to_bibtex([both, preprint, plain])).entries}
+    assert entries["CiteSee"]["ENTRYTYPE"] == "article" and entries["CiteSee"]["doi"] == "10.1145/3544548.3580847"
+    assert entries["CiteSee"]["url"] == "https://doi.org/10.1145/3544548.3580847"
+    assert entries["CiteSee"]["eprint"] == "2302.07302" and entries["CiteSee"]["archiveprefix"] == "arXiv"
+    beyond = entries["Beyond Summarization"]
+    assert beyond["ENTRYTYPE"] == "misc" and beyond["eprint"] == "2304.02623" and "doi" not in beyond
+    assert beyond["url"] == "https://arxiv.org/abs/2304.02623"
+    assert entries["TIMP"]["note"] == "timp.pdf" and "url" not in entries["TIMP"]
+    ris = to_ris([both, preprint, plain]).split("\n\n")
+    assert "TY  - JOUR" in ris[0] and "DO  - 10.1145/3544548.3580847" in ris[0]
+    assert "TY  - UNPB" in ris[1] and "UR  - https://arxiv.org/abs/2304.02623" in ris[1]
+    assert "TY  - GEN" in ris[2]
