@@ -111,6 +111,7 @@ class Orchestrator:
         from actors.steps.plan import derive_requirements
 
         self.emit(Stage.PLAN, "started", "deriving requirements from the query")
+        self.record.planning(request.query.text)
         try:
             plan = await derive_requirements(request.query, self._model(), self.settings.run.max_requirements)
             plan = await self.propose_search(plan)

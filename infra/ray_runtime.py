@@ -269,6 +269,12 @@ def start_ray(
         if node_ip is not None:
             init_kwargs["_node_ip_address"] = node_ip
 
+    # This driver leaves SIGTERM (and crashes) to Python: Ray's C++ failure-signal handler would print a
+    # stack dump over `forage serve`'s graceful stop. Only this process: Ray reads the flag at connect time,
+    # so its daemons and workers keep their own handler.
+    from ray._private import ray_constants
+
+    ray_constants.RAY_DISABLE_FAILURE_SIGNAL_HANDLER = True
     try:
         with _entrypoint_withheld():
             ray.init(**init_kwargs)

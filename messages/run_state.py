@@ -22,7 +22,7 @@ from messages.plan import Requirement, SearchQuery
 from messages.search import Candidate, Skipped
 from messages.write import SourceRef
 
-RunStatus = Literal["awaiting_approval", "running", "finished", "failed", "cancelled"]
+RunStatus = Literal["planning", "awaiting_approval", "running", "finished", "failed", "cancelled"]
 STATUSES: tuple[str, ...] = RunStatus.__args__  # type: ignore[attr-defined]
 
 

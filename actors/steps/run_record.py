@@ -47,11 +47,12 @@ def stop_reason(mean: float, iterations_done: int, min_coverage: float, max_iter
 
 
 def shown_status(state: RunState | None, rundir: RunDir | None = None, *, live: bool = False) -> str:
-    """The status to show for a run: run.json's, except "interrupted" for a "running" run no one drives (not
-    ``live`` here, and its owner process is gone: its driver was killed, its gateway stopped)."""
+    """The status to show for a run: run.json's, except "interrupted" for a "running" or "planning" run no one
+    drives (not ``live`` here, and its owner process is gone: its driver was killed, its gateway stopped)."""
     if state is None:
         return "unknown"
-    if state.status == "running" and not live and rundir is not None and rundir.owner_alive() is False:
+    if (state.status in ("running", "planning") and not live and rundir is not None
+            and rundir.owner_alive() is False):
         return "interrupted"
     return state.status
 
@@ -97,6 +98,13 @@ class RunRecord:
         return self.state
 
     # -- the proposal and the start ----------------------------------------------------------------------
+    def planning(self, query: str) -> None:
+        """Planning starts: the run is listed from now on (shown "interrupted" should its process stop before a
+        proposal; nothing to resume then)."""
+        self.claim()
+        self.state = RunState(run_id=self.run_id, status="planning", query=query)
+        self.rundir.save_state(self.state)
+
     def propose(self, plan: RequirementsPlan) -> None:
         self.state = RunState(run_id=self.run_id, status="awaiting_approval", query=plan.query.text,
                               proposed_requirements=list(plan.requirements),

@@ -96,3 +96,17 @@ def test_the_stop_rule_and_the_shown_status_live_in_one_place(tmp_path) -> None:
     assert shown_status(state, rundir) == "interrupted" and resumable(state, rundir)
     assert shown_status(state, rundir, live=True) == "running" and not resumable(state, rundir, live=True)
     assert not resumable(state.model_copy(update={"requirements": []}), rundir)  # never approved
+
+
+def test_a_run_is_listed_from_the_start_of_planning_and_shown_interrupted_when_its_process_stopped(tmp_path) -> None:
+    """A gateway stopped (SIGTERM) while a run plans leaves run.json "planning": listed, shown "interrupted" once
+    its process is gone, never resumable (nothing was approved)."""
+    rundir = RunDir(tmp_path, "r")
+    record = RunRecord(rundir, "r")
+    record.planning("Fin regrowth in zebrafish")
+    state = rundir.require_state()
+    assert state.status == "planning" and state.query == "Fin regrowth in zebrafish"
+    assert shown_status(state, rundir) == "planning" and not resumable(state, rundir)  # its process: this one
+    owner = json.loads(rundir.owner_file.read_text())
+    rundir.owner_file.write_text(json.dumps({**owner, "pid": 2 ** 22 + 7, "started": 1.0}))  # a process long gone
+    assert shown_status(state, rundir) == "interrupted" and not resumable(state, rundir)
