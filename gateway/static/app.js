@@ -306,8 +306,16 @@ async function showReport() {
                                               api(`/api/runs/${runId}/evidence`).catch(() => [])]);
   if (runId !== state.runId) return;
   state.evidence = evidence;
-  // the fragment is rendered by markdown-it with raw HTML escaped: safe to insert
-  $("report").innerHTML = html;
+  // the fragment is rendered by markdown-it with raw HTML escaped: safe to insert. Parsed in an inert template
+  // first, so the charts' relative figures/<name> links are not fetched (and shown broken) before loadFigures
+  const tpl = document.createElement("template");
+  tpl.innerHTML = html;
+  for (const node of tpl.content.querySelectorAll('img[src^="figures/"], a[href^="figures/"]')) {
+    const attr = node.tagName === "IMG" ? "src" : "href";
+    node.dataset.figure = node.getAttribute(attr).slice("figures/".length);
+    node.removeAttribute(attr);
+  }
+  $("report").replaceChildren(tpl.content);
   loadFigures(runId);
   for (const [id, name] of [["dl-report", "report.md"], ["dl-evidence", "evidence.jsonl"], ["dl-runjson", "run.json"]]) {
     // a link the browser follows sends no Authorization header: the token goes in the query (token mode only)
@@ -318,11 +326,11 @@ async function showReport() {
 
 // the report links its charts as figures/<name>; fetched through the API (with the token when there is one)
 async function loadFigures(runId) {
-  const nodes = [...$("report").querySelectorAll('img[src^="figures/"], a[href^="figures/"]')];
+  const nodes = [...$("report").querySelectorAll("[data-figure]")];
   const urls = {};
   for (const node of nodes) {
     const attr = node.tagName === "IMG" ? "src" : "href";
-    const name = node.getAttribute(attr).slice("figures/".length);
+    const name = node.dataset.figure;
     if (!(name in urls)) {
       urls[name] = (async () => {
         const headers = token() ? { Authorization: "Bearer " + token() } : {};
@@ -366,9 +374,15 @@ async function loadModels() {
   try {
     const m = await api("/api/models");
     $("model").placeholder = `default: ${m.backend} ${m.model}`;
-    $("model-list").replaceChildren(...m.ollama_models.map((name) => el("option", { value: name })));
-    $("model-note").textContent = m.ollama_error ? m.ollama_error
-      : `${m.ollama_models.length} model(s) on the Ollama server at ${m.ollama_host}`;
+    const names = [...m.ollama_models, ...(m.openai_models || [])];
+    $("model-list").replaceChildren(...names.map((name) => el("option", { value: name })));
+    const notes = [m.ollama_error ? m.ollama_error
+      : `${m.ollama_models.length} model(s) on the Ollama server at ${m.ollama_host}`];
+    if (m.backend === "openai") {
+      notes.push(m.openai_error ? m.openai_error
+        : `${m.openai_models.length} model(s) on the OpenAI-compatible server at ${m.openai_base_url}`);
+    }
+    $("model-note").textContent = notes.join("; ");
   } catch (e) { $("model-note").textContent = String(e.message || e); }
 }
 loadModels();

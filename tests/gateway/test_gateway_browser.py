@@ -7,6 +7,7 @@ to the gateway (works offline). A screenshot is kept under $FORAGE_TEST_ARTIFACT
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -104,7 +105,8 @@ def test_dashboard_start_approve_watch_read_cite(browser, token_gateway) -> None
     assert page.locator("#report img").count() >= 2
     # (expect, not wait_for_function: the page's CSP has no 'unsafe-eval', which wait_for_function's polling needs)
     images = page.locator("#report img")
-    for i in range(images.count()):
+    for i in range(images.count()):  # fetched with the token, then shown from a blob (never a broken first load)
+        expect(images.nth(i)).to_have_attribute("src", re.compile(r"^blob:"), timeout=30_000)
         expect(images.nth(i)).to_have_js_property("complete", True, timeout=30_000)
     assert page.evaluate("[...document.querySelectorAll('#report img')].every(i => i.naturalWidth > 0)")
     page.locator("#report a.cite").first.click()
