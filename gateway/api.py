@@ -99,9 +99,10 @@ class RunCreate(_Model):
     min_coverage: float | None = Field(default=None, ge=0, le=1, description="Stop once mean coverage reaches it.")
     max_requirements: int | None = Field(default=None, ge=1, le=10, description="Most requirements to derive.")
     offline: bool | None = Field(default=None, description="Send nothing at all: only the library is searched.")
-    llm_backend: Literal["ollama", "embedded"] | None = Field(
-        default=None, description="Model backend: ollama (a model server) or embedded (the small model that ships "
-                                  "with Forage); default: the gateway's settings.")
+    llm_backend: Literal["ollama", "openai", "embedded"] | None = Field(
+        default=None, description="Model backend: ollama (an Ollama server), openai (the gateway's OpenAI-compatible "
+                                  "server at llm.base_url: vLLM, llama.cpp, LM Studio) or embedded (the small model "
+                                  "that ships with Forage); default: the gateway's settings.")
     model: str | None = Field(default=None, pattern=r"^[A-Za-z0-9][A-Za-z0-9._:/+-]{0,199}$",
                               description="Model name for the backend (Ollama: one GET /api/models lists).")
 
@@ -172,6 +173,10 @@ class ModelChoices(_Model):
     ollama_models: list[str] = Field(default=[], description="Installed on the Ollama server (empty when it cannot "
                                                              "say: see ollama_error).")
     ollama_error: str | None = None
+    openai_base_url: str | None = Field(default=None, description="The OpenAI-compatible server (backend openai).")
+    openai_models: list[str] = Field(default=[], description="Served there (asked only when it is the gateway's "
+                                                             "default backend; see openai_error).")
+    openai_error: str | None = None
 
 
 class RunCreated(_Model):

@@ -295,7 +295,8 @@ def research(
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Accept the derived requirements.")] = False,
     requirements: Annotated[Path | None, typer.Option(help="Use these requirements (one per line).")] = None,
     preset: Annotated[PresetName | None, typer.Option(help="quick / standard / deep")] = None,
-    llm: Annotated[str | None, typer.Option(help="LLM backend: ollama or embedded.")] = None,
+    llm: Annotated[str | None, typer.Option(help="LLM backend: ollama, openai (an OpenAI-compatible server at "
+                                                  "llm.base_url: vLLM, llama.cpp, LM Studio) or embedded.")] = None,
     model: Annotated[str | None, typer.Option(help="Ollama model name.")] = None,
     runs_dir: Annotated[Path | None, typer.Option(help="Where runs/<run_id>/ goes.")] = None,
     store: Annotated[Path | None, typer.Option(help="LanceDB store folder.")] = None,

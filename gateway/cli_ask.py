@@ -15,7 +15,7 @@ def ask(
         help="Answer only from the stored papers whose PDF lies under this folder (as `forage research --library "
              "DIR` or `forage library add DIR` stored them).")] = None,
     store: Annotated[Path | None, typer.Option(help="Store folder of the library (default: settings).")] = None,
-    llm: Annotated[str | None, typer.Option(help="LLM backend: ollama or embedded.")] = None,
+    llm: Annotated[str | None, typer.Option(help="LLM backend: ollama, openai or embedded.")] = None,
     model: Annotated[str | None, typer.Option(help="Ollama model name.")] = None,
 ) -> None:
     """Answer QUESTION briefly from the papers already in the store, with citations; says so when the

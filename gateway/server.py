@@ -515,15 +515,18 @@ def create_app(settings: Settings, *, llm: Any | None = None, token: str | None 
         from infra.errors import ForageError, describe
         from infra.llm import build_llm, ollama_host
 
-        ollama = build_llm(settings.updated(llm={"backend": "ollama"}))
-        found: list[str] = []
-        error = None
-        try:
-            found = await ollama.installed_models()  # type: ignore[attr-defined]
-        except ForageError as exc:
-            error = describe(exc)
-        return ModelChoices(backends=["ollama", "embedded"], backend=settings.llm.backend, model=settings.llm.model,
-                            ollama_host=ollama_host(settings), ollama_models=found, ollama_error=error)
+        async def served(backend: str) -> tuple[list[str], str | None]:
+            try:
+                return await build_llm(settings.updated(llm={"backend": backend})).installed_models(), None  # type: ignore[attr-defined]
+            except ForageError as exc:
+                return [], describe(exc)
+
+        found, error = await served("ollama")
+        openai_found, openai_error = await served("openai") if settings.llm.backend == "openai" else ([], None)
+        return ModelChoices(backends=["ollama", "openai", "embedded"], backend=settings.llm.backend,
+                            model=settings.llm.model, ollama_host=ollama_host(settings), ollama_models=found,
+                            ollama_error=error, openai_base_url=settings.llm.base_url, openai_models=openai_found,
+                            openai_error=openai_error)
 
     @app.get("/api/runs", response_model=list[RunListItem], dependencies=auth, tags=["runs"],
              summary="Every run in the runs folder and every run this gateway holds, newest first")

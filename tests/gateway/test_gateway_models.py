@@ -28,8 +28,10 @@ def test_the_models_the_server_has_are_listed(tmp_path) -> None:
     with LoopbackOllama(models=("qwen2.5:7b-instruct", "llama3.2:1b")) as server, \
             client_for(tmp_path, server.url) as http:
         m = http.get("/api/models").json()
-    assert m["backends"] == ["ollama", "embedded"] and (m["backend"], m["model"]) == ("ollama", "qwen2.5:7b-instruct")
+    assert m["backends"] == ["ollama", "openai", "embedded"]
+    assert (m["backend"], m["model"]) == ("ollama", "qwen2.5:7b-instruct")
     assert m["ollama_models"] == ["llama3.2:1b", "qwen2.5:7b-instruct"] and m["ollama_error"] is None
+    assert m["openai_models"] == [] and m["openai_error"] is None  # not asked: not the gateway's backend
 
 
 def test_no_server_is_said_in_one_sentence(tmp_path) -> None:
