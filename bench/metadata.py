@@ -1,6 +1,6 @@
 """Bibliographic metadata read from the PDFs themselves: right / wrong / missing per field on the 16 shared papers.
 
-    .venv/bin/python bench/metadata.py                 # ../shared/data/pdfs against tests/data/shared_pdfs_metadata.json
+    .venv/bin/python bench/metadata.py         # ../shared/data/pdfs against tests/data/shared_pdfs_metadata.json
     .venv/bin/python bench/metadata.py --json out.json
 
 Each PDF is parsed by the configured PyMuPDF parser (layout mode when pymupdf-layout is installed), exactly as

@@ -297,7 +297,8 @@ def research(
     preset: Annotated[PresetName | None, typer.Option(help="quick / standard / deep")] = None,
     llm: Annotated[str | None, typer.Option(help="LLM backend: ollama, openai (an OpenAI-compatible server at "
                                                   "llm.base_url: vLLM, llama.cpp, LM Studio) or embedded.")] = None,
-    model: Annotated[str | None, typer.Option(help="Ollama model name.")] = None,
+    model: Annotated[str | None, typer.Option(
+        help="Model: an Ollama model name, or the served model id (--llm openai).")] = None,
     runs_dir: Annotated[Path | None, typer.Option(help="Where runs/<run_id>/ goes.")] = None,
     store: Annotated[Path | None, typer.Option(help="LanceDB store folder.")] = None,
     offline: Annotated[bool, typer.Option("--offline", help="Send nothing at all: only --library is used.")] = False,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -16,18 +16,13 @@ def ask(
              "DIR` or `forage library add DIR` stored them).")] = None,
     store: Annotated[Path | None, typer.Option(help="Store folder of the library (default: settings).")] = None,
     llm: Annotated[str | None, typer.Option(help="LLM backend: ollama, openai or embedded.")] = None,
-    model: Annotated[str | None, typer.Option(help="Ollama model name.")] = None,
+    model: Annotated[str | None, typer.Option(help="Model: an Ollama model name, or the served model id.")] = None,
 ) -> None:
     """Answer QUESTION briefly from the papers already in the store, with citations; says so when the
     library does not hold enough evidence. Nothing is searched or downloaded."""
-    from actors.steps.ask import AskStep, library_filter
     from gateway import cli as base
-    from infra.embed import build_embedder
     from infra.errors import ForageError
-    from infra.llm import build_llm
-    from infra.rerank import build_relevance
     from infra.settings import Settings
-    from infra.store import build_store
 
     settings = Settings.load()
     changes: dict[str, dict[str, object]] = {}
@@ -37,25 +32,9 @@ def ask(
         changes["llm"] = {k: v for k, v in (("backend", llm), ("model", model)) if v}
     settings = settings.updated(**changes) if changes else settings
     try:
-        if settings.store.backend == "lancedb" and not Path(settings.store.path).exists():
-            raise ForageError(f"no store at {settings.store.path}: run forage research or forage library add first")
-        db = build_store(settings)
-        scope = None
-        if library is not None:
-            folder = library.expanduser().resolve()
-            scope = library_filter(folder)
-            if not db.document_ids(scope):
-                raise ForageError(f"the store holds no documents from the library {folder}: run forage library add "
-                                  f"{folder} (or forage research --library {folder}) first")
-        client = build_llm(settings)
-        asyncio.run(client.check())
-        embedder = build_embedder(settings)
-        relevance, problem = build_relevance(settings, embedder)
+        step, problem = asyncio.run(ask_step(settings, library))
         if problem:
             base.err.print(f"[yellow]note:[/yellow] {problem}", highlight=False)
-        step = AskStep(db, embedder, client, alpha=settings.store.hybrid_alpha, scope=scope,
-                       relevance=relevance if settings.forage.relevance_check else None,
-                       extractive=settings.extractive())
         result = asyncio.run(step.ask(question))
     except (ForageError, ValueError) as exc:
         base.err.print(f"[red]error:[/red] {base._one_line(exc)}")
@@ -66,6 +45,38 @@ def ask(
         for c in result.cited:
             base.console.print(f"[{c.n}] {c.title} — {c.section_path} (chunk {c.chunk_id})", highlight=False,
                                markup=False)
+
+
+async def ask_step(settings: Any, library: Path | None = None) -> tuple[Any, str | None]:
+    """The AskStep `forage ask` and the MCP server's ``ask`` tool answer with (the store, the embedder, the
+    checked model, the relevance check, scoped to the papers under ``library``), and a note on the relevance
+    check when one could not be built. ForageError (one sentence) when there is no store or nothing under
+    ``library``, or the model server does not answer."""
+    from actors.steps.ask import AskStep, library_filter
+    from infra.embed import build_embedder
+    from infra.errors import ForageError
+    from infra.llm import build_llm
+    from infra.rerank import build_relevance
+    from infra.store import build_store
+
+    if settings.store.backend == "lancedb" and not Path(settings.store.path).exists():
+        raise ForageError(f"no store at {settings.store.path}: run forage research or forage library add first")
+    db = build_store(settings)
+    scope = None
+    if library is not None:
+        folder = library.expanduser().resolve()
+        scope = library_filter(folder)
+        if not db.document_ids(scope):
+            raise ForageError(f"the store holds no documents from the library {folder}: run forage library add "
+                              f"{folder} (or forage research --library {folder}) first")
+    client = build_llm(settings)
+    await client.check()
+    embedder = build_embedder(settings)
+    relevance, problem = build_relevance(settings, embedder)
+    step = AskStep(db, embedder, client, alpha=settings.store.hybrid_alpha, scope=scope,
+                   relevance=relevance if settings.forage.relevance_check else None,
+                   extractive=settings.extractive())
+    return step, problem
 
 
 def register(app: typer.Typer) -> None:

@@ -352,7 +352,8 @@ def list_documents(
     console.print(table)
 
 
-def _resolve_ids(documents: Sequence[Any], wanted: Sequence[str], unchanged: str = "nothing was removed") -> list[Any]:
+def _resolve_ids(documents: Sequence[Any], wanted: Sequence[str],
+                 unchanged: str = "nothing was removed") -> list[Any]:
     """The documents named by full ids or unique prefixes (case-insensitive), each once, in the order
     given; exit 2 naming every unknown or ambiguous one (and ``unchanged``: nothing was done)."""
     problems: list[str] = []

@@ -1,4 +1,4 @@
-"""`forage serve`: the gateway and dashboard (gateway/server.py)."""
+"""`forage serve`: the gateway and dashboard (gateway/server.py); `forage mcp`: the MCP server (mcp_server.py)."""
 
 from __future__ import annotations
 
@@ -41,5 +41,34 @@ def serve(
         raise typer.Exit(2) from None
 
 
+def mcp(
+    http: Annotated[bool, typer.Option("--http", help="Serve streamable HTTP on 127.0.0.1 (behind the gateway's "
+                                       "token) instead of stdio.")] = False,
+    port: Annotated[int, typer.Option(min=1, max=65535, help="Port for --http.")] = 8766,
+    offline: Annotated[bool, typer.Option("--offline", help="Runs started through MCP send nothing at all (only "
+                                          "allowed library folders are read); no request can turn it off.")] = False,
+    runs_dir: Annotated[Path | None, typer.Option(help="Runs folder (default: settings).")] = None,
+    store: Annotated[Path | None, typer.Option(help="Store folder (default: settings).")] = None,
+) -> None:
+    """Serve the library and the runs to an MCP client (Claude Desktop, an IDE, an agent): search, ask, read reports,
+    and propose a research run that starts only once approved. Stdio by default (the client starts this command)."""
+    from gateway import cli as base
+    from gateway.mcp_server import serve_mcp
+    from infra.settings import Settings
+
+    changes: dict[str, dict[str, object]] = {}
+    if runs_dir is not None:
+        changes["run"] = {"runs_dir": runs_dir}
+    if store is not None:
+        changes["store"] = {"path": store}
+    if offline:
+        changes["net"] = {"offline": True}
+    settings = Settings.load()
+    settings = settings.updated(**changes) if changes else settings
+    # stdio carries the protocol on stdout: anything said goes to stderr
+    serve_mcp(settings, http=http, port=port, say=base.err.print)
+
+
 def register(app: typer.Typer) -> None:
     app.command("serve")(serve)
+    app.command("mcp")(mcp)

@@ -517,7 +517,8 @@ def create_app(settings: Settings, *, llm: Any | None = None, token: str | None 
 
         async def served(backend: str) -> tuple[list[str], str | None]:
             try:
-                return await build_llm(settings.updated(llm={"backend": backend})).installed_models(), None  # type: ignore[attr-defined]
+                llm: Any = build_llm(settings.updated(llm={"backend": backend}))
+                return await llm.installed_models(), None
             except ForageError as exc:
                 return [], describe(exc)
 

