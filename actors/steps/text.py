@@ -68,6 +68,29 @@ def prose_sentences(text: str) -> list[str]:
     return [s for s in SENTENCE_SPLIT.split(" ".join(prose.split())) if plausible(s)]
 
 
+# What a quoted sentence should be: a finding (a measured value, a comparison, what was observed), not the
+# background or aim around it. Counted, not judged: the extractive writer ranks by it next to the words a sentence
+# shares with the requirement.
+_MEASURE = re.compile(r"\d+(?:\.\d+)?\s?%|\bp\s?[<=>≤]\s?0?\.\d+|\b\d+(?:\.\d+)?\s?(?:of|in|out of)\s\d+\b"
+                      r"|\b(?:OR|RR|HR|CI|AUC|F1)\b|\b\d+(?:\.\d+)?[-–]fold\b")
+_RESULT_WORDS = re.compile(
+    r"\b(?:found|finds|showed|shows|observed|reported|occurred|increased|decreased|reduced|reduces|reduction|higher"
+    r"|lower|associated|significant(?:ly)?|incidence|rates?|risk|ratio|outperform(?:s|ed)?|improv(?:ed|es|ement)"
+    r"|achiev(?:ed|es)|accuracy|compared)\b", re.IGNORECASE)
+_AIM_OR_BACKGROUND = re.compile(
+    r"\b(?:the (?:aim|purpose|objective|goal)s? of|we (?:review|describe|present|propose|aim)|this (?:review|paper|"
+    r"study|article) (?:aims|describes|presents|reviews)|(?:is|are|remains?) (?:essential|important|unclear|unknown)"
+    r"|(?:an? )?(?:absolute )?requirement for|little is known)\b", re.IGNORECASE)
+
+
+def finding_weight(sentence: str) -> int:
+    """How much ``sentence`` reads as a finding: +2 for a measured value (a percentage, a p-value, "12 of 40", an
+    odds ratio), +1 for a result word (found, reduced, associated, rate …), -2 for an aim or background phrase
+    ("the aim of", "is essential", "little is known")."""
+    return (2 * bool(_MEASURE.search(sentence)) + bool(_RESULT_WORDS.search(sentence))
+            - 2 * bool(_AIM_OR_BACKGROUND.search(sentence)))
+
+
 def collapse_loop(text: str) -> str:
     """``text`` with a repetition loop cut off: when a phrase of ``LOOP_WORDS`` words (case and
     punctuation ignored) occurs three times or more, only the text before its second occurrence is

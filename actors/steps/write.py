@@ -56,8 +56,8 @@ from actors.steps.schemas import (
     OverviewDraft,
     SectionDraft,
 )
-from actors.steps.text import (CITE, CUT_SLACK, MIN_LETTER_SHARE, escape_md, plain_text, prose_sentences, tidy,
-                               trim_cut)
+from actors.steps.text import (CITE, CUT_SLACK, MIN_LETTER_SHARE, escape_md, finding_weight, plain_text,
+                               prose_sentences, tidy, trim_cut)
 from infra.errors import LLM_FAILURES
 from infra.llm.base import LLM, ChatMessage
 from infra.settings import Settings
@@ -447,8 +447,10 @@ class WriteStep:
     def _extracted(self, requirement: str, items: Sequence[tuple[Evidence, _Source]], offset: int,
                    chunks: dict[str, ChunkRecord | None]) -> list[_Sentence]:
         """Evidence sentences quoted from the passages (labels offset+1, ...): per item, the sentence of its
-        first passages sharing the most content words with the requirement (the earliest on a tie), in item
-        order, a sentence already quoted skipped; an item without a usable sentence is listed as found."""
+        first passages that shares the most content words with the requirement and reads most as a finding
+        (:func:`~actors.steps.text.finding_weight`: a measured value or a result beats the aim or background
+        around it; the earliest on a tie), in item order, a sentence already quoted skipped; an item without a
+        usable sentence is listed as found."""
         wanted = content_words(requirement)
         quoted: set[str] = set()
         out: list[_Sentence] = []
@@ -460,7 +462,8 @@ class WriteStep:
                     continue
                 for sentence in prose_sentences(chunk.text):
                     if sentence not in quoted:
-                        found.append((-len(content_words(sentence) & wanted), len(found), sentence))
+                        score = len(content_words(sentence) & wanted) + finding_weight(sentence)
+                        found.append((-score, len(found), sentence))
             best = [text for *_, text in sorted(found)[:EXTRACTED_PER_ITEM]]
             if not best:
                 out += self._listed([(ev, src)], i - 1)

@@ -268,6 +268,29 @@ def test_the_embedded_model_gets_extractive_sections_without_a_call(store):
     assert check_citations(md, report.sources) == []
 
 
+def test_an_extractive_section_quotes_the_finding_not_the_background_around_it(embedder, tmp_path):
+    """The sentence sharing the most words with the requirement is often the paper's motivation; a measured
+    result that shares fewer is what a researcher needs quoted (actors.steps.text.finding_weight)."""
+    from actors.steps.text import finding_weight
+    from infra.store.lancedb import LanceStore
+
+    background = ("Understanding the complications of thromboprophylaxis after trauma is essential for the "
+                  "clinical care of trauma patients.")
+    finding = "Bleeding complications occurred in 12 of 400 patients (3.0%) who received heparin after trauma."
+    dvt = make_doc("dvt", "Complications of thromboprophylaxis in trauma", [("Abstract", f"{background} {finding}")])
+    s = LanceStore(tmp_path / "store", dim=384)
+    s.upsert_document(dvt[0], dvt[1], embedder.embed([c.text for c in dvt[1]]))
+    req = Requirement(id="R1", text="What complications follow thromboprophylaxis after trauma?")
+    covs = (RequirementCoverage(run_id=RUN, requirement=req, iteration=1, coverage=1.0,
+                                evidence=(ev(dvt, "answers", "It reports bleeding rates.", 0),)),)
+    report = write(s, ScriptedLLM({OverviewDraft: [OVERVIEW]}), covs,
+                   settings=settings().updated(llm={"backend": "embedded"}))
+    r1 = section(report.markdown, req.text)
+    assert "Bleeding complications occurred in 12 of 400 patients (3.0%)" in r1 and "essential" not in r1
+    assert finding_weight(finding) == 3 and finding_weight(background) == -2
+    assert finding_weight("The aim of this review is to describe the rates of bleeding.") == -1
+
+
 def test_no_evidence_at_all(store):
     covs = (RequirementCoverage(run_id=RUN, requirement=R3, iteration=1, coverage=0.0),)
     llm = ScriptedLLM({OverviewDraft: [OVERVIEW]})
