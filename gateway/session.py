@@ -100,7 +100,7 @@ def check_model_servers(settings: Settings) -> None:
     from infra.llm import build_llm
 
     asyncio.run(build_llm(settings).check())
-    if settings.embed.backend == "ollama":
+    if settings.embed.backend in ("ollama", "openai"):
         from infra.embed import build_embedder
 
         check = getattr(build_embedder(settings), "check", None)

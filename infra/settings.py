@@ -75,11 +75,19 @@ class LLMSettings(Section):
 
 
 class EmbedSettings(Section):
-    backend: Literal["minilm", "ollama"] = Field(
-        default="minilm", description="'minilm': all-MiniLM-L6-v2 in-process (offline); 'ollama': nomic-embed-text."
-    )
-    model: str = Field(default="nomic-embed-text", description="Ollama embedding model (backend=ollama).")
+    backend: Literal["minilm", "ollama", "openai"] = Field(
+        default="minilm", description="'minilm': all-MiniLM-L6-v2 in-process (offline); 'ollama': nomic-embed-text; "
+                                      "'openai': an OpenAI-compatible embedding server at embed.base_url (vLLM, "
+                                      "TEI, llama.cpp's server).")
+    model: str = Field(default="nomic-embed-text", description="Embedding model: Ollama's (backend=ollama) or the "
+                                                               "served model id (backend=openai).")
     host: str = Field(default="http://127.0.0.1:11434", description="Ollama server URL for embeddings.")
+    base_url: str = Field(default="http://127.0.0.1:8000/v1",
+                          description="OpenAI-compatible embedding server's base URL, with /v1 (backend=openai).")
+    api_key: str | None = Field(default=None, description="Its API key, if it asks for one (FORAGE_EMBED__API_KEY); "
+                                                          "never recorded in run.json.")
+    dim: int | None = Field(default=None, ge=1, description="Vector size of embed.model (backend=openai) when it is "
+                                                            "not a common model Forage knows.")
     batch_size: int = Field(default=64, ge=1)
     chunk_tokens: int | None = Field(
         default=None, description="Tokens per chunk; default follows the embedder (MiniLM 256, nomic 512)."
@@ -198,7 +206,7 @@ class ZoteroSettings(Section):
 # (answer_similarity, topic_similarity) per embedder backend: cosine similarities of a requirement and a passage
 # MiniLM: on BEIR SciFact train (bench/relevance_floors.py, docs/evidence.md) 90 % of relevant passages are at
 # or above 0.43 and 98 % at or above 0.33. nomic-embed-text: not calibrated here (no Ollama); run the bench.
-_SIMILARITY: dict[str, tuple[float, float]] = {"minilm": (0.43, 0.33), "ollama": (0.5, 0.4)}
+_SIMILARITY: dict[str, tuple[float, float]] = {"minilm": (0.43, 0.33), "ollama": (0.5, 0.4), "openai": (0.5, 0.4)}
 
 
 class ForageSettings(Section):
@@ -393,7 +401,8 @@ class Settings(BaseSettings):
 
 
 _NOT_RECORDED: dict[str, Any] = {"store": {"weaviate_api_key"}, "search": {"openalex_api_key"},
-                                 "zotero": {"api_key"}, "llm": {"api_key"}, "ray": True}
+                                 "zotero": {"api_key"}, "llm": {"api_key"}, "embed": {"api_key"},
+                                 "ray": True}
 
 
 def settings_for_run(base: Settings, *, recorded: dict[str, Any] | None = None, preset: PresetName | None = None,

@@ -26,8 +26,9 @@ def free_port() -> int:
 
 
 class LlamaServer:
-    def __init__(self, slots: int = 2, n_ctx: int = 8192, threads: int = 1) -> None:
-        self.slots, self.n_ctx, self.threads = slots, n_ctx, threads
+    def __init__(self, slots: int = 2, n_ctx: int = 8192, threads: int = 1, *, embedding: bool = False) -> None:
+        """``embedding``: serve ``/v1/embeddings`` (llama.cpp's --embedding, mean pooling) instead of chat."""
+        self.slots, self.n_ctx, self.threads, self.embedding = slots, n_ctx, threads, embedding
         self.port = free_port()
         self.api_key = secrets.token_urlsafe(16)
         self.model = MODEL
@@ -58,6 +59,9 @@ class LlamaServer:
         params.api_keys = [self.api_key]
         params.ui = False
         params.verbosity = 0
+        if self.embedding:
+            params.embedding = True
+            params.pooling_type = 1  # LLAMA_POOLING_TYPE_MEAN
         self._server = xlc.Server(params)
         return self
 

@@ -14,7 +14,8 @@ __all__ = ["Embedder", "build_embedder"]
 
 
 def build_embedder(settings: Settings) -> Embedder:
-    """MiniLM in-process (``embed.backend='minilm'``, offline) or an Ollama model (``'ollama'``).
+    """MiniLM in-process (``embed.backend='minilm'``, offline), an Ollama model (``'ollama'``) or an
+    OpenAI-compatible embedding server (``'openai'``).
 
     Nothing heavy happens here: models load and servers are contacted on first use.
     """
@@ -28,4 +29,9 @@ def build_embedder(settings: Settings) -> Embedder:
 
         return OllamaEmbedder(host=embed.host, model=embed.model, batch_size=embed.batch_size,
                               timeout_s=settings.llm.timeout_s)
-    raise ConfigError(f"unknown embed backend {embed.backend!r}; choose 'minilm' or 'ollama'")
+    if embed.backend == "openai":
+        from infra.embed.openai_compat import OpenAICompatEmbedder
+
+        return OpenAICompatEmbedder(host=embed.base_url, model=embed.model, api_key=embed.api_key,
+                                    batch_size=embed.batch_size, timeout_s=settings.llm.timeout_s, dim=embed.dim)
+    raise ConfigError(f"unknown embed backend {embed.backend!r}; choose 'minilm', 'ollama' or 'openai'")

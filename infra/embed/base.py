@@ -2,8 +2,15 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
+
+
+def unit_vector(vector: list[float]) -> list[float]:
+    """``vector`` scaled to length 1 (a zero vector as it is): what every server-side embedder returns."""
+    norm = math.sqrt(sum(x * x for x in vector))
+    return [x / norm for x in vector] if norm > 0 else vector
 
 
 @runtime_checkable

@@ -13,7 +13,6 @@ Chunks are cut to ``settings.chunk_window()`` (512/64 for Ollama), well inside i
 
 from __future__ import annotations
 
-import math
 import threading
 from collections.abc import Sequence
 from typing import Any
@@ -21,6 +20,7 @@ from typing import Any
 import httpx
 from tenacity import retry, retry_if_exception, stop_after_attempt, wait_exponential
 
+from infra.embed.base import unit_vector
 from infra.embed.minilm import load_tokenizer, spans_from_tokenizer
 from infra.errors import ForageError, LLMTimeout, LLMUnavailable
 
@@ -124,7 +124,7 @@ class OllamaEmbedder:
         out: list[list[float]] = []
         texts = list(texts)
         for i in range(0, len(texts), self.batch_size):
-            out.extend(_unit(v) for v in self._embed_batch(texts[i:i + self.batch_size]))
+            out.extend(unit_vector(v) for v in self._embed_batch(texts[i:i + self.batch_size]))
         if out:
             sizes = {len(v) for v in out}
             if len(sizes) != 1 or (self._dim is not None and sizes != {self._dim}):
@@ -146,8 +146,3 @@ class OllamaEmbedder:
         if self._tokenizer is None:
             self._tokenizer = load_tokenizer()
         return spans_from_tokenizer(self._tokenizer, text)
-
-
-def _unit(vector: list[float]) -> list[float]:
-    norm = math.sqrt(sum(x * x for x in vector))
-    return [x / norm for x in vector] if norm > 0 else vector

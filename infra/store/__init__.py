@@ -21,6 +21,14 @@ def embedding_dim(settings: Settings) -> int:
     """Vector size of the embedder configured in ``settings.embed``."""
     if settings.embed.backend == "minilm":
         return _KNOWN_DIMS["all-minilm-l6-v2"]
+    if settings.embed.backend == "openai":
+        from infra.embed.openai_compat import known_dim
+
+        dim = settings.embed.dim or known_dim(settings.embed.model)
+        if dim is None:
+            raise ConfigError(f"unknown vector size for embedding model {settings.embed.model!r}: set embed.dim "
+                              "(FORAGE_EMBED__DIM)")
+        return dim
     model = settings.embed.model.split(":")[0].lower()
     if model in _KNOWN_DIMS:
         return _KNOWN_DIMS[model]
@@ -53,9 +61,11 @@ def build_store(settings: Settings, dim: int | None = None) -> Store:
 
 
 def embedding_name(settings: Settings) -> str:
-    """The embedding model a library records: 'minilm:all-minilm-l6-v2' or 'ollama:<model>' (tag
+    """The embedding model a library records: 'minilm:all-minilm-l6-v2', 'openai:<model>' or 'ollama:<model>' (tag
     ':latest' dropped, so 'nomic-embed-text' and 'nomic-embed-text:latest' are the same model)."""
     if settings.embed.backend == "minilm":
         return "minilm:all-minilm-l6-v2"
+    if settings.embed.backend == "openai":
+        return f"openai:{settings.embed.model.lower()}"
     model = settings.embed.model.lower().removesuffix(":latest")
     return f"ollama:{model}"

@@ -169,3 +169,53 @@ def test_the_gateway_lists_the_servers_models_and_checks_a_chosen_one_before_any
             f"The model server at {server.base_url} serves no model 'qwen2.5-7b-instruct' (it serves: "
             f"{server.model}): set llm.model to one of them.")
         assert http.get("/api/runs").json() == []
+
+
+# -- embeddings through the same API (embed.backend = "openai") ----------------------------------------------------
+
+@pytest.fixture(scope="module")
+def embedding_server() -> Iterator[LlamaServer]:
+    with LlamaServer(embedding=True) as running:
+        yield running
+
+
+def test_embeddings_come_unit_normalised_in_order_and_the_store_follows_their_size(embedding_server: LlamaServer,
+                                                                                    tmp_path) -> None:
+    import math
+
+    from infra.embed import build_embedder
+    from infra.embed.openai_compat import OpenAICompatEmbedder
+    from infra.store import build_store, embedding_name
+
+    settings = Settings.load(embed={"backend": "openai", "base_url": embedding_server.base_url,
+                                    "model": embedding_server.model, "api_key": embedding_server.api_key,
+                                    "dim": 576, "batch_size": 2},
+                             store={"path": tmp_path / "store"})
+    embedder = build_embedder(settings)
+    assert isinstance(embedder, OpenAICompatEmbedder) and embedding_server.api_key not in repr(embedder)
+    embedder.check()
+    texts = ["Heparin raises the risk of bleeding after trauma.", "Trace trees specialise types in JavaScript.",
+             "Bleeding complications of anticoagulants in injured patients."]
+    vectors = embedder.embed(texts)  # two requests (batch_size 2), put back in order
+    assert len(vectors) == 3 and {len(v) for v in vectors} == {576} == {embedder.dim}
+    assert all(abs(math.sqrt(sum(x * x for x in v)) - 1) < 1e-6 for v in vectors)
+    assert vectors == embedder.embed(texts)  # deterministic
+    cosine = [sum(a * b for a, b in zip(vectors[0], v, strict=True)) for v in vectors[1:]]
+    assert cosine[1] > cosine[0]  # in order: the two bleeding sentences are closer than bleeding and JIT
+    assert embedding_name(settings) == f"openai:{embedding_server.model}"
+    assert build_store(settings).dim == 576 and "api_key" not in settings.record()["embed"]
+
+
+def test_embedding_errors_are_one_sentence(embedding_server: LlamaServer) -> None:
+    from infra.embed.openai_compat import OpenAICompatEmbedder
+
+    with pytest.raises(LLMUnavailable, match="serves no model 'bge-m3' \\(it serves: smollm2-135m\\)"):
+        OpenAICompatEmbedder(embedding_server.base_url, "bge-m3", api_key=embedding_server.api_key).check()
+    with pytest.raises(LLMUnavailable, match="refused the API key"):
+        OpenAICompatEmbedder(embedding_server.base_url, embedding_server.model, api_key="wrong", retries=0).embed(["x"])
+    closed = f"http://127.0.0.1:{free_port()}/v1"
+    with pytest.raises(LLMUnavailable, match=f"No OpenAI-compatible embedding server answers at {closed}"):
+        OpenAICompatEmbedder(closed, "m", retries=0).embed(["x"])
+    with pytest.raises(LLMUnavailable, match="returned vectors of size \\[576\\], expected 384"):
+        OpenAICompatEmbedder(embedding_server.base_url, embedding_server.model, api_key=embedding_server.api_key,
+                             dim=384).embed(["x"])
