@@ -18,7 +18,10 @@ Role = Literal["orchestrator", "status_hub", "searcher", "ingestor", "forager", 
 LLM_SLOT = "llm_slot"  # the Ray custom resource of one LLM endpoint's capacity
 
 _IDEMPOTENT: dict[tuple[str, str], bool] = {
-    ("ingestor", "ingest"): True,
+    # Ingestor.ingest is idempotent, but a document whose Ingestor died is tried again by the pool itself
+    # (actors/crew.py: on a fresh Ingestor, ray.max_task_retries times, with an event saying so); a Ray retry on
+    # the restarted actor as well made the number of attempts depend on timing (2 or 3; a crash sometimes unseen)
+    ("ingestor", "ingest"): False,
     ("searcher", "search"): True,
     ("status_hub", "events"): True,
 }

@@ -18,18 +18,18 @@ Foragers is limited to those documents and the ones this run adds, and the earli
 chunks are judged first.
 
 The logic lives in :class:`Orchestrator`, a plain class that talks to its workers through a
-:class:`Crew`. :class:`RayCrew` runs the workers as Ray actors (one Forager per requirement, a pool
-of Ingestors); :class:`LocalCrew` runs the same step objects in-process, for unit tests.
+:class:`~actors.crew.Crew` (actors/crew.py): :class:`~actors.crew.RayCrew` runs them as Ray actors,
+:class:`~actors.crew.LocalCrew` in-process, for unit tests.
 """
 
 from __future__ import annotations
 
-import asyncio
 import time
-from collections.abc import AsyncGenerator, Awaitable, Sequence
+from collections.abc import Sequence
 from contextlib import aclosing
-from typing import Any, Protocol, TypeVar
+from typing import Any
 
+from actors.crew import Crew, RayCrew, forage_each
 from actors.status_hub import HubEmit
 from actors.steps.events import Emit
 from actors.steps.run_record import RunRecord, RunSuperseded, mean_coverage, stop_reason
@@ -37,57 +37,16 @@ from actors.steps.rundir import RunDir
 from infra.cluster import ray_node
 from infra.settings import Settings
 from messages.forage import ForageRequest, RequirementCoverage
-from messages.ingest import IngestRequest, IngestResult
+from messages.ingest import IngestRequest
 from messages.plan import PlanRequest, Requirement, RequirementsPlan
 from messages.run_state import Replan, RunState
-from messages.search import SearchRequest, SearchResults
+from messages.search import SearchRequest
 from messages.status import RunSummary, Stage
-from messages.write import Report, WriteRequest
-
-
-T = TypeVar("T")
-
-
-class Crew(Protocol):
-    async def search(self, request: SearchRequest) -> SearchResults: ...
-    async def ingest(self, requests: Sequence[IngestRequest]) -> list[IngestResult]: ...
-    async def forage(self, requests: Sequence[ForageRequest]) -> list[RequirementCoverage]: ...
-    # optional: ``forage_each(requests)``, an async iterator of the results as each Forager finishes, so each
-    # is checkpointed at once (see :func:`forage_each`)
-    async def write(self, request: WriteRequest) -> Report: ...
-    async def close(self) -> None: ...
+from messages.write import WriteRequest
 
 
 class RunCancelled(Exception):
     """``forage cancel`` asked this run to stop (checked at every stage boundary)."""
-
-
-def forage_each(crew: Crew, requests: Sequence[ForageRequest]) -> AsyncGenerator[RequirementCoverage, None]:
-    """The requests' results as each Forager finishes: the crew's ``forage_each`` where it has one
-    (LocalCrew, RayCrew), else its ``forage`` results once all are done."""
-    each = getattr(crew, "forage_each", None)
-    if each is not None:
-        return each(requests)
-
-    async def all_at_once() -> AsyncGenerator[RequirementCoverage, None]:
-        for cov in await crew.forage(requests):
-            yield cov
-
-    return all_at_once()
-
-
-async def _as_completed(aws: Sequence[Awaitable[T]]) -> AsyncGenerator[T, None]:
-    """Yield the results of ``aws`` as each completes; closing the generator early (or a failure) cancels the
-    rest here and waits for them (a Ray actor call already sent goes on in its actor: only the wait is dropped)."""
-    tasks = [asyncio.ensure_future(a) for a in aws]
-    try:
-        for next_done in asyncio.as_completed(tasks):
-            yield await next_done
-    finally:
-        pending = [task for task in tasks if not task.done()]
-        for task in pending:
-            task.cancel()
-        await asyncio.gather(*pending, return_exceptions=True)
 
 
 class Orchestrator:
@@ -331,210 +290,3 @@ class Orchestrator:
         ref = self.emit(Stage.RUN, kind, message, iteration=iteration, **payload)
         if ref is not None:
             await ref
-
-
-# -- crews --------------------------------------------------------------------------------------------
-class LocalCrew:
-    """Runs the step objects in this process (unit tests; no Ray)."""
-
-    def __init__(self, searcher: Any, ingestor: Any, foragers: dict[str, Any], writer: Any) -> None:
-        self.searcher, self.ingestor, self.foragers, self.writer = searcher, ingestor, foragers, writer
-
-    async def search(self, request: SearchRequest) -> SearchResults:
-        if asyncio.iscoroutinefunction(self.searcher.search):
-            return await self.searcher.search(request)
-        return await asyncio.to_thread(self.searcher.search, request)
-
-    async def ingest(self, requests: Sequence[IngestRequest]) -> list[IngestResult]:
-        return [await asyncio.to_thread(self.ingestor.ingest, r) for r in requests]
-
-    async def forage(self, requests: Sequence[ForageRequest]) -> list[RequirementCoverage]:
-        return list(await asyncio.gather(*(self.foragers[r.requirement.id].forage(r) for r in requests)))
-
-    def forage_each(self, requests: Sequence[ForageRequest]) -> AsyncGenerator[RequirementCoverage, None]:
-        return _as_completed([self.foragers[r.requirement.id].forage(r) for r in requests])
-
-    async def write(self, request: WriteRequest) -> Report:
-        return await self.writer.write(request)
-
-    async def close(self) -> None:
-        return None
-
-
-class RayCrew:
-    """Workers as Ray actors: a Searcher, a pool of Ingestors, one Forager per requirement, a Writer."""
-
-    def __init__(self, settings: Settings, run_id: str, hub: object | None, llm: Any | None = None,
-                 emit: Emit | None = None) -> None:
-        self.settings, self.run_id, self.hub, self.llm = settings, run_id, hub, llm
-        self._searcher = None
-        self._ingestors: list[Any] = []
-        self._ingestor_pool: int | None = None
-        self._foragers: dict[str, Any] = {}
-        self._writer = None
-        self.emit: Emit = emit or HubEmit(run_id, hub)
-
-    def _actor(self, cls: type, role: str, *args: Any, **kwargs: Any) -> Any:
-        import ray
-
-        from actors.options import options_for
-
-        return ray.remote(cls).options(**options_for(role, self.settings)).remote(*args, **kwargs)  # type: ignore[arg-type]
-
-    async def search(self, request: SearchRequest) -> SearchResults:
-        from actors.options import method_options
-        from actors.searcher import Searcher
-
-        if self._searcher is None:
-            self._searcher = self._actor(Searcher, "searcher", self.settings, self.run_id, self.hub, llm=self.llm)
-        return await self._searcher.search.options(**method_options("searcher", "search", self.settings)).remote(request)
-
-    async def ingest(self, requests: Sequence[IngestRequest]) -> list[IngestResult]:
-        from actors.options import method_options
-
-        if not requests:
-            return []
-        while len(self._ingestors) < self._pool_size():
-            self._ingestors.append(self._new_ingestor())
-        queue: asyncio.Queue[tuple[int, IngestRequest]] = asyncio.Queue()
-        for i, r in enumerate(requests):
-            queue.put_nowait((i, r))
-        results: list[IngestResult | None] = [None] * len(requests)
-        opts = method_options("ingestor", "ingest", self.settings)
-        timeout = self.settings.ingest.timeout_s
-        ready: set[int] = set()  # slots whose Ingestor has built its step
-
-        async def worker(slot: int) -> None:
-            import ray
-
-            while not queue.empty():
-                i, req = queue.get_nowait()
-                t0 = time.monotonic()
-                crashes = 0
-                while results[i] is None:
-                    actor = self._ingestors[slot]
-                    try:
-                        if slot not in ready:  # a new Ingestor builds its parts before the clock starts
-                            await actor.ready.remote()
-                            ready.add(slot)
-                            t0 = time.monotonic()
-                        results[i] = await asyncio.wait_for(actor.ingest.options(**opts).remote(req), timeout)
-                    except TimeoutError:  # a parse that hangs would hang again: no second try
-                        self._replace_ingestor(slot)
-                        ready.discard(slot)
-                        results[i] = self._failed(req, f"parsing took longer than {timeout:.0f}s; ingestor replaced",
-                                                  time.monotonic() - t0, retryable=True)
-                    except ray.exceptions.RayActorError as exc:
-                        # the process died under this document (segfault, OOM, kill): a fresh Ingestor in its
-                        # place, and the document once more (ingest is idempotent) up to ray.max_task_retries
-                        crashes += 1
-                        self._replace_ingestor(slot)
-                        ready.discard(slot)
-                        if crashes <= self.settings.ray.max_task_retries:
-                            self.emit(Stage.INGEST, "progress", f"{req.candidate.key}: queued again after a crash",
-                                      key=req.candidate.key, phase="queued", reason=f"ingestor crashed ({crashes})")
-                            continue
-                        results[i] = self._failed(
-                            req, f"ingestor crashed on {crashes} attempt(s) ({type(exc).__name__}); "
-                                 "the document may crash the parser", time.monotonic() - t0, retryable=True)
-                    except Exception as exc:  # noqa: BLE001 — one document, not the run
-                        results[i] = self._failed(req, f"{type(exc).__name__}: {exc}", time.monotonic() - t0)
-
-        await asyncio.gather(*(worker(slot) for slot in range(len(self._ingestors))))
-        return [r for r in results if r is not None]
-
-    async def start_ingestors(self) -> None:
-        """Create the Ingestor pool (:func:`actors.options.ingestor_pool_size`) and build their steps now."""
-        while len(self._ingestors) < self._pool_size():
-            self._ingestors.append(self._new_ingestor())
-        await asyncio.gather(*(actor.ready.remote() for actor in self._ingestors))
-
-    def _pool_size(self) -> int:
-        from actors.options import ingestor_pool_size
-
-        if self._ingestor_pool is None:
-            self._ingestor_pool = ingestor_pool_size(self.settings)
-        return self._ingestor_pool
-
-    def _new_ingestor(self) -> Any:
-        from actors.ingestor import Ingestor
-
-        return self._actor(Ingestor, "ingestor", self.settings, self.run_id, self.hub,
-                           llm=self.llm if self.settings.ingest.contextual else None)
-
-    def _replace_ingestor(self, slot: int) -> None:
-        """A fresh Ingestor in ``slot``: the old one hung or crashed on a document (Ray may have restarted
-        it, or given up after ``ray.max_restarts``); the next documents must not depend on which."""
-        import ray
-
-        try:
-            ray.kill(self._ingestors[slot], no_restart=True)
-        except Exception:  # noqa: BLE001 - already gone
-            pass
-        self._ingestors[slot] = self._new_ingestor()
-
-    def _failed(self, req: IngestRequest, reason: str, seconds: float, retryable: bool = False) -> IngestResult:
-        self.emit(Stage.INGEST, "failed", f"{req.candidate.path or req.candidate.key}: {reason}",
-                  key=req.candidate.key, reason=reason)
-        return IngestResult(run_id=req.run_id, key=req.candidate.key, path=req.candidate.path, status="failed",
-                            reason=reason, retryable=retryable, seconds=seconds)
-
-    def _forager(self, requirement_id: str) -> Any:
-        from actors.forager import Forager
-
-        if requirement_id not in self._foragers:
-            self._foragers[requirement_id] = self._actor(Forager, "forager", self.settings, self.run_id,
-                                                         self.hub, llm=self.llm)
-        return self._foragers[requirement_id]
-
-    def _drop_forager(self, requirement_id: str) -> None:
-        import ray
-
-        actor = self._foragers.pop(requirement_id, None)
-        if actor is not None:
-            try:
-                ray.kill(actor, no_restart=True)
-            except Exception:  # noqa: BLE001 - already gone
-                pass
-
-    async def start_foragers(self, requirement_ids: Sequence[str]) -> None:
-        """Create the Foragers of these requirements and build their steps now (not on first use)."""
-        await asyncio.gather(*(self._forager(rid).ready.remote() for rid in requirement_ids))
-
-    async def forage(self, requests: Sequence[ForageRequest]) -> list[RequirementCoverage]:
-        for r in requests:
-            self._forager(r.requirement.id)
-        return list(await asyncio.gather(*(self._forage_one(r) for r in requests)))
-
-    def forage_each(self, requests: Sequence[ForageRequest]) -> AsyncGenerator[RequirementCoverage, None]:
-        for r in requests:
-            self._forager(r.requirement.id)
-        return _as_completed([self._forage_one(r) for r in requests])
-
-    async def _forage_one(self, r: ForageRequest) -> RequirementCoverage:
-        import ray
-
-        try:
-            return await self._foragers[r.requirement.id].forage.remote(r)
-        except ray.exceptions.RayError as exc:
-            # its process died (or it is still restarting and refuses calls): a fresh Forager next time,
-            # which does not depend on Ray's restart timing or on restarts left
-            self._drop_forager(r.requirement.id)
-            reason = f"forager died: {type(exc).__name__}"
-            self.emit(Stage.FORAGE, "failed", reason, iteration=r.iteration, requirement_id=r.requirement.id)
-            return RequirementCoverage(run_id=r.run_id, requirement=r.requirement, iteration=r.iteration,
-                                       status="failed", coverage=0.0, error=reason)
-
-    async def write(self, request: WriteRequest) -> Report:
-        from actors.writer import Writer
-
-        if self._writer is None:
-            self._writer = self._actor(Writer, "writer", self.settings, self.run_id, self.hub, llm=self.llm)
-        return await self._writer.write.remote(request)
-
-    async def close(self) -> None:
-        import ray
-
-        for actor in [self._searcher, self._writer, *self._ingestors, *self._foragers.values()]:
-            if actor is not None:
-                ray.kill(actor, no_restart=True)

@@ -9,7 +9,7 @@ One local Ray (loopback only, as Forage starts it). Measured in the same run:
   parses every PDF one after the other with the configured parser (PyMuPDF here), then chunks them
   (timed apart) and embeds all chunks in batches of ``embed.batch_size`` (MiniLM here), nothing stored.
 * **pipeline, N Ingestors**: a fresh LanceDB folder, N Ingestor actors created and warmed up (store,
-  embedder, parser loaded), then :meth:`actors.orchestrator.RayCrew.ingest` of all PDFs: parse, chunk,
+  embedder, parser loaded), then :meth:`actors.crew.RayCrew.ingest` of all PDFs: parse, chunk,
   embed, store, one document per Ingestor at a time, as a research run does.
 
 Printed: documents, pages, chunks; parse and embed seconds alone (pages/s, chunks/s); for each pool the
@@ -81,7 +81,7 @@ async def pipeline(settings: Settings, paths: list[str]) -> tuple[float, float, 
     """(seconds to create and warm the pool, wall seconds of the ingest, results)."""
     import ray
 
-    from actors.orchestrator import RayCrew
+    from actors.crew import RayCrew
     from messages.ingest import IngestRequest
     from messages.search import Candidate
 

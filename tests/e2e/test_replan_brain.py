@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from actors.orchestrator import LocalCrew, Orchestrator
+from actors.crew import LocalCrew
+from actors.orchestrator import Orchestrator
 from actors.steps.events import RecordingEmit
 from infra.llm.fakes import FunctionLLM
 from infra.settings import Settings

@@ -19,7 +19,8 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from actors.orchestrator import LocalCrew, Orchestrator
+from actors.crew import LocalCrew
+from actors.orchestrator import Orchestrator
 from actors.steps.events import RecordingEmit
 from actors.steps.rundir import RunDir
 from infra.errors import ForageError

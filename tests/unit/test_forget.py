@@ -22,7 +22,8 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from actors.orchestrator import LocalCrew, Orchestrator
+from actors.crew import LocalCrew
+from actors.orchestrator import Orchestrator
 from actors.status_hub import StatusHub
 from actors.steps.rundir import RunDir
 from gateway.forget import expired_runs, forget_expired, forget_run

@@ -171,7 +171,7 @@ def test_each_iteration_records_answering_papers_per_requirement(tmp_path) -> No
 
 
 def test_local_crew_reports_each_forage_result_as_its_forager_finishes() -> None:
-    from actors.orchestrator import LocalCrew
+    from actors.crew import LocalCrew
 
     class Forager:
         def __init__(self, wait: asyncio.Event | None = None) -> None:

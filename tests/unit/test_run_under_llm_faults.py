@@ -25,7 +25,8 @@ from typing import Any, TypeVar
 import pytest
 from pydantic import BaseModel
 
-from actors.orchestrator import LocalCrew, Orchestrator
+from actors.crew import LocalCrew
+from actors.orchestrator import Orchestrator
 from actors.steps.events import RecordingEmit
 from actors.steps.rundir import RunDir
 from infra.llm.base import ChatMessage
