@@ -104,6 +104,17 @@ class StoreSettings(Section):
         default=0.4, ge=0, le=1,
         description="Weight of the vector side in hybrid fusion (relative-score: at ≤0.5 a pure paraphrase can "
                     "never outrank a keyword match). 0.4 is tuned on BEIR SciFact train (docs/retrieval.md).")
+    vector_index_rows: int | None = Field(
+        default=50_000, ge=256,
+        description="LanceDB: train an approximate-nearest-neighbour index on the chunk vectors once the store holds "
+                    "this many chunks (again at 4x that size); below it every vector search is an exact scan. None: "
+                    "never (docs/retrieval.md).")
+    vector_index_type: Literal["IVF_HNSW_SQ", "IVF_PQ"] = Field(
+        default="IVF_HNSW_SQ", description="LanceDB ANN index: HNSW graphs over scalar-quantized vectors, or IVF "
+                                           "with product quantization (bench/search_scale.py compares them).")
+    ann_nprobes: int = Field(default=20, ge=1, description="IVF partitions an indexed vector search visits.")
+    ann_refine: int | None = Field(default=None, ge=1, description="Re-rank this many times k candidates of an "
+                                                                   "indexed search with the full vectors (IVF_PQ).")
     hybrid_fusion: Literal["relative_score", "rrf"] = Field(
         default="relative_score", description="How hybrid search fuses BM25 and vector ranks (Weaviate store).")
     weaviate_host: str = Field(default="127.0.0.1", description="Weaviate host: the head node's lab address.")

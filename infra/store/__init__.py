@@ -46,8 +46,10 @@ def build_store(settings: Settings, dim: int | None = None) -> Store:
     if backend == "lancedb":
         from infra.store.lancedb import LanceStore
 
-        return LanceStore(settings.store.path, dim=dim or embedding_dim(settings),
-                          embed_model=embedding_name(settings))
+        cfg = settings.store
+        return LanceStore(cfg.path, dim=dim or embedding_dim(settings), embed_model=embedding_name(settings),
+                          vector_index_rows=cfg.vector_index_rows, vector_index_type=cfg.vector_index_type,
+                          ann_nprobes=cfg.ann_nprobes, ann_refine=cfg.ann_refine)
     if backend == "weaviate":
         from infra.store.weaviate import WeaviateStore
 

@@ -42,11 +42,13 @@ key, so an older store needs no new columns.
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import math
 import os
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager, ExitStack, contextmanager
 from datetime import timedelta
 from pathlib import Path
@@ -56,7 +58,7 @@ import lancedb
 import numpy as np
 import pyarrow as pa
 from filelock import FileLock, Timeout
-from lancedb.index import FTS, BTree
+from lancedb.index import FTS, BTree, HnswSq, IvfPq
 from lancedb.query import ColumnOrdering
 from lancedb.table import Table
 from tenacity import before_sleep_log, retry, retry_if_exception, stop_after_attempt, wait_random_exponential
@@ -77,6 +79,9 @@ DOCUMENTS = "documents"
 LOCK_DIR = "_locks"
 LOCK_STRIPES = 64
 LIBRARY_META = "library.json"  # the embedding model and size (infra.store.meta)
+VECTOR_INDEX_META = "vector-index.json"  # rows and settings the ANN index was trained with
+VECTOR_INDEX_ROWS = 50_000  # below this many chunks an exact (flat) vector scan is fast enough (bench/search_scale.py)
+VectorIndexType = Literal["IVF_HNSW_SQ", "IVF_PQ"]
 
 _CHUNK_COLUMNS = list(ChunkRecord.model_fields)
 _DOC_COLUMNS = list(DocumentRecord.model_fields)
@@ -278,13 +283,23 @@ class LanceStore:
     contributes ``k * hybrid_candidates`` hits. ``auto_optimize_rows``: once this many chunks sit
     outside the BM25 index (flat-scanned, slower with every row), an upsert runs :meth:`optimize`
     (skipped while another process optimizes; None turns it off).
+
+    ``vector_index_rows``: once the chunk table holds this many rows, :meth:`optimize` trains an approximate
+    nearest-neighbour index on the vectors (``vector_index_type``, cosine; :meth:`build_vector_index`), and trains
+    it again when the table has grown fourfold since; rows added in between are folded into it by ``optimize``
+    and found by an exact scan until then. Filters (doc ids, kinds, sections) are applied before the index is
+    searched, so they stay exact. None: never (every vector search scans every row). ``ann_nprobes`` and
+    ``ann_refine``: how many IVF partitions a query visits and by what factor it re-ranks candidates with the
+    full vectors (recall against speed; bench/search_scale.py measures both).
     """
 
     name = "lancedb"
 
     def __init__(self, path: Path | str, dim: int = 384, *,
                  read_consistency: timedelta = timedelta(0), hybrid_candidates: int = 4,
-                 auto_optimize_rows: int | None = 2000, embed_model: str | None = None) -> None:
+                 auto_optimize_rows: int | None = 2000, embed_model: str | None = None,
+                 vector_index_rows: int | None = VECTOR_INDEX_ROWS, vector_index_type: VectorIndexType = "IVF_HNSW_SQ",
+                 ann_nprobes: int = 20, ann_refine: int | None = None) -> None:
         if dim <= 0:
             raise StoreError(f"vector dimension must be positive, got {dim}", retryable=False)
         self.path = Path(path)
@@ -292,6 +307,10 @@ class LanceStore:
         self.hybrid_candidates = max(1, hybrid_candidates)
         self.auto_optimize_rows = auto_optimize_rows
         self.embed_model = embed_model
+        self.vector_index_rows = vector_index_rows
+        self.vector_index_type: VectorIndexType = vector_index_type
+        self.ann_nprobes = ann_nprobes
+        self.ann_refine = ann_refine
         self._read_consistency = read_consistency
         _owner_only(self.path)
         try:
@@ -299,11 +318,14 @@ class LanceStore:
         except Exception as exc:  # noqa: BLE001 - any failure to open is a store error
             raise StoreError(f"cannot open LanceDB store at {self.path}: {exc}") from exc
         self._tables: dict[str, Table] = {}
+        self._sides: ThreadPoolExecutor | None = None
 
     def __reduce__(self) -> tuple[Any, ...]:
         # table handles hold a runtime that cannot cross processes: ship the recipe instead
         options = {"read_consistency": self._read_consistency, "hybrid_candidates": self.hybrid_candidates,
-                   "auto_optimize_rows": self.auto_optimize_rows, "embed_model": self.embed_model}
+                   "auto_optimize_rows": self.auto_optimize_rows, "embed_model": self.embed_model,
+                   "vector_index_rows": self.vector_index_rows, "vector_index_type": self.vector_index_type,
+                   "ann_nprobes": self.ann_nprobes, "ann_refine": self.ann_refine}
         return (_reopen, (self.path, self.dim, options))
 
     def __repr__(self) -> str:
@@ -386,7 +408,8 @@ class LanceStore:
         meta_file = self.path / LIBRARY_META
         return LibraryMeta.loads(meta_file.read_text()) if meta_file.exists() else None
 
-    def export_documents(self, doc_ids: Sequence[str] | None = None) -> Iterator[tuple[DocumentRecord, list[ChunkRecord], list[list[float]]]]:
+    def export_documents(self, doc_ids: Sequence[str] | None = None) -> Iterator[
+            tuple[DocumentRecord, list[ChunkRecord], list[list[float]]]]:
         """Every document with its chunks (ordinal order) and their vectors, by (key, doc_id) (for migration);
         ``doc_ids``: only those documents (for a metadata fix), in that order."""
         for doc in documents_named(self, doc_ids):
@@ -740,6 +763,58 @@ class LanceStore:
                     _retry_conflicts(lambda t=table: t.optimize(cleanup_older_than=cleanup_older_than))()
                 except Exception as exc:  # noqa: BLE001
                     raise StoreError(f"optimizing {name} at {self.path} failed: {exc}") from exc
+        self.build_vector_index()
+
+    # ------------------------------------------------------------------ the ANN vector index
+
+    def vector_index(self) -> dict[str, Any] | None:
+        """What the ANN index was trained with (type, partitions, rows), or None when the vectors have none."""
+        table = self._table(CHUNKS, create=False)
+        if table is None or not any(ix.columns == ["vector"] for ix in table.list_indices()):
+            return None
+        try:
+            return json.loads((self.path / VECTOR_INDEX_META).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return {"type": "unknown"}  # trained by another tool: used, never retrained by the size rule
+
+    def build_vector_index(self, *, force: bool = False) -> dict[str, Any] | None:
+        """Train the ANN index when the table has reached ``vector_index_rows`` chunks and has none, or has grown
+        fourfold since it was trained (or always, ``force``); returns what it was trained with, None when nothing
+        was done. Another process training it at the same time: this one leaves it (a file lock)."""
+        table = self._table(CHUNKS, create=False)
+        if table is None:
+            return None
+        rows = table.count_rows()
+        current = self.vector_index()
+        if not force:
+            if self.vector_index_rows is None or rows < self.vector_index_rows:
+                return None
+            if current is not None and rows < 4 * int(current.get("rows") or rows):
+                return None
+        if rows < 256:  # IVF training needs some rows; below that a scan is instant anyway
+            return None
+        kind = self.vector_index_type
+        if kind == "IVF_HNSW_SQ":  # few partitions: each one HNSW graph (fewer only cost training memory)
+            options: dict[str, Any] = {"num_partitions": max(1, rows // 500_000)}
+        else:
+            options = {"num_partitions": max(1, int(math.sqrt(rows))), "num_sub_vectors": max(1, self.dim // 8)}
+        try:
+            (self.path / LOCK_DIR).mkdir(parents=True, exist_ok=True)
+            with FileLock(self.path / LOCK_DIR / "vector-index.lock", blocking=False):
+                config = (HnswSq if kind == "IVF_HNSW_SQ" else IvfPq)(distance_type="cosine", **options)
+                table.create_index("vector", config=config, replace=True)
+                info = {"type": kind, "rows": rows, **options}
+                meta = self.path / VECTOR_INDEX_META
+                tmp = meta.with_suffix(".tmp")
+                tmp.write_text(json.dumps(info) + "\n", encoding="utf-8")
+                tmp.replace(meta)
+        except Timeout:
+            return None
+        except Exception as exc:  # noqa: BLE001 - search stays exact (a scan) without it
+            log.warning("could not build the vector index of %s (%s); vector search scans every row", self.path,
+                        exc)
+            return None
+        return info
 
     def _maybe_optimize(self) -> None:
         """After a write: optimize once ``auto_optimize_rows`` chunks are unindexed, unless another
@@ -800,6 +875,9 @@ class LanceStore:
 
         def run(t: Table) -> list[dict[str, Any]]:
             q = t.search(query_vector, query_type="vector", vector_column_name="vector").distance_type("cosine")
+            q = q.nprobes(self.ann_nprobes)  # ignored without an ANN index (an exact scan)
+            if self.ann_refine:
+                q = q.refine_factor(self.ann_refine)
             if where:
                 q = q.where(where, prefilter=True)
             return q.select([*_CHUNK_COLUMNS, "_distance"]).limit(k).to_list()
@@ -824,6 +902,17 @@ class LanceStore:
             return []
         pool = k * self.hybrid_candidates
         flt = self._resolve(flt or ChunkFilter())  # once for both sides
-        lexical = self.bm25(query, pool, flt) if alpha < 1.0 else []
-        semantic = self.vector(vector, pool, flt) if alpha > 0.0 else []
+        if 0.0 < alpha < 1.0:  # both sides at once: LanceDB searches outside the GIL (bench/search_scale.py)
+            lexical_future = self._side_pool().submit(self.bm25, query, pool, flt)
+            semantic = self.vector(vector, pool, flt)
+            lexical = lexical_future.result()
+        else:
+            lexical = self.bm25(query, pool, flt) if alpha < 1.0 else []
+            semantic = self.vector(vector, pool, flt) if alpha > 0.0 else []
         return fuse(lexical, semantic, alpha, k, fusion)
+
+    def _side_pool(self) -> ThreadPoolExecutor:
+        """The thread that runs the BM25 side of a hybrid search while this one runs the vector side."""
+        if self._sides is None:
+            self._sides = ThreadPoolExecutor(max_workers=2, thread_name_prefix="lance-hybrid")
+        return self._sides

@@ -720,6 +720,42 @@ def test_lance_failed_registry_write_removes_the_new_chunks(
     assert store.count_chunks() == 1 and store.remove_orphans() == 0
 
 
+@pytest.mark.parametrize("kind", ["IVF_HNSW_SQ", "IVF_PQ"])
+def test_lance_builds_an_ann_index_at_its_size_keeps_filters_exact_and_finds_rows_added_later(
+        lance_path: Path, kind: str) -> None:
+    from infra.store.lancedb import LanceStore
+
+    store = LanceStore(lance_path, dim=DIM, auto_optimize_rows=None, vector_index_rows=1500, vector_index_type=kind)
+    texts = [f"topic{i % 37} word{i % 11} note{i}" for i in range(1200)]
+    docs = [make_doc(f"{d:03d}".ljust(64, "a"), texts[d * 40:(d + 1) * 40]) for d in range(30)]
+    for doc, chunks in docs:
+        put(store, doc, chunks)
+    store.optimize()
+    assert store.vector_index() is None  # 1,200 rows: under the size where it pays, every search exact
+    exact = {q: ids(store.vector(hash_vec(q), 10)) for q in ("topic3 word5", "topic20 word1", "note77")}
+    more = [make_doc(f"{d:03d}".ljust(64, "a"), [f"topic{i % 37} word{i % 11} extra{i}"
+                                                 for i in range(d * 40, d * 40 + 40)]) for d in range(30, 40)]
+    for doc, chunks in more:
+        put(store, doc, chunks)
+    store.optimize()
+    built = store.vector_index()
+    assert built is not None and built["type"] == kind and built["rows"] == 1600
+    for query, before in exact.items():  # the index finds what the scan found (its top hits at least)
+        assert before[0] in ids(store.vector(hash_vec(query), 10))
+    # filters stay exact with the index: only the documents asked for, whatever the vectors say
+    wanted = (docs[3][0].doc_id, more[2][0].doc_id)
+    hits = store.vector(hash_vec("topic3 word5"), 30, ChunkFilter(doc_ids=wanted))
+    assert hits and {h.chunk.doc_id for h in hits} <= set(wanted)
+    # a document added after the index was trained is found before the next optimize folds it in
+    late, late_chunks = make_doc("e" * 64, ["a wholly new zebrafish sentence about fin regeneration"])
+    put(store, late, late_chunks)
+    assert ids(store.vector(hash_vec("a wholly new zebrafish sentence about fin regeneration"), 1)) == \
+        [late_chunks[0].chunk_id]
+    # trained again only once the table has grown fourfold
+    assert store.build_vector_index() is None
+    assert store.build_vector_index(force=True)["rows"] == 1601
+
+
 def test_lance_remove_orphans(lance_path: Path) -> None:
     from infra.store.lancedb import LanceStore
 

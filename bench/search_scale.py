@@ -1,0 +1,191 @@
+"""Search at library scale: LanceDB stores of 10k, 100k (and 1M) chunks, flat vs an ANN vector index.
+
+    FORAGE_INGEST__CACHE_DIR=… .venv/bin/python bench/search_scale.py                  # 10k and 100k
+    FORAGE_INGEST__CACHE_DIR=… .venv/bin/python bench/search_scale.py --sizes 1000000  # a lab library
+    .venv/bin/python bench/search_scale.py --index ivf_pq --out bench/results/search-scale.json
+
+The texts and vectors are real where they can be: the 5,183 SciFact abstracts are chunked and embedded by the
+product's own ingestion (MiniLM; the ingest cache makes a second run free), and their chunks are repeated to the
+size asked, each copy with a word of variation in its text (so BM25 sees distinct rows) and its vector moved by
+small Gaussian noise and normalised again (so the vectors keep the real clusters without being duplicates). The
+queries are the SciFact test claims, embedded by the same model.
+
+Per size it prints: the load time (documents written through ``upsert_documents`` in batches, then the store's own
+``optimize``: BM25 index), the exact (flat) vector / BM25 / hybrid latency p50 and p95 over the queries (top 20),
+the index build time (``LanceStore.build_vector_index``), the same latencies with the index, and **recall@20** of
+the indexed vector and hybrid searches against the flat ones (the share of the flat top 20 found). A filtered
+search (the query's own top document excluded by ``doc_ids``) checks that filters stay exact with the index.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from infra.settings import Settings  # noqa: E402
+
+K = 20
+
+
+def percentiles(samples: list[float]) -> tuple[float, float]:
+    ordered = sorted(samples)
+    return statistics.median(ordered) * 1000, ordered[min(len(ordered) - 1, int(0.95 * len(ordered)))] * 1000
+
+
+def seed_corpus(beir: Path, cache: Path | None) -> tuple[list, list, list[str], np.ndarray]:
+    """(documents, their chunks, the test claims, their vectors) from SciFact through the product's ingestion."""
+    from actors.steps.evaluate import load_beir, load_corpus
+    from infra.embed import build_embedder
+    from infra.store import build_store
+
+    dataset = load_beir(beir)
+    with tempfile.TemporaryDirectory(prefix="forage-scale-seed-") as tmp:
+        settings = Settings.load().updated(store={"path": Path(tmp) / "store"},
+                                           ingest={"cache_dir": cache} if cache else {})
+        store, embedder = build_store(settings), build_embedder(settings)
+        t = time.perf_counter()
+        load_corpus(settings, store, embedder, dataset)
+        print(f"seed: {len(dataset.corpus)} SciFact abstracts ingested in {time.perf_counter() - t:.1f}s")
+        exported = list(store.export_documents())
+        claims = [dataset.queries[q] for q in sorted(dataset.qrels("test"))]
+        vectors = np.asarray(embedder.embed(claims), dtype=np.float32)
+    return [d for d, _, _ in exported], [(c, np.asarray(v, dtype=np.float32)) for _, cs, vs in exported
+                                         for c, v in zip(cs, vs, strict=True)], claims, vectors
+
+
+def build(path: Path, size: int, docs: list, chunks: list, rng: np.random.Generator) -> tuple[object, float]:
+    """A LanceStore of ``size`` chunks: the seed chunks repeated, texts and vectors varied (see the docstring)."""
+    from infra.store.base import DocumentRecord
+    from infra.store.lancedb import LanceStore
+
+    store = LanceStore(path, dim=384, auto_optimize_rows=None)
+    by_doc: dict[str, list] = {}
+    for chunk, vector in chunks:
+        by_doc.setdefault(chunk.doc_id, []).append((chunk, vector))
+    seeds = [(d, by_doc[d.doc_id]) for d in docs if d.doc_id in by_doc]
+    started = time.perf_counter()
+    written, copy, batch = 0, 0, []
+    while written < size:
+        for doc, items in seeds:
+            if written >= size:
+                break
+            doc_id = f"{copy:04d}{doc.doc_id[4:]}"
+            new_doc = DocumentRecord.model_validate({**doc.model_dump(), "doc_id": doc_id,
+                                                     "key": f"{doc.key}#copy{copy}"})
+            new_chunks, vectors = [], []
+            for chunk, vector in items[: size - written]:
+                text = chunk.text if copy == 0 else f"{chunk.text} variant{copy}"
+                new_chunks.append(chunk.model_copy(update={"doc_id": doc_id, "text": text,
+                                                           "chunk_id": f"{doc_id[:16]}:{chunk.ordinal}"}))
+                moved = vector if copy == 0 else vector + rng.normal(0, 0.02, vector.shape).astype(np.float32)
+                vectors.append(moved / np.linalg.norm(moved))
+            batch.append((new_doc, new_chunks, vectors))
+            written += len(new_chunks)
+            if len(batch) >= 500:
+                store.upsert_documents(batch)
+                batch = []
+        copy += 1
+    if batch:
+        store.upsert_documents(batch)
+    store.optimize()
+    return store, time.perf_counter() - started
+
+
+def measure(store, claims: list[str], vectors: np.ndarray, alpha: float) -> dict:  # noqa: ANN001
+    """p50/p95 (ms) of vector, BM25 and hybrid top-K over the queries, and what each returned."""
+    out: dict = {}
+    for name, call in (("vector", lambda c, v: store.vector(v, K)), ("bm25", lambda c, v: store.bm25(c, K)),
+                       ("hybrid", lambda c, v: store.hybrid(c, v, K, alpha))):
+        call(claims[0], vectors[0])  # warm: tables opened, indexes in the page cache
+        times, results = [], []
+        for claim, vector in zip(claims, vectors, strict=True):
+            t = time.perf_counter()
+            hits = call(claim, vector)
+            times.append(time.perf_counter() - t)
+            results.append([h.chunk.chunk_id for h in hits])
+        p50, p95 = percentiles(times)
+        out[name] = {"p50_ms": round(p50, 1), "p95_ms": round(p95, 1), "results": results}
+    return out
+
+
+def recall(exact: list[list[str]], approx: list[list[str]]) -> float:
+    return round(sum(len(set(a) & set(e)) / max(1, len(e)) for e, a in zip(exact, approx, strict=True))
+                 / max(1, len(exact)), 4)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--beir", type=Path, default=REPO.parent / "shared" / "data" / "beir-scifact")
+    ap.add_argument("--sizes", default="10000,100000")
+    ap.add_argument("--queries", type=int, default=200)
+    ap.add_argument("--out", type=Path)
+    ap.add_argument("--keep", type=Path, help="build the stores under this folder and keep them")
+    args = ap.parse_args()
+
+    settings = Settings.load()
+    cache = settings.ingest.cache_dir
+    docs, chunks, claims, vectors = seed_corpus(args.beir, cache)
+    claims, vectors = claims[: args.queries], vectors[: args.queries]
+    print(f"seed: {len(docs)} documents, {len(chunks)} chunks; {len(claims)} queries; top {K}")
+    rng = np.random.default_rng(0)
+    random.seed(0)
+    rows = []
+    root = args.keep or Path(tempfile.mkdtemp(prefix="forage-scale-"))
+    try:
+        for size in (int(s) for s in args.sizes.split(",")):
+            path = root / f"store-{size}"
+            shutil.rmtree(path, ignore_errors=True)
+            store, load_s = build(path, size, docs, chunks, rng)
+            flat = measure(store, claims, vectors, settings.store.hybrid_alpha)
+            t = time.perf_counter()
+            index = store.build_vector_index(force=True)
+            build_s = time.perf_counter() - t
+            ann = measure(store, claims, vectors, settings.store.hybrid_alpha)
+            # filters stay exact with the index: each query's own best document excluded
+            leaks = 0
+            for claim, vector, top in zip(claims[:50], vectors[:50], flat["vector"]["results"][:50], strict=True):
+                banned = top[0].split(":")[0] if top else ""
+                from infra.store import ChunkFilter
+
+                keep = [d for d in store.document_ids(ChunkFilter()) if not d.startswith(banned)][:2000]
+                hits = store.vector(vector, K, ChunkFilter(doc_ids=tuple(keep)))
+                leaks += sum(h.chunk.doc_id not in set(keep) for h in hits)
+            row = {"chunks": store.count_chunks(), "load_s": round(load_s, 1), "index": index,
+                   "index_build_s": round(build_s, 1),
+                   "flat": {k: {m: v[m] for m in ("p50_ms", "p95_ms")} for k, v in flat.items()},
+                   "indexed": {k: {m: v[m] for m in ("p50_ms", "p95_ms")} for k, v in ann.items()},
+                   "recall_at_20_vector": recall(flat["vector"]["results"], ann["vector"]["results"]),
+                   "recall_at_20_hybrid": recall(flat["hybrid"]["results"], ann["hybrid"]["results"]),
+                   "filtered_results_outside_filter": leaks}
+            rows.append(row)
+            print(f"\n{row['chunks']:,} chunks: loaded in {load_s:.1f}s; index {index} built in {build_s:.1f}s")
+            print(f"{'':8} {'flat p50/p95 ms':>18} {'indexed p50/p95 ms':>20}")
+            for name in ("vector", "bm25", "hybrid"):
+                f, a = flat[name], ann[name]
+                print(f"{name:8} {f['p50_ms']:>8} / {f['p95_ms']:<8} {a['p50_ms']:>9} / {a['p95_ms']:<8}")
+            print(f"recall@20 vs flat: vector {row['recall_at_20_vector']}, hybrid {row['recall_at_20_hybrid']}; "
+                  f"results outside a doc_ids filter: {leaks}")
+            if not args.keep:
+                shutil.rmtree(path, ignore_errors=True)
+    finally:
+        if not args.keep:
+            shutil.rmtree(root, ignore_errors=True)
+    if args.out:
+        args.out.write_text(json.dumps({"k": K, "queries": len(claims), "sizes": rows}, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
