@@ -13,15 +13,11 @@ Chunks are cut to ``settings.chunk_window()`` (512/64 for Ollama), well inside i
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Sequence
 from typing import Any
 
 import httpx
-from tenacity import retry, retry_if_exception, stop_after_attempt, wait_exponential
 
-from infra.embed.base import unit_vector
-from infra.embed.minilm import load_tokenizer, spans_from_tokenizer
+from infra.embed.remote import RemoteEmbedder
 from infra.errors import ForageError, LLMTimeout, LLMUnavailable
 
 # Output sizes of common Ollama embedding models; others are probed on first use.
@@ -33,7 +29,7 @@ def _base_model(model: str) -> str:
     return model.split(":")[0].split("/")[-1].lower()
 
 
-class OllamaEmbedder:
+class OllamaEmbedder(RemoteEmbedder):
     """Unit-normalized vectors from ``model`` on the Ollama server at ``host``, ``batch_size`` texts per call."""
 
     def __init__(self, host: str = "http://127.0.0.1:11434", model: str = "nomic-embed-text",
@@ -49,26 +45,7 @@ class OllamaEmbedder:
         self.max_tokens = max_tokens
         self.retries = retries
         self.retry_wait_s = retry_wait_s
-        self._dim = dim or KNOWN_DIMS.get(_base_model(model))
-        self._client: Any = None
-        self._tokenizer: Any = None
-        self._lock = threading.Lock()
-
-    def __getstate__(self) -> dict[str, Any]:
-        state = dict(self.__dict__)
-        state.update(_client=None, _tokenizer=None, _lock=None)
-        return state
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
-        self._lock = threading.Lock()
-
-    @property
-    def dim(self) -> int:
-        """Vector size; for a model not in KNOWN_DIMS it is read from one embedding call."""
-        if self._dim is None:
-            self._dim = len(self.embed(["dimension probe"])[0])
-        return self._dim
+        super().__init__(dim or KNOWN_DIMS.get(_base_model(model)))
 
     def _ensure_client(self) -> Any:
         with self._lock:
@@ -102,9 +79,6 @@ class OllamaEmbedder:
     def _embed_batch(self, batch: list[str]) -> list[list[float]]:
         client = self._ensure_client()
 
-        @retry(retry=retry_if_exception(lambda e: isinstance(e, ForageError) and e.retryable),
-               stop=stop_after_attempt(1 + self.retries),
-               wait=wait_exponential(multiplier=self.retry_wait_s, max=30), reraise=True)
         def call() -> list[list[float]]:
             try:
                 response = client.embed(model=self.model, input=batch, truncate=True,
@@ -117,21 +91,7 @@ class OllamaEmbedder:
                                      f"(model {self.model!r})", retryable=False)
             return vectors
 
-        return call()
-
-    def embed(self, texts: Sequence[str]) -> list[list[float]]:
-        """Unit-normalized vectors, one per text, in order; raises LLMUnavailable / LLMTimeout."""
-        out: list[list[float]] = []
-        texts = list(texts)
-        for i in range(0, len(texts), self.batch_size):
-            out.extend(unit_vector(v) for v in self._embed_batch(texts[i:i + self.batch_size]))
-        if out:
-            sizes = {len(v) for v in out}
-            if len(sizes) != 1 or (self._dim is not None and sizes != {self._dim}):
-                raise LLMUnavailable(f"model {self.model!r} returned vectors of size {sorted(sizes)}, "
-                                     f"expected {self._dim}", retryable=False)
-            self._dim = self._dim or sizes.pop()
-        return out
+        return self._retried(call)
 
     def check(self) -> None:
         """Fail fast (LLMUnavailable) when the server is down or the model is not pulled."""
@@ -140,9 +100,3 @@ class OllamaEmbedder:
             client.show(self.model)
         except Exception as exc:  # noqa: BLE001
             raise self._error(exc) from exc
-
-    def token_spans(self, text: str) -> list[tuple[int, int]]:
-        """Approximate token spans (BERT uncased WordPiece, see the module docstring)."""
-        if self._tokenizer is None:
-            self._tokenizer = load_tokenizer()
-        return spans_from_tokenizer(self._tokenizer, text)

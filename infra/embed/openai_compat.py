@@ -14,14 +14,10 @@ The vector size is ``embed.dim`` when set, else known for common models, else re
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Sequence
 from typing import Any
 
-from tenacity import retry, retry_if_exception, stop_after_attempt, wait_exponential
 
-from infra.embed.base import unit_vector
-from infra.embed.minilm import load_tokenizer, spans_from_tokenizer
+from infra.embed.remote import RemoteEmbedder
 from infra.errors import ForageError, LLMTimeout, LLMUnavailable
 
 KNOWN_DIMS = {"nomic-embed-text": 768, "nomic-embed-text-v1.5": 768, "bge-m3": 1024, "bge-large-en-v1.5": 1024,
@@ -35,7 +31,7 @@ def known_dim(model: str) -> int | None:
     return KNOWN_DIMS.get(model.split(":")[0].split("/")[-1].lower())
 
 
-class OpenAICompatEmbedder:
+class OpenAICompatEmbedder(RemoteEmbedder):
     """Unit-normalized vectors from ``model`` on the OpenAI-compatible server at ``host`` (its base URL, with
     ``/v1``), ``batch_size`` texts per request."""
 
@@ -51,29 +47,10 @@ class OpenAICompatEmbedder:
         self.max_tokens = max_tokens
         self.retries = retries
         self.retry_wait_s = retry_wait_s
-        self._dim = dim or known_dim(model)
-        self._client: Any = None
-        self._tokenizer: Any = None
-        self._lock = threading.Lock()
+        super().__init__(dim or known_dim(model))
 
     def __repr__(self) -> str:  # never the key
         return f"OpenAICompatEmbedder(host={self.host!r}, model={self.model!r})"
-
-    def __getstate__(self) -> dict[str, Any]:
-        state = dict(self.__dict__)
-        state.update(_client=None, _tokenizer=None, _lock=None)
-        return state
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
-        self._lock = threading.Lock()
-
-    @property
-    def dim(self) -> int:
-        """Vector size; read from one embedding call when neither configured nor known."""
-        if self._dim is None:
-            self._dim = len(self.embed(["dimension probe"])[0])
-        return self._dim
 
     def _ensure_client(self) -> Any:
         with self._lock:
@@ -110,9 +87,6 @@ class OpenAICompatEmbedder:
     def _embed_batch(self, batch: list[str]) -> list[list[float]]:
         client = self._ensure_client()
 
-        @retry(retry=retry_if_exception(lambda e: isinstance(e, ForageError) and e.retryable),
-               stop=stop_after_attempt(1 + self.retries),
-               wait=wait_exponential(multiplier=self.retry_wait_s, max=30), reraise=True)
         def call() -> list[list[float]]:
             try:
                 response = client.embeddings.create(model=self.model, input=batch)
@@ -124,21 +98,7 @@ class OpenAICompatEmbedder:
                                      f"(model {self.model!r})")
             return [list(map(float, d.embedding)) for d in data]
 
-        return call()
-
-    def embed(self, texts: Sequence[str]) -> list[list[float]]:
-        """Unit-normalized vectors, one per text, in order; raises LLMUnavailable / LLMTimeout."""
-        out: list[list[float]] = []
-        texts = list(texts)
-        for i in range(0, len(texts), self.batch_size):
-            out.extend(unit_vector(v) for v in self._embed_batch(texts[i:i + self.batch_size]))
-        if out:
-            sizes = {len(v) for v in out}
-            if len(sizes) != 1 or (self._dim is not None and sizes != {self._dim}):
-                raise LLMUnavailable(f"model {self.model!r} returned vectors of size {sorted(sizes)}, expected "
-                                     f"{self._dim} (embed.dim)")
-            self._dim = self._dim or sizes.pop()
-        return out
+        return self._retried(call)
 
     def check(self) -> None:
         """Fail fast (LLMUnavailable, one sentence) when the server is down or does not serve the model."""
@@ -150,9 +110,3 @@ class OpenAICompatEmbedder:
         if self.model not in served:
             raise LLMUnavailable(f"The embedding server at {self.host} serves no model {self.model!r} (it serves: "
                                  f"{', '.join(sorted(served)[:8]) or 'none'}): set embed.model to one of them")
-
-    def token_spans(self, text: str) -> list[tuple[int, int]]:
-        """Approximate token spans (BERT uncased WordPiece, see the module docstring)."""
-        if self._tokenizer is None:
-            self._tokenizer = load_tokenizer()
-        return spans_from_tokenizer(self._tokenizer, text)

@@ -17,20 +17,17 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import logging
 import ssl
 from typing import Any
 
 import httpx
 import ollama
 from pydantic import BaseModel
-from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt, wait_exponential
 
 from infra.errors import LLMTimeout, LLMUnavailable
 from infra.llm.base import ChatMessage
-from infra.llm.jsonfix import Completion, RetryingLLM
-
-log = logging.getLogger("forage.llm")
+from infra.llm.jsonfix import Completion
+from infra.llm.server import ServerLLM
 
 DEFAULT_HOST = "http://127.0.0.1:11434"
 TRANSIENT_STATUS = frozenset({408, 429, 500, 502, 503, 504})
@@ -60,7 +57,7 @@ def same_model(wanted: str, listed: str) -> bool:
     return norm(wanted) == norm(listed)
 
 
-class OllamaLLM(RetryingLLM):
+class OllamaLLM(ServerLLM):
     """Structured output from a model served by Ollama.
 
     ``timeout_s`` bounds one HTTP round trip; ``max_retries`` bounds both the repair attempts after
@@ -123,13 +120,7 @@ class OllamaLLM(RetryingLLM):
                         max_tokens: int) -> Completion:
         options = {"temperature": self.temperature, "num_ctx": self.num_ctx, "num_predict": max_tokens}
         attempts = self.max_retries + 1
-        retrying = AsyncRetrying(
-            stop=stop_after_attempt(attempts),
-            wait=wait_exponential(multiplier=self.backoff_s, max=self.backoff_max_s),
-            retry=retry_if_exception(is_transient),
-            before_sleep=self._log_retry,
-            reraise=True,
-        )
+        retrying = self.transport_retries(is_transient)
         try:
             async for attempt in retrying:
                 with attempt:
@@ -183,10 +174,3 @@ class OllamaLLM(RetryingLLM):
                 retryable=True,
             )
         return LLMUnavailable(f"Ollama at {self.host} rejected the request (HTTP {err.status_code}): {err.error}")
-
-    def _log_retry(self, state: RetryCallState) -> None:
-        outcome = state.outcome
-        err = outcome.exception() if outcome is not None else None
-        wait = state.next_action.sleep if state.next_action is not None else 0.0
-        log.warning("%s: transient failure (%s: %s); retry %d in %.2fs", self.name, type(err).__name__, err,
-                    state.attempt_number, wait)

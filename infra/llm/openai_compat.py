@@ -22,11 +22,11 @@ import logging
 from typing import Any
 
 from pydantic import BaseModel
-from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt, wait_exponential
 
 from infra.errors import LLMTimeout, LLMUnavailable
 from infra.llm.base import ChatMessage
-from infra.llm.jsonfix import Completion, RetryingLLM
+from infra.llm.jsonfix import Completion
+from infra.llm.server import ServerLLM
 
 log = logging.getLogger("forage.llm")
 
@@ -48,7 +48,7 @@ def _mentions_response_format(err: BaseException) -> bool:
     return "response_format" in text or "json_schema" in text
 
 
-class OpenAICompatLLM(RetryingLLM):
+class OpenAICompatLLM(ServerLLM):
     """Structured output from a model served by an OpenAI-compatible server.
 
     ``host`` is the server's base URL (with its ``/v1``); ``model`` the served model id (``GET /v1/models``);
@@ -127,13 +127,7 @@ class OpenAICompatLLM(RetryingLLM):
         import openai
 
         attempts = self.max_retries + 1
-        retrying = AsyncRetrying(
-            stop=stop_after_attempt(attempts),
-            wait=wait_exponential(multiplier=self.backoff_s, max=self.backoff_max_s),
-            retry=retry_if_exception(is_transient),
-            before_sleep=self._log_retry,
-            reraise=True,
-        )
+        retrying = self.transport_retries(is_transient)
         try:
             async for attempt in retrying:
                 with attempt:
@@ -187,12 +181,6 @@ class OpenAICompatLLM(RetryingLLM):
                 self.calls += 1
                 return await client.chat.completions.create(**request, extra_body={"guided_json": json_schema})
 
-    def _log_retry(self, state: RetryCallState) -> None:
-        outcome = state.outcome
-        err = outcome.exception() if outcome is not None else None
-        wait = state.next_action.sleep if state.next_action is not None else 0.0
-        log.warning("%s: transient failure (%s: %s); retry %d in %.2fs", self.name, type(err).__name__, err,
-                    state.attempt_number, wait)
 
 
 def _message(err: Any) -> str:
