@@ -561,6 +561,8 @@ class WriteStep:
             state = "failed" if cov.status == "failed" else _coverage_word(cov.coverage)
             mech = next((x.text for x in s.sentences if x.kind == "Mechanism" and x.text != NO_MECHANISM), "")
             lines.append(f"- {req.text} ({state})" + (f": {mech}" if mech else ""))
+        if self.settings.extractive():  # a model too small to synthesise sections would only pad the overview
+            return query_title(request.query.text), self._overview_fallback(request, sections)
         self.llm_calls += 1
         try:
             draft = await self.llm.structured([
