@@ -75,7 +75,7 @@ _MEASURE = re.compile(r"\d+(?:\.\d+)?\s?%|\bp\s?[<=>≤]\s?0?\.\d+|\b\d+(?:\.\d+
                       r"|\b(?:OR|RR|HR|CI|AUC|F1)\b|\b\d+(?:\.\d+)?[-–]fold\b")
 _RESULT_WORDS = re.compile(
     r"\b(?:found|finds|showed|shows|observed|reported|occurred|increased|decreased|reduced|reduces|reduction|higher"
-    r"|lower|associated|significant(?:ly)?|incidence|rates?|risk|ratio|outperform(?:s|ed)?|improv(?:ed|es|ement)"
+    r"|lower|associated|significant(?:ly)?|incidence|rates?|risks?|ratio|outperform(?:s|ed)?|improv(?:ed|es|ement)"
     r"|achiev(?:ed|es)|accuracy|compared)\b", re.IGNORECASE)
 _AIM_OR_BACKGROUND = re.compile(
     r"\b(?:the (?:aim|purpose|objective|goal)s? of|we (?:review|describe|present|propose|aim)|this (?:review|paper|"

@@ -447,23 +447,27 @@ class WriteStep:
     def _extracted(self, requirement: str, items: Sequence[tuple[Evidence, _Source]], offset: int,
                    chunks: dict[str, ChunkRecord | None]) -> list[_Sentence]:
         """Evidence sentences quoted from the passages (labels offset+1, ...): per item, the sentence of its
-        first passages that shares the most content words with the requirement and reads most as a finding
-        (:func:`~actors.steps.text.finding_weight`: a measured value or a result beats the aim or background
-        around it; the earliest on a tie), in item order, a sentence already quoted skipped; an item without a
-        usable sentence is listed as found."""
+        first passages that shares the most of the requirement's focus (its words the paper's title does not
+        state) and reads most as a finding (:func:`~actors.steps.text.finding_weight`: a measured value or a
+        result beats the aim or background around it), then the most of its words, then the earliest; in item
+        order, a sentence already quoted skipped; an item without a usable sentence is listed as found."""
         wanted = content_words(requirement)
         quoted: set[str] = set()
         out: list[_Sentence] = []
         for i, (ev, src) in enumerate(items, start=offset + 1):
-            found: list[tuple[int, int, str]] = []
+            # what the requirement asks about this paper: its words the paper's title does not already state (a
+            # sentence restating the topic is background; all of them when the title holds every one)
+            focus = (wanted - content_words(ev.title)) or wanted
+            found: list[tuple[int, int, int, str]] = []
             for cid in ev.chunk_ids[:EXCERPTS_PER_ITEM]:
                 chunk = self._chunk(cid, chunks)
                 if chunk is None:
                     continue
                 for sentence in prose_sentences(chunk.text):
                     if sentence not in quoted:
-                        score = len(content_words(sentence) & wanted) + finding_weight(sentence)
-                        found.append((-score, len(found), sentence))
+                        words = content_words(sentence)
+                        score = 2 * len(words & focus) + finding_weight(sentence)
+                        found.append((-score, -len(words & wanted), len(found), sentence))
             best = [text for *_, text in sorted(found)[:EXTRACTED_PER_ITEM]]
             if not best:
                 out += self._listed([(ev, src)], i - 1)
