@@ -599,12 +599,16 @@ class WriteStep:
         failed = sum(1 for c in covs if c.status == "failed")
         uncovered = len(covs) - answered - partial - failed
         docs = {ev.doc_id for c in covs for ev in c.evidence}
+        def count(n: int, noun: str) -> str:
+            return f"{n} {noun}{'' if n == 1 else 's'}"
+
         text = (f"This report addresses the research query: “{escape_md(_topic(request.query.text, 300))}”. "
-                f"Of its {len(covs)} requirements, {answered} were answered by the literature found, {partial} only "
-                f"partly (related documents without a direct answer) and {uncovered} not at all")
+                f"Of its {count(len(covs), 'requirement')}, {answered} {'was' if answered == 1 else 'were'} answered "
+                f"by the literature found, {partial} only partly (related documents without a direct answer) and "
+                f"{uncovered} not at all")
         text += f"; foraging failed for {failed}." if failed else "."
-        text += (f" The findings rest on {len(docs)} documents, gathered over {request.iterations} "
-                 f"iteration{'s' if request.iterations != 1 else ''}.")
+        text += (f" The findings rest on {count(len(docs), 'document')}, gathered over "
+                 f"{count(request.iterations, 'iteration')}.")
         return text
 
     # -- comparison and charts ------------------------------------------------------------------------

@@ -143,7 +143,7 @@ class OpenAICompatLLM(ServerLLM):
                                  "(FORAGE_LLM__API_KEY).") from None
         except openai.NotFoundError as err:
             raise LLMUnavailable(f"The model server at {self.host} has no model '{self.model}' (server said: "
-                                 f"{_message(err)}): set llm.model to one `forage models` lists.") from None
+                                 f"{_message(err)}): set llm.model to one its GET /v1/models lists.") from None
         except openai.APIStatusError as err:
             said = f"HTTP {err.status_code}: {_message(err)}"
             raise LLMUnavailable(

@@ -289,6 +289,8 @@ def test_an_extractive_section_quotes_the_finding_not_the_background_around_it(e
                    settings=settings().updated(llm={"backend": "embedded"}))
     r1 = section(report.markdown, req.text)
     assert "Bleeding complications occurred in 12 of 400 patients (3.0%)" in r1 and "essential" not in r1
+    assert "Of its 1 requirement, 1 was answered" in section(report.markdown, "Overview")
+    assert "The findings rest on 1 document, gathered over 2 iterations." in section(report.markdown, "Overview")
     assert finding_weight(finding) == 3 and finding_weight(background) == -2
     assert finding_weight("The aim of this review is to describe the rates of bleeding.") == -1
 
