@@ -22,9 +22,9 @@ replaces the earlier version (``store.upsert_document`` replaces by key).
 from __future__ import annotations
 
 import hashlib
-import re
 import logging
 import os
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
