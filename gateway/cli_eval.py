@@ -103,7 +103,8 @@ def eval_evidence(
     split: Annotated[str, typer.Option(help="qrels split.")] = "test",
     mode: Annotated[list[str] | None, typer.Option(help="judge (the judge's word alone) and/or checked (the "
                                                         "relevance check on); default both.")] = None,
-    llm: Annotated[str | None, typer.Option(help="LLM backend: embedded, ollama or openai (default: settings).")] = None,
+    llm: Annotated[str | None, typer.Option(
+        help="LLM backend: embedded, ollama or openai (default: settings).")] = None,
     model: Annotated[str | None, typer.Option(help="Ollama model name.")] = None,
     preset: Annotated[str | None, typer.Option(help="quick / standard / deep.")] = None,
     out: Annotated[Path | None, typer.Option(help="Write the figures (and every query's outcome) as JSON.")] = None,

@@ -537,7 +537,8 @@ class WeaviateStore:
             filters=build_filter(flt), limit=min(limit, MAX_RESULTS), sort=order))
         return [c for c in (to_chunk(dict(o.properties)) for o in res.objects) if matches(flt, c)]
 
-    def export_documents(self, doc_ids: Sequence[str] | None = None) -> Iterator[tuple[DocumentRecord, list[ChunkRecord], list[list[float]]]]:
+    def export_documents(self, doc_ids: Sequence[str] | None = None) -> Iterator[
+            tuple[DocumentRecord, list[ChunkRecord], list[list[float]]]]:
         """Every document with its chunks and their vectors, in (key, doc_id) order (for migration);
         ``doc_ids``: only those documents (for a metadata fix), in that order."""
         collection = self._chunks()
