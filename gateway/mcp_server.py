@@ -140,12 +140,13 @@ def build_mcp(settings: Settings, *, llm: Any | None = None, allowed_libraries: 
         from infra.store import build_store
 
         def read() -> dict[str, Any]:
-            db = store()
-            if run_id:
+            if run_id:  # the run's own store; the server's is not opened for it
                 state = manager.rundir(run_id).load_state()
                 if state is None or not state.store_path:
                     raise ToolError(f"run {run_id} records no store")
                 db = build_store(settings.updated(store={"path": state.store_path}))
+            else:
+                db = store()
             chunk = db.get_chunk(chunk_id)
             if chunk is None:
                 raise ToolError(f"no chunk {chunk_id!r} in the store")
