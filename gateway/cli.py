@@ -19,18 +19,14 @@ from typing import Annotated, Any
 
 import click
 import typer
-from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
+from gateway import cli_ask, cli_eval, cli_library, cli_privacy, cli_report, cli_runs, cli_serve, cli_store
+from gateway.cli_base import ProgressView, app, console, err, eval_app, one_line, run_settings
 from infra.errors import ForageError
 from infra.settings import PresetName, Settings, settings_for_run
 from messages.plan import RequirementsPlan, ResearchQuery
-from messages.status import Stage, StatusEvent
-
-app = typer.Typer(add_completion=False, no_args_is_help=True, help="Forage: local-first literature research.")
-console = Console(stderr=False)
-err = Console(stderr=True)
 
 DEMO_QUERY = ("What complications and risks are associated with thromboprophylaxis for deep venous thrombosis "
               "in trauma patients, and how is it evaluated?")
@@ -39,62 +35,6 @@ DEMO_QUERY = ("What complications and risks are associated with thromboprophylax
 def demo_library() -> Path:
     """The CC-BY demo papers shipped in the repository (examples/demo_library)."""
     return Path(__file__).resolve().parents[1] / "examples" / "demo_library"
-
-
-# -- progress ----------------------------------------------------------------------------------------
-class ProgressView:
-    """Live progress: iteration, stage, per-requirement coverage, documents ingested / failed."""
-
-    def __init__(self, plan: RequirementsPlan, live: bool) -> None:
-        self.plan = plan
-        self.live = live
-        self.iteration = 0
-        self.stage = "starting"
-        self.coverage: dict[str, float | str] = {r.id: "—" for r in plan.requirements}
-        self.llm_calls: dict[str, int] = {}
-        self.stored = self.skipped = self.failed = 0
-        self.last = ""
-
-    def update(self, ev: StatusEvent) -> None:
-        if ev.iteration:
-            self.iteration = max(self.iteration, ev.iteration)
-        self.stage = ev.stage.value
-        if ev.stage == Stage.INGEST and ev.kind == "document":
-            status = ev.payload.get("status")
-            self.stored += status == "stored"
-            self.skipped += status == "skipped"
-        if ev.stage == Stage.INGEST and ev.kind == "failed":
-            self.failed += 1
-        if ev.stage == Stage.FORAGE and ev.kind == "coverage" and ev.requirement_id:
-            self.coverage[ev.requirement_id] = float(ev.payload.get("coverage", 0.0))
-            self.llm_calls[ev.requirement_id] = int(ev.payload.get("llm_calls", 0))
-        if ev.stage == Stage.FORAGE and ev.kind == "failed" and ev.requirement_id:
-            self.coverage[ev.requirement_id] = "failed"
-        if ev.stage == Stage.RUN and ev.kind == "replanned" and ev.payload.get("requirements"):
-            from messages.plan import Requirement
-
-            added = tuple(Requirement.model_validate(r) for r in ev.payload["requirements"])
-            self.plan = self.plan.model_copy(update={"requirements": (*self.plan.requirements, *added)})
-            self.coverage.update({r.id: "—" for r in added})
-        self.last = ev.message
-        if not self.live and ev.kind in ("iteration", "results", "document", "failed", "coverage", "finished",
-                                         "started", "replanned") and ev.message:
-            who = f"[{ev.requirement_id}] " if ev.requirement_id else ""
-            console.print(f"[dim]{ev.seq:>4}[/dim] {ev.stage.value:<8} {who}{ev.message}", highlight=False)
-
-    def __rich__(self) -> Table:
-        table = Table(title=f"Forage — iteration {self.iteration} · {self.stage}", expand=False)
-        table.add_column("req")
-        table.add_column("requirement", max_width=70)
-        table.add_column("coverage", justify="right")
-        table.add_column("LLM calls", justify="right")
-        for r in self.plan.requirements:
-            cov = self.coverage[r.id]
-            table.add_row(r.id, r.text, f"{cov:.1f}" if isinstance(cov, float) else cov,
-                          str(self.llm_calls.get(r.id, "")))
-        table.caption = (f"documents: {self.stored} stored · {self.skipped} already known · {self.failed} failed"
-                         f"\n{self.last[:100]}")
-        return table
 
 
 # -- approval ----------------------------------------------------------------------------------------
@@ -181,7 +121,7 @@ def edit_search_strings(plan: RequirementsPlan) -> RequirementsPlan:
     try:
         queries = parse_search_lines(edited)
     except ValueError as exc:
-        console.print(f"[red]{_one_line(exc)}[/red]")
+        console.print(f"[red]{one_line(exc)}[/red]")
         return plan
     return plan.model_copy(update={"search_queries": queries})
 
@@ -279,14 +219,6 @@ ADDRESS_HELP = ("Run on this Ray cluster: 'auto' (the cluster this machine is a 
                 "'ray://HEAD:10001' (Ray Client). Default: FORAGE_RAY__ADDRESS, else a local Ray on loopback.")
 
 
-def _settings(preset: PresetName | None, library: Path | None, llm_backend: str | None, model: str | None,
-              runs_dir: Path | None, store: Path | None, offline: bool = False, mailto: str | None = None,
-              zotero: bool = False, address: str | None = None) -> Settings:
-    return settings_for_run(Settings.load(), preset=preset, library=library, llm_backend=llm_backend, model=model,
-                            runs_dir=runs_dir, store=store, offline=offline or None, mailto=mailto,
-                            zotero_push=zotero or None, address=address)
-
-
 @app.command()
 def research(
     query: Annotated[str, typer.Argument(help="Your research question. It stays on this machine. '-' reads it "
@@ -321,7 +253,7 @@ def research(
     PDFs), read the papers, and write a cited report."""
     if query == "-":  # from standard input: the question never shows in the process list (ps)
         query = sys.stdin.read()
-    settings = _settings(preset, library, llm, model, runs_dir, store, offline, mailto, zotero, address)
+    settings = run_settings(preset, library, llm, model, runs_dir, store, offline, mailto, zotero, address)
     if whole_store:
         settings = settings.updated(run={"whole_store": True})
     raise typer.Exit(checked_run(settings, query, yes=yes, requirements_file=requirements, searches_file=searches,
@@ -364,7 +296,7 @@ def checked_run(settings: Settings, query: str, *, yes: bool, requirements_file:
         return execute(settings, query, yes=yes, requirements_file=requirements_file, searches_file=searches_file,
                        from_run=from_run)
     except (ForageError, ValueError) as exc:
-        err.print(f"[red]error:[/red] {_one_line(exc)}")
+        err.print(f"[red]error:[/red] {one_line(exc)}")
         raise typer.Exit(2) from None
 
 
@@ -413,7 +345,7 @@ def chunk(
         try:
             store = store_path(RunDir(runs_dir, run))
         except (OSError, ValueError) as exc:
-            err.print(f"[red]error:[/red] {_one_line(exc)}")
+            err.print(f"[red]error:[/red] {one_line(exc)}")
             raise typer.Exit(2) from None
     if store is not None:
         settings = settings.updated(store={"path": store})
@@ -432,10 +364,6 @@ def chunk(
 
 
 # -- eval --------------------------------------------------------------------------------------------
-eval_app = typer.Typer(no_args_is_help=True, help="Measure Forage's parts on public benchmarks.")
-app.add_typer(eval_app, name="eval")
-
-
 class EvalMode(str, Enum):
     bm25 = "bm25"
     dense = "dense"
@@ -486,7 +414,7 @@ def eval_retrieval(
                                      tune=tune, tune_split=tune_split, tune_limit=tune_limit,
                                      batch_docs=batch_docs, progress=progress)
     except ForageError as exc:
-        err.print(f"[red]error:[/red] {_one_line(exc)}")
+        err.print(f"[red]error:[/red] {one_line(exc)}")
         raise typer.Exit(1 if exc.retryable else 2) from None
     show_retrieval(results)
     if out is not None:
@@ -528,45 +456,9 @@ def show_retrieval(results: dict[str, Any]) -> None:
                       + ", ".join(f"{n} {v:.4f}" for n, v in test.items()), highlight=False)
 
 
-def _one_line(exc: BaseException) -> str:
-    from infra.errors import strip_ansi, unwrap
-
-    exc = unwrap(exc)  # a Ray task's error: what its task raised, not Ray's traceback
-    text = strip_ansi(str(exc))
-    if hasattr(exc, "errors"):  # pydantic ValidationError: which value and what is wrong, no pydantic prefix
-        from infra.errors import validation_text
-
-        try:
-            text = validation_text(exc, field_names={"query": "the research query", "text": "the research query"})
-        except Exception:  # noqa: BLE001
-            pass
-    return " ".join(text.split())
-
-
-# -- command groups kept in their own modules (each defines ``register(app)``) ----------------------
-library_app = typer.Typer(no_args_is_help=True, help="Manage the shared paper library (sources, stores).")
-app.add_typer(library_app, name="library")
-
-
-def _register_extensions() -> None:
-    import importlib
-
-    for name in EXTENSIONS:
-        importlib.import_module(name).register(app)
-
-
-# one line per module; each adds its commands (library commands go on ``gateway.cli.library_app``)
-EXTENSIONS: list[str] = [
-    "gateway.cli_report",
-    "gateway.cli_ask",
-    "gateway.cli_eval",
-    "gateway.cli_privacy",
-    "gateway.cli_runs",
-    "gateway.cli_library",
-    "gateway.cli_store",
-    "gateway.cli_serve",
-]
-_register_extensions()
+# -- the command groups kept in their own modules (each adds its commands to the shared apps) -------------
+for _module in (cli_report, cli_ask, cli_eval, cli_privacy, cli_runs, cli_library, cli_store, cli_serve):
+    _module.register(app)
 
 
 def main() -> None:
@@ -577,8 +469,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    # ``python -m gateway.cli`` runs this file as __main__, a second copy of the module: the extensions
-    # put their library commands on ``gateway.cli.library_app``, so run that module's app
-    from gateway import cli as _cli
-
-    _cli.main()
+    main()

@@ -8,6 +8,8 @@ from typing import Annotated, Any
 
 import typer
 
+from gateway import cli_base as base
+
 
 def ask(
     question: Annotated[str, typer.Argument(help="Your question. It stays on this machine.")],
@@ -20,7 +22,6 @@ def ask(
 ) -> None:
     """Answer QUESTION briefly from the papers already in the store, with citations; says so when the
     library does not hold enough evidence. Nothing is searched or downloaded."""
-    from gateway import cli as base
     from infra.errors import ForageError
     from infra.settings import Settings
 
@@ -37,7 +38,7 @@ def ask(
             base.err.print(f"[yellow]note:[/yellow] {problem}", highlight=False)
         result = asyncio.run(step.ask(question))
     except (ForageError, ValueError) as exc:
-        base.err.print(f"[red]error:[/red] {base._one_line(exc)}")
+        base.err.print(f"[red]error:[/red] {base.one_line(exc)}")
         raise typer.Exit(2) from None
     base.console.print(result.text, highlight=False, markup=False)  # quoted passages are text, not markup
     if result.cited:

@@ -10,6 +10,8 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
+from gateway import cli_base as base
+
 
 def eval_report(
     run: Annotated[str, typer.Argument(help="Run id (or the path of its folder).")],
@@ -23,7 +25,6 @@ def eval_report(
     from actors.steps.judge import judge_run, run_metrics
     from actors.steps.rundir import atomic_write
     from actors.steps.verify import find_run, store_path
-    from gateway import cli as base
     from gateway.eval_suite import judge_llm
     from infra.errors import ForageError
     from infra.settings import Settings
@@ -37,7 +38,7 @@ def eval_report(
         store = build_store(settings.updated(store={"path": store_path(rundir)}))
         verdict = asyncio.run(judge_run(rundir, store, llm, judge))
     except (ForageError, FileNotFoundError, ValueError) as exc:
-        base.err.print(f"[red]error:[/red] {base._one_line(exc)}")
+        base.err.print(f"[red]error:[/red] {base.one_line(exc)}")
         raise typer.Exit(2) from None
     result = {"metrics": run_metrics(rundir), "judgement": verdict.as_dict()}
     atomic_write(rundir.path / "eval.json", json.dumps(result, indent=2, ensure_ascii=False) + "\n")
@@ -65,16 +66,15 @@ def eval_suite(
 ) -> None:
     """Run every query of a suite end to end and tabulate coverage, sources, citations removed, schema
     compliance, LLM calls, wall time and (with --judge) the rubric scores."""
-    from gateway import cli as base
     from gateway.eval_suite import COLUMNS, DEFAULT_SUITE, judge_llm, load_suite, run_suite, save_results
 
     try:
         suite = load_suite(file or DEFAULT_SUITE)
-        settings = base._settings(preset or suite.preset, library or suite.library, None, model, runs_dir, None)  # type: ignore[arg-type]
+        settings = base.run_settings(preset or suite.preset, library or suite.library, None, model, runs_dir, None)  # type: ignore[arg-type]
         judge_name = judge or suite.judge
         llm = judge_llm(settings, judge_name) if judge_name else None
     except ValueError as exc:
-        base.err.print(f"[red]error:[/red] {base._one_line(exc)}")
+        base.err.print(f"[red]error:[/red] {base.one_line(exc)}")
         raise typer.Exit(2) from None
 
     def progress(i: int, n: int, query: str) -> None:
@@ -112,7 +112,6 @@ def eval_evidence(
     """Evidence quality of the real Forager, scored by the qrels alone (no LLM scores it): evidence hit rate,
     evidence recall, coverage on answerable vs unanswerable requirements, false coverage, LLM calls."""
     from actors.steps.evaluate_evidence import EVIDENCE_MODES, evaluate_evidence
-    from gateway import cli as base
     from infra.errors import ForageError
     from infra.settings import Settings, settings_for_run
 
@@ -133,7 +132,7 @@ def eval_evidence(
                                     modes=tuple(mode or EVIDENCE_MODES), progress=progress,  # type: ignore[arg-type]
                                     loading=loading)
     except ForageError as exc:
-        base.err.print(f"[red]error:[/red] {base._one_line(exc)}")
+        base.err.print(f"[red]error:[/red] {base.one_line(exc)}")
         raise typer.Exit(1 if exc.retryable else 2) from None
     show_evidence(results)
     if out is not None:
@@ -143,7 +142,6 @@ def eval_evidence(
 
 
 def show_evidence(results: dict) -> None:
-    from gateway import cli as base
 
     table = Table(title=f"{results['dataset']} · {results['split']} · {results['answerable']} answerable + "
                         f"{results['unanswerable']} unanswerable requirements · {results['llm']} · "
@@ -160,7 +158,6 @@ def show_evidence(results: dict) -> None:
 
 
 def register(app: typer.Typer) -> None:
-    from gateway import cli as base
 
     base.eval_app.command("report")(eval_report)
     base.eval_app.command("suite")(eval_suite)

@@ -40,6 +40,8 @@ import typer
 from rich.table import Table
 from typer.core import TyperGroup
 
+from gateway import cli_base as base
+from gateway.cli_base import console, err
 from infra.errors import ForageError
 from infra.settings import Settings
 from messages.search import Candidate, Skipped
@@ -58,7 +60,6 @@ class AddGroup(TyperGroup):
 
 
 def register(app: typer.Typer) -> None:
-    from gateway import cli as base
 
     add_app = next((g.typer_instance for g in base.library_app.registered_groups if g.name == "add"), None)
     if add_app is None:
@@ -90,7 +91,6 @@ def _settings(store: Path | None, **zotero: Any) -> Settings:
 
 
 def _fail(message: str, code: int = 2) -> typer.Exit:
-    from gateway.cli import err
 
     err.print(f"[red]error:[/red] {' '.join(message.split())}", highlight=False)
     return typer.Exit(code)
@@ -129,7 +129,6 @@ FILE_STATUSES = ("new", "changed", "skipped", "failed")
 def show_outcomes(title: str, rows: list[tuple[str, str, str, str]],
                   statuses: Sequence[str] = SOURCE_STATUSES) -> dict[str, int]:
     """Print (status, title, year, detail) rows as a table; returns the counts per status."""
-    from gateway.cli import console
 
     table = Table(title=title)
     for col in ("status", "title", "year", "detail"):
@@ -182,7 +181,6 @@ def add_zotero(
     files = files or settings.search.papers_dir / "zotero" / slug
     try:
         with library:
-            from gateway.cli import console
 
             with console.status(f"reading Zotero {library.library}…"):
                 pulled = library.pull(collection, state, folder=files, commit=False)
@@ -207,7 +205,6 @@ def add_zotero(
     rows += _skipped_rows(pulled.failed)
     where = f"collection {collection!r}" if collection else "the whole library"
     counts = show_outcomes(f"Zotero {library.library} · {where} → {settings.store.path}", rows)
-    from gateway.cli import console
 
     console.print(f"[dim]state: {state} · requests: {len(ledger)} (ledger {ledger.path})[/dim]", highlight=False)
     raise typer.Exit(1 if counts["failed"] else 0)
@@ -238,7 +235,6 @@ def add_csv(
 def _collect_pdfs(paths: Sequence[Path]) -> list[Path]:
     """The files to add, in order, each once: a file as given, a folder's ``*.pdf`` (recursive, sorted).
     Bad input (a path that does not exist, nothing to add) raises typer.Exit(2)."""
-    from gateway.cli import err
 
     missing = [str(p) for p in paths if not p.expanduser().exists()]
     if missing:
@@ -276,7 +272,6 @@ def add_files(
 ) -> None:
     """Ingest PDF files and folders into the store; files already stored are skipped, broken ones reported."""
     from actors.steps.search import file_key
-    from gateway.cli import console
     from infra.store import build_store
 
     settings = _settings(store)
@@ -333,7 +328,6 @@ def list_documents(
     store: Annotated[Path | None, typer.Option(help="Store folder (default: settings).")] = None,
 ) -> None:
     """List the documents in the store: id, title, year, chunks, where they came from."""
-    from gateway.cli import console
 
     settings = _settings(store)
     try:
@@ -401,7 +395,6 @@ def remove_documents(
     store: Annotated[Path | None, typer.Option(help="Store folder (default: settings).")] = None,
 ) -> None:
     """Remove documents and their chunks from the store (runs keep their reports and evidence files)."""
-    from gateway.cli import console
 
     settings = _settings(store)
     try:
@@ -440,7 +433,6 @@ def fix_metadata(
     what it was written with until `forage export` renders it again); the document keeps its chunks and
     vectors, and searches match its new title."""
     from actors.steps.ingest import with_identifiers
-    from gateway.cli import console
     from infra.store.base import update_metadata
 
     changes: dict[str, Any] = {}
@@ -542,7 +534,6 @@ def stats(
     store: Annotated[Path | None, typer.Option(help="Store folder (default: settings).")] = None,
 ) -> None:
     """Documents, chunks, pages, parsers, flagged documents, embedding model and size of the store."""
-    from gateway.cli import console
 
     settings = _settings(store)
     try:
@@ -579,7 +570,6 @@ def allow_folder(
 ) -> None:
     """Allow runs started through the gateway (dashboard, API, driver) to read FOLDER as their library."""
     from gateway.allowed import allow, allow_list_path
-    from gateway.cli import console
 
     try:
         resolved = allow(folder)
@@ -593,7 +583,6 @@ def disallow_folder(
 ) -> None:
     """Take FOLDER off the gateway's allow-list (runs already started keep their settings)."""
     from gateway.allowed import disallow
-    from gateway.cli import console
 
     if not disallow(folder):
         raise _fail(f"{folder} is not on the allow-list (forage library allowed lists it)")
@@ -603,7 +592,6 @@ def disallow_folder(
 def allowed_folders() -> None:
     """The folders runs started through the gateway may read (none: the API accepts no library folder)."""
     from gateway.allowed import allow_list_path, allowed_libraries
-    from gateway.cli import console
 
     folders = allowed_libraries()
     if not folders:

@@ -7,6 +7,8 @@ from typing import Annotated
 
 import typer
 
+from gateway import cli_base as base
+
 
 def forget(
     run_ids: Annotated[list[str] | None, typer.Argument(help="Run ids to forget (see `forage runs`).")] = None,
@@ -21,7 +23,6 @@ def forget(
     runs_dir: Annotated[Path | None, typer.Option(help="Runs folder (default: settings).")] = None,
 ) -> None:
     """Forget runs: their query, requirements, events, evidence, report and egress ledger."""
-    from gateway import cli as base
     from gateway.forget import forget_expired, forget_run
     from infra.errors import ForageError
     from infra.settings import Settings
@@ -42,7 +43,7 @@ def forget(
         for run_id in run_ids or []:
             reports.append(forget_run(settings, run_id, documents=documents, zotero=zotero))
     except ForageError as exc:
-        base.err.print(f"[red]error:[/red] {base._one_line(exc)}")
+        base.err.print(f"[red]error:[/red] {base.one_line(exc)}")
         raise typer.Exit(1 if exc.retryable else 2) from None
     if not reports:
         base.console.print("nothing to forget")

@@ -9,6 +9,8 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
+from gateway import cli_base as base
+
 
 class ExportFormat(str, Enum):
     md = "md"
@@ -26,7 +28,6 @@ def verify(
     """Re-check a finished report against the store: every citation resolves, every cited chunk exists with the
     same sha256 and quote. Exit code 1 when something fails."""
     from actors.steps.verify import find_run, store_path, verify_run
-    from gateway import cli as base
     from infra.settings import Settings
     from infra.store import build_store
 
@@ -35,7 +36,7 @@ def verify(
         settings = Settings.load().updated(store={"path": store or store_path(rundir)})
         checks = verify_run(rundir, build_store(settings))
     except (FileNotFoundError, ValueError) as exc:
-        base.err.print(f"[red]error:[/red] {base._one_line(exc)}")
+        base.err.print(f"[red]error:[/red] {base.one_line(exc)}")
         raise typer.Exit(2) from None
     failed = [c for c in checks if not c.ok]
     table = Table(title=f"verify {rundir.run_id}: {len(checks) - len(failed)} of {len(checks)} checks passed")
@@ -60,12 +61,11 @@ def export(
     from actors.steps.export import export as render
     from actors.steps.rundir import atomic_write
     from actors.steps.verify import find_run
-    from gateway import cli as base
 
     try:
         text = render(find_run(run, runs_dir), fmt.value)
     except (FileNotFoundError, ValueError) as exc:
-        base.err.print(f"[red]error:[/red] {base._one_line(exc)}")
+        base.err.print(f"[red]error:[/red] {base.one_line(exc)}")
         raise typer.Exit(2) from None
     if out is None:
         typer.echo(text, nl=False)

@@ -25,6 +25,7 @@ import typer
 
 from actors.steps.run_record import shown_status
 from actors.steps.rundir import RunDir
+from gateway import cli_base as base
 from messages.run_state import RunState
 
 RunsDir = Annotated[Path | None, typer.Option(help="Runs folder (default: settings).")]
@@ -64,7 +65,6 @@ def runs(runs_dir: RunsDir = None) -> None:
     from rich.markup import escape
     from rich.table import Table
 
-    from gateway import cli as base
 
     folder = Path(_settings(runs_dir).run.runs_dir).expanduser()
     table = Table(title=f"runs in {folder}")
@@ -80,7 +80,6 @@ def runs(runs_dir: RunsDir = None) -> None:
 
 
 def _load(run_id: str, runs_dir: Path | None) -> tuple[Any, Any, RunState]:
-    from gateway import cli as base
     from gateway.forget import run_dir
     from infra.errors import ForageError
 
@@ -89,7 +88,7 @@ def _load(run_id: str, runs_dir: Path | None) -> tuple[Any, Any, RunState]:
         rundir = run_dir(Path(settings.run.runs_dir).expanduser(), run_id)
         state = rundir.load_state()
     except (ForageError, ValueError, OSError) as exc:
-        base.err.print(f"[red]error:[/red] {base._one_line(exc)}")
+        base.err.print(f"[red]error:[/red] {base.one_line(exc)}")
         raise typer.Exit(2) from None
     if state is None:
         base.err.print(f"[red]error:[/red] no run {run_id!r} in {rundir.path.parent}")
@@ -100,7 +99,6 @@ def _load(run_id: str, runs_dir: Path | None) -> tuple[Any, Any, RunState]:
 def cancel(run_id: Annotated[str, typer.Argument(help="The run to stop (see `forage runs`).")],
            runs_dir: RunsDir = None) -> None:
     """Stop a run cleanly at its next stage boundary; `forage resume` continues it."""
-    from gateway import cli as base
 
     _, rundir, state = _load(run_id, runs_dir)
     if state.status in ("finished", "cancelled"):
@@ -115,7 +113,6 @@ def resume(run_id: Annotated[str, typer.Argument(help="The run to continue (see 
            address: Annotated[str | None, typer.Option(help="Ray cluster to run on (as for `forage research`).")]
            = None) -> None:
     """Continue a run whose driver died, was cancelled or failed, without redoing finished work."""
-    from gateway import cli as base
     from gateway.session import ResearchSession, resume_plan
     from infra.errors import ConfigError
 

@@ -7,6 +7,8 @@ from typing import Annotated
 
 import typer
 
+from gateway import cli_base as base
+
 
 def serve(
     host: Annotated[str, typer.Option(help="Address to bind. Every address requires the token, generated on "
@@ -20,7 +22,6 @@ def serve(
                                            "(use only on a single-user machine).")] = False,
 ) -> None:
     """Serve the REST API, the run event WebSocket and the dashboard (http://HOST:PORT/)."""
-    from gateway import cli as base
     from gateway.server import serve as run_server
     from infra.settings import Settings
 
@@ -52,7 +53,6 @@ def mcp(
 ) -> None:
     """Serve the library and the runs to an MCP client (Claude Desktop, an IDE, an agent): search, ask, read reports,
     and propose a research run that starts only once approved. Stdio by default (the client starts this command)."""
-    from gateway import cli as base
     from gateway.mcp_server import serve_mcp
     from infra.settings import Settings
 

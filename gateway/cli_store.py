@@ -19,6 +19,8 @@ from typing import Annotated, Any
 
 import typer
 
+from gateway import cli_base as base
+from gateway.cli_base import console, err
 from infra.errors import ForageError
 from infra.settings import Settings
 
@@ -29,13 +31,11 @@ class Backend(str, Enum):
 
 
 def register(app: typer.Typer) -> None:
-    from gateway import cli as base
 
     base.library_app.command("migrate")(migrate_cmd)
 
 
 def _fail(message: str, code: int = 2) -> typer.Exit:
-    from gateway.cli import err
 
     err.print(f"[red]error:[/red] {' '.join(message.split())}", highlight=False)
     return typer.Exit(code)
@@ -65,7 +65,6 @@ def migrate_cmd(
     batch: Annotated[int, typer.Option(min=1, help="Documents per write.")] = 16,
 ) -> None:
     """Copy chunks, vectors and the document registry to another store, then verify the counts."""
-    from gateway.cli import console
     from infra.store import embedding_dim, embedding_name
     from infra.store.meta import LibraryMeta
     from infra.store.migrate import migrate, same_location
