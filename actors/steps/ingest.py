@@ -40,7 +40,7 @@ from infra.ingest_cache import IngestCache
 from infra.llm.base import LLM
 from infra.pdf.base import ParsedDocument, PDFParser
 from infra.settings import Settings
-from infra.store.base import ChunkRecord, DocumentRecord, Store, upsert_documents
+from infra.store.base import ChunkRecord, DocumentRecord, Store
 from messages.ingest import IngestRequest, IngestResult
 from messages.search import Candidate
 from messages.status import Stage
@@ -440,7 +440,7 @@ class IngestStep:
         that write failed (nothing of it was registered: the caller stores them one by one)."""
         t = perf_counter()
         try:
-            upsert_documents(self.store, [(item.doc, item.chunks, v) for item, v in zip(items, vectors, strict=True)])
+            self.store.upsert_documents([(item.doc, item.chunks, v) for item, v in zip(items, vectors, strict=True)])
         except Exception as exc:  # noqa: BLE001 - retried per document, where a failure names its document
             log.warning("batch write of %d documents failed (%s); storing them one by one", len(items), exc)
             return False

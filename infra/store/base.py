@@ -5,12 +5,17 @@ Implementations: LanceDB (embedded default), Weaviate (a lab's shared library). 
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
+from collections import Counter
 from collections.abc import Iterator, Sequence
-from typing import Literal, Protocol, runtime_checkable
+from typing import Literal
+
+import numpy as np
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from infra.errors import StoreError
+from infra.store.meta import LibraryMeta
 
 SectionKind = Literal["title", "abstract", "body", "references", "caption"]
 RRF_K = 60  # the usual constant of reciprocal-rank fusion (the LanceDB store's hybrid, the Forager's paper ranking)
@@ -113,55 +118,130 @@ class ChunkFilter(_Record):
                                        "sources": None})
 
 
-@runtime_checkable
-class Store(Protocol):
-    name: str
+Upsert = tuple[DocumentRecord, Sequence[ChunkRecord], Sequence[Sequence[float]]]
+FUSIONS = ("relative_score", "rrf")
 
-    # documents and the registry
+
+class Store(ABC):
+    """What every store backend implements, with the checks they share written once here: a write's vectors and
+    chunks (:meth:`checked_batch`), a query vector (:meth:`checked_vector`) and a hybrid search's arguments
+    (:meth:`check_hybrid`). Bad input raises :class:`StoreError` (not retryable) before anything is written."""
+
+    name: str
+    dim: int
+    embed_model: str | None  # the model whose vectors it holds (None: not recorded yet)
+
+    # -- the shared checks ------------------------------------------------------------------------
+    def checked_vectors(self, vectors: Sequence[Sequence[float]], n: int) -> np.ndarray:
+        """``vectors`` as an (n, dim) float32 array: exactly ``n`` of them, each of this store's size, finite and
+        not zero (cosine search needs a direction)."""
+        if len(vectors) != n:
+            raise StoreError(f"got {len(vectors)} vectors for {n} chunks; they must pair up one to one",
+                             retryable=False)
+        if n == 0:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        for i, vec in enumerate(vectors):
+            if len(vec) != self.dim:
+                raise StoreError(f"vector {i} has {len(vec)} dimensions; this store holds {self.dim}",
+                                 retryable=False)
+        array = np.asarray(vectors, dtype=np.float32).reshape(n, self.dim)
+        bad = ~np.isfinite(array).all(axis=1) | (np.linalg.norm(array, axis=1) == 0)
+        if bad.any():
+            raise StoreError(f"vector {int(np.argmax(bad))} is zero or not finite; cosine search needs a direction",
+                             retryable=False)
+        return array
+
+    def checked_vector(self, vector: Sequence[float]) -> np.ndarray:
+        """A query vector, checked as a stored one is."""
+        return self.checked_vectors([vector], 1)[0]
+
+    def checked_batch(self, items: Sequence[Upsert]) -> tuple[list[DocumentRecord], list[np.ndarray]]:
+        """The documents of one write (``n_chunks`` set) and each one's vectors as an array, once every item is
+        checked: vectors paired with chunks, no chunk id twice in a document, no chunk of another document, no
+        doc_id or key twice in the write."""
+        docs: list[DocumentRecord] = []
+        arrays: list[np.ndarray] = []
+        for doc, chunks, vectors in items:
+            arrays.append(self.checked_vectors(vectors, len(chunks)))
+            ids = [c.chunk_id for c in chunks]
+            if len(set(ids)) != len(ids):
+                raise StoreError(f"document {doc.doc_id[:16]} has duplicate chunk ids", retryable=False)
+            strangers = sorted({c.doc_id for c in chunks} - {doc.doc_id})
+            if strangers:
+                raise StoreError(f"chunks of document(s) {strangers} passed with document {doc.doc_id[:16]}",
+                                 retryable=False)
+            docs.append(doc.model_copy(update={"n_chunks": len(chunks)}))
+        for field_name in ("doc_id", "key"):
+            values = [getattr(d, field_name) for d in docs]
+            if len(set(values)) != len(values):
+                twice = sorted(v for v, n in Counter(values).items() if n > 1)
+                raise StoreError(f"one write holds several documents with the same {field_name}: "
+                                 f"{', '.join(t[:40] for t in twice[:3])}", retryable=False)
+        return docs, arrays
+
+    def check_hybrid(self, alpha: float, fusion: str, vector: Sequence[float]) -> np.ndarray:
+        """A hybrid search's weight, fusion and query vector (bad input fails the same way whatever alpha is)."""
+        if not 0.0 <= alpha <= 1.0:
+            raise StoreError(f"alpha must be within [0, 1], got {alpha}", retryable=False)
+        if fusion not in FUSIONS:
+            raise StoreError(f"unknown fusion {fusion!r}; use 'relative_score' or 'rrf'", retryable=False)
+        return self.checked_vector(vector)
+
+    # -- documents and the registry ---------------------------------------------------------------
     def upsert_document(self, doc: DocumentRecord, chunks: Sequence[ChunkRecord],
                         vectors: Sequence[Sequence[float]]) -> None:
         """Store a document and its chunks, replacing any earlier version with the same key or doc_id.
         Readers never see a document without its chunks (registry row written last)."""
-        ...
+        self.upsert_documents([(doc, chunks, vectors)])
 
-    # Optional, recommended for bulk loads (LanceStore has it; see :func:`upsert_documents` below):
-    #     def upsert_documents(self, items: Sequence[tuple[DocumentRecord, Sequence[ChunkRecord],
-    #                                                     Sequence[Sequence[float]]]]) -> None
-    # Same result as calling upsert_document for each item, written in one batch. All or nothing:
-    # a bad item, or two items with the same doc_id or key, raises StoreError before anything is
-    # written, and a failed write registers none of the items. It is not a Protocol member, so a
-    # store without it still satisfies ``isinstance(x, Store)``; callers use upsert_documents().
+    @abstractmethod
+    def upsert_documents(self, items: Sequence[Upsert]) -> None:
+        """Store many documents as :meth:`upsert_document` does, in one write. All or nothing: a bad item
+        (:meth:`checked_batch`) raises before anything is written, and a failed write registers none of them."""
 
+    @abstractmethod
     def get_document(self, doc_id: str) -> DocumentRecord | None: ...
+    @abstractmethod
     def document_by_key(self, key: str) -> DocumentRecord | None: ...
+    @abstractmethod
     def list_documents(self) -> list[DocumentRecord]: ...
+    @abstractmethod
     def delete_document(self, doc_id: str) -> None: ...
+    @abstractmethod
     def document_ids(self, flt: ChunkFilter) -> list[str]:
         """Ids of the registered documents meeting the filter's document conditions (doc_ids,
         years, sources; the chunk conditions are ignored), sorted."""
-        ...
 
-    # chunks
+    # -- chunks ------------------------------------------------------------------------------------
+    @abstractmethod
     def get_chunk(self, chunk_id: str) -> ChunkRecord | None: ...
+    @abstractmethod
     def count_chunks(self, doc_id: str | None = None) -> int: ...
+    @abstractmethod
     def sections(self, doc_id: str) -> list[str]: ...
+    @abstractmethod
     def chunks(self, flt: ChunkFilter, limit: int = 50) -> list[ChunkRecord]:
         """Chunks matching the filter in document order (doc, ordinal)."""
-        ...
 
+    @abstractmethod
     def export_documents(self, doc_ids: Sequence[str] | None = None) -> Iterator[
             tuple[DocumentRecord, list[ChunkRecord], list[list[float]]]]:
         """Every document (or those of ``doc_ids`` that exist, in that order) with its chunks in ordinal order
         and their vectors: what a migration or a metadata fix writes back."""
-        ...
 
-    # search
+    @abstractmethod
+    def library_meta(self) -> LibraryMeta | None:
+        """What the library records of itself (its embedding model), or None before the first write."""
+
+    # -- search ------------------------------------------------------------------------------------
+    @abstractmethod
     def bm25(self, query: str, k: int, flt: ChunkFilter | None = None) -> list[Hit]: ...
+    @abstractmethod
     def vector(self, vector: Sequence[float], k: int, flt: ChunkFilter | None = None) -> list[Hit]: ...
+    @abstractmethod
     def hybrid(self, query: str, vector: Sequence[float], k: int, alpha: float = 0.5,
                flt: ChunkFilter | None = None) -> list[Hit]:
         """Fuse BM25 and vector results; alpha=1 is pure vector, alpha=0 pure BM25."""
-        ...
 
 
 def documents_named(store: Store, doc_ids: Sequence[str] | None) -> list[DocumentRecord]:
@@ -191,15 +271,3 @@ def update_metadata(store: Store, doc_id: str, changes: dict[str, object]) -> Do
     store.upsert_document(updated, chunks, vectors)
     return updated
 
-
-def upsert_documents(store: Store, items: Sequence[tuple[DocumentRecord, Sequence[ChunkRecord],
-                                                         Sequence[Sequence[float]]]]) -> None:
-    """Store many documents: the store's own batch ``upsert_documents`` (one write, all or
-    nothing) when it has one, else ``upsert_document`` per item (which stops at the first failure,
-    the items before it stored)."""
-    batch = getattr(store, "upsert_documents", None)
-    if callable(batch):
-        batch(items)
-        return
-    for doc, chunks, vectors in items:
-        store.upsert_document(doc, chunks, vectors)

@@ -46,7 +46,6 @@ import json
 import logging
 import math
 import os
-from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager, ExitStack, contextmanager
@@ -64,7 +63,7 @@ from lancedb.table import Table
 from tenacity import before_sleep_log, retry, retry_if_exception, stop_after_attempt, wait_random_exponential
 
 from infra.errors import StoreError
-from infra.store.base import RRF_K, ChunkFilter, ChunkRecord, DocumentRecord, Hit, documents_named
+from infra.store.base import RRF_K, ChunkFilter, ChunkRecord, DocumentRecord, Hit, Store, Upsert, documents_named
 
 if TYPE_CHECKING:
     from infra.store.meta import LibraryMeta
@@ -87,8 +86,6 @@ _CHUNK_COLUMNS = list(ChunkRecord.model_fields)
 _DOC_COLUMNS = list(DocumentRecord.model_fields)
 SEARCH_TEXT = "search_text"
 SCALAR_INDEXES = {CHUNKS: ("chunk_id", "doc_id"), DOCUMENTS: ("doc_id", "key")}
-
-Upsert = tuple[DocumentRecord, Sequence[ChunkRecord], Sequence[Sequence[float]]]
 
 
 def search_text(title: str, chunk: ChunkRecord) -> str:
@@ -274,7 +271,7 @@ def _owner_only(path: Path) -> None:
         pass
 
 
-class LanceStore:
+class LanceStore(Store):
     """The :class:`~infra.store.base.Store` contract on an embedded LanceDB folder.
 
     Tables are created lazily on the first write; reads on a fresh folder return nothing.
@@ -478,26 +475,6 @@ class LanceStore:
 
     # ------------------------------------------------------------------ conversion
 
-    def _vectors(self, vectors: Sequence[Sequence[float]], n: int) -> np.ndarray:
-        if len(vectors) != n:
-            raise StoreError(f"got {len(vectors)} vectors for {n} chunks; they must pair up one to one",
-                             retryable=False)
-        if n == 0:
-            return np.zeros((0, self.dim), dtype=np.float32)
-        for i, vec in enumerate(vectors):
-            if len(vec) != self.dim:
-                raise StoreError(f"vector {i} has {len(vec)} dimensions; this store holds {self.dim}",
-                                 retryable=False)
-        array = np.asarray(vectors, dtype=np.float32)
-        bad = ~np.isfinite(array).all(axis=1) | (np.linalg.norm(array, axis=1) == 0)
-        if bad.any():
-            raise StoreError(f"vector {int(np.argmax(bad))} is zero or not finite; cosine search needs a direction",
-                             retryable=False)
-        return array
-
-    def _query_vector(self, vector: Sequence[float]) -> np.ndarray:
-        return self._vectors([vector], 1)[0]
-
     def _chunk_table(self, chunks: Sequence[ChunkRecord], vectors: np.ndarray, titles: Sequence[str],
                      with_search_text: bool = True) -> pa.Table:
         """Arrow rows of ``chunks`` (``titles[i]``: the title of chunk i's document); without the
@@ -536,15 +513,6 @@ class LanceStore:
 
     # ------------------------------------------------------------------ documents and the registry
 
-    def upsert_document(self, doc: DocumentRecord, chunks: Sequence[ChunkRecord],
-                        vectors: Sequence[Sequence[float]]) -> None:
-        """Store ``doc`` with its chunks, replacing earlier versions with the same key or doc_id.
-
-        The registry row (with ``n_chunks = len(chunks)``) is written after the chunks; on failure
-        nothing new is registered and chunks written by this call for a new document are removed.
-        """
-        self.upsert_documents([(doc, chunks, vectors)])
-
     def upsert_documents(self, items: Sequence[Upsert]) -> None:
         """Store many documents as :meth:`upsert_document` does, in one write: ONE commit replaces
         the chunks of all of them, ONE commit then writes their registry rows, then chunks of the
@@ -554,28 +522,9 @@ class LanceStore:
         """
         if not items:
             return
-        docs: list[DocumentRecord] = []
-        chunk_rows: list[ChunkRecord] = []
-        titles: list[str] = []
-        arrays: list[np.ndarray] = []
-        for doc, chunks, vectors in items:
-            arrays.append(self._vectors(vectors, len(chunks)))
-            ids = [c.chunk_id for c in chunks]
-            if len(set(ids)) != len(ids):
-                raise StoreError(f"document {doc.doc_id[:16]} has duplicate chunk ids", retryable=False)
-            strangers = sorted({c.doc_id for c in chunks} - {doc.doc_id})
-            if strangers:
-                raise StoreError(f"chunks of document(s) {strangers} passed with document {doc.doc_id[:16]}",
-                                 retryable=False)
-            docs.append(doc.model_copy(update={"n_chunks": len(chunks)}))
-            chunk_rows.extend(chunks)
-            titles.extend([doc.title] * len(chunks))
-        for field_name in ("doc_id", "key"):
-            values = [getattr(d, field_name) for d in docs]
-            if len(set(values)) != len(values):
-                twice = sorted(v for v, n in Counter(values).items() if n > 1)
-                raise StoreError(f"one write holds several documents with the same {field_name}: "
-                                 f"{', '.join(t[:40] for t in twice[:3])}", retryable=False)
+        docs, arrays = self.checked_batch(items)
+        chunk_rows = [c for _, chunks, _ in items for c in chunks]
+        titles = [doc.title for doc, chunks, _ in items for _ in chunks]
         vectors = np.concatenate(arrays) if arrays else np.zeros((0, self.dim), dtype=np.float32)
         names = [n for d in docs for n in ("doc:" + d.doc_id, "key:" + d.key)]
         with self._locked(*names):
@@ -864,7 +813,7 @@ class LanceStore:
     def vector(self, vector: Sequence[float], k: int, flt: ChunkFilter | None = None) -> list[Hit]:
         """Nearest chunks by cosine similarity (score = 1 - cosine distance, in [-1, 1]).
         ``flt=None`` means the default :class:`ChunkFilter` (references excluded)."""
-        query_vector = self._query_vector(vector)
+        query_vector = self.checked_vector(vector)
         flt = flt or ChunkFilter()
         if k <= 0:
             return []
@@ -893,11 +842,7 @@ class LanceStore:
 
         Each side contributes its top ``k * hybrid_candidates`` hits to the fusion.
         """
-        if not 0.0 <= alpha <= 1.0:
-            raise StoreError(f"alpha must be within [0, 1], got {alpha}", retryable=False)
-        if fusion not in ("relative_score", "rrf"):
-            raise StoreError(f"unknown fusion {fusion!r}; use 'relative_score' or 'rrf'", retryable=False)
-        self._query_vector(vector)  # bad input fails the same way whatever alpha is
+        self.check_hybrid(alpha, fusion, vector)
         if k <= 0:
             return []
         pool = k * self.hybrid_candidates

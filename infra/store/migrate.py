@@ -9,23 +9,16 @@ vector (found by itself, cosine ~1).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
-from typing import Any, Protocol
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
 from infra.errors import StoreError
-from infra.store.base import ChunkFilter, ChunkRecord, DocumentRecord, Store, upsert_documents
+from infra.store.base import ChunkFilter, ChunkRecord, DocumentRecord, Store
 from infra.store.meta import LibraryMeta
 
 Item = tuple[DocumentRecord, list[ChunkRecord], list[list[float]]]
-
-
-class Exportable(Store, Protocol):
-    embed_model: str | None
-
-    def export_documents(self) -> Iterator[Item]: ...
-    def library_meta(self) -> LibraryMeta | None: ...
 
 
 class MigrationReport(BaseModel):
@@ -38,7 +31,7 @@ class MigrationReport(BaseModel):
     problems: tuple[str, ...] = ()
 
 
-def migrate(source: Exportable, target: Store, *, batch_documents: int = 16, batch_chunks: int = 2000,
+def migrate(source: Store, target: Store, *, batch_documents: int = 16, batch_chunks: int = 2000,
             progress: Callable[[int, int], None] | None = None) -> MigrationReport:
     """Copy every document of ``source`` into ``target``; ``progress(documents_done, chunks_done)``
     after each batch. Raises StoreError when a batch fails (batches before it stay copied)."""
@@ -50,7 +43,7 @@ def migrate(source: Exportable, target: Store, *, batch_documents: int = 16, bat
         nonlocal documents, chunks, batches
         if not batch:
             return
-        upsert_documents(target, batch)
+        target.upsert_documents(batch)
         documents += len(batch)
         chunks += sum(len(c) for _, c, _ in batch)
         batches += 1
@@ -91,7 +84,7 @@ def verify(target: Store, expected: dict[str, tuple[DocumentRecord, int, ChunkRe
     return problems
 
 
-def source_meta(source: Exportable, fallback: LibraryMeta) -> LibraryMeta:
+def source_meta(source: Store, fallback: LibraryMeta) -> LibraryMeta:
     """The embedding record of ``source`` (``fallback``, the configured embedder, when it has none)."""
     return source.library_meta() or fallback
 

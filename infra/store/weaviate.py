@@ -39,7 +39,6 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 from urllib.parse import urlsplit
 
-import numpy as np
 import snowballstemmer  # type: ignore[import-untyped]
 import weaviate
 from weaviate.classes.config import Configure, DataType, Property, Tokenization, VectorDistances
@@ -51,7 +50,7 @@ from weaviate.collections.classes.filters import _Filters
 from weaviate.util import generate_uuid5
 
 from infra.errors import StoreError
-from infra.store.base import ChunkFilter, ChunkRecord, DocumentRecord, Hit, documents_named
+from infra.store.base import ChunkFilter, ChunkRecord, DocumentRecord, Hit, Store, Upsert, documents_named
 from infra.store.meta import LibraryMeta, check_meta
 
 if TYPE_CHECKING:
@@ -175,7 +174,7 @@ def matches(flt: ChunkFilter, chunk: ChunkRecord) -> bool:
     return path is None or not path.endswith("*") or chunk.section_path.startswith(path[:-1])
 
 
-class WeaviateStore:
+class WeaviateStore(Store):
     """The :class:`~infra.store.base.Store` contract on one library in a Weaviate server.
 
     Connects lazily on first use; :meth:`close` (or ``with``) releases the connection.
@@ -360,46 +359,12 @@ class WeaviateStore:
 
     # ------------------------------------------------------------------ writes
 
-    def _vectors(self, vectors: Sequence[Sequence[float]], n: int) -> np.ndarray:
-        if len(vectors) != n:
-            raise StoreError(f"got {len(vectors)} vectors for {n} chunks; they must pair up one to one",
-                             retryable=False)
-        for i, vec in enumerate(vectors):
-            if len(vec) != self.dim:
-                raise StoreError(f"vector {i} has {len(vec)} dimensions; this store holds {self.dim}",
-                                 retryable=False)
-        array = np.asarray(vectors, dtype=np.float32).reshape(n, self.dim)
-        bad = ~np.isfinite(array).all(axis=1) | (np.linalg.norm(array, axis=1) == 0)
-        if bad.any():
-            raise StoreError(f"vector {int(np.argmax(bad))} is zero or not finite; cosine search needs a direction",
-                             retryable=False)
-        return array
-
-    def upsert_document(self, doc: DocumentRecord, chunks: Sequence[ChunkRecord],
-                        vectors: Sequence[Sequence[float]]) -> None:
-        self.upsert_documents([(doc, chunks, vectors)])
-
-    def upsert_documents(self, items: Sequence[tuple[DocumentRecord, Sequence[ChunkRecord],
-                                                     Sequence[Sequence[float]]]]) -> None:
+    def upsert_documents(self, items: Sequence[Upsert]) -> None:
         """Store documents with their chunks (see the module docstring for the order). Bad input
         raises before anything is written; a failed chunk batch registers none of the documents."""
-        docs: list[DocumentRecord] = []
-        objects: list[DataObject[dict[str, Any], None]] = []
-        for doc, chunks, vectors in items:
-            array = self._vectors(vectors, len(chunks))
-            ids = [c.chunk_id for c in chunks]
-            if len(set(ids)) != len(ids):
-                raise StoreError(f"document {doc.doc_id[:16]} has duplicate chunk ids", retryable=False)
-            strangers = sorted({c.doc_id for c in chunks} - {doc.doc_id})
-            if strangers:
-                raise StoreError(f"chunks of document(s) {strangers} passed with document {doc.doc_id[:16]}",
-                                 retryable=False)
-            docs.append(doc.model_copy(update={"n_chunks": len(chunks)}))
-            objects += [chunk_object(c, doc.title, v) for c, v in zip(chunks, array.tolist(), strict=True)]
-        for field_name in ("doc_id", "key"):
-            values = [getattr(d, field_name) for d in docs]
-            if len(set(values)) != len(values):
-                raise StoreError(f"one write holds several documents with the same {field_name}", retryable=False)
+        docs, arrays = self.checked_batch(items)
+        objects = [chunk_object(c, doc.title, v) for (doc, chunks, _), array in zip(items, arrays, strict=True)
+                   for c, v in zip(chunks, array.tolist(), strict=True)]
         if docs:
             self._run("upsert", lambda: self._write(docs, objects))
 
@@ -576,7 +541,7 @@ class WeaviateStore:
 
     def vector(self, vector: Sequence[float], k: int, flt: ChunkFilter | None = None) -> list[Hit]:
         """Nearest chunks by cosine similarity (score = 1 - cosine distance)."""
-        query = self._vectors([vector], 1)[0].tolist()
+        query = self.checked_vectors([vector], 1)[0].tolist()
         flt = flt or ChunkFilter()
         collection = self._chunks()
         if collection is None or k <= 0:
@@ -592,11 +557,7 @@ class WeaviateStore:
                flt: ChunkFilter | None = None, *, fusion: Fusion | None = None) -> list[Hit]:
         """BM25 and vector search fused; alpha=1 pure vector, alpha=0 pure BM25 (module docstring)."""
         fusion = fusion or self.fusion
-        if not 0.0 <= alpha <= 1.0:
-            raise StoreError(f"alpha must be within [0, 1], got {alpha}", retryable=False)
-        if fusion not in ("relative_score", "rrf"):
-            raise StoreError(f"unknown fusion {fusion!r}; use 'relative_score' or 'rrf'", retryable=False)
-        query_vector = self._vectors([vector], 1)[0].tolist()
+        query_vector = self.check_hybrid(alpha, fusion, vector).tolist()
         if k <= 0:
             return []
         flt = self._resolve(flt or ChunkFilter())  # once for both sides

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from infra.errors import StoreError
-from infra.store.base import ChunkFilter, Store, upsert_documents
+from infra.store.base import ChunkFilter, Store
 from tests.contract.test_store_contract import (  # noqa: F401
     _drop_weaviate_library, hash_vec, ids, make_doc, put, store, store_spec)
 
@@ -23,7 +23,7 @@ def _item(doc_id: str, texts: list[str], **kw: object) -> tuple:
 
 def test_batch_upsert_stores_like_single_upserts(store: Store) -> None:
     items = [_item(c * 64, [f"text {c} one", f"text {c} two"], title=f"Title {c}") for c in "abc"]
-    upsert_documents(store, items)
+    store.upsert_documents(items)
     assert [d.doc_id for d in store.list_documents()] == [c * 64 for c in "abc"]
     assert all(store.get_document(c * 64).n_chunks == 2 for c in "abc")
     assert store.count_chunks() == 6
@@ -31,14 +31,14 @@ def test_batch_upsert_stores_like_single_upserts(store: Store) -> None:
 
 
 def test_batch_upsert_replaces_versions_by_key(store: Store) -> None:
-    upsert_documents(store, [_item("d" * 64, ["old one", "old two", "old three"], key="file:/p.pdf"),
+    store.upsert_documents([_item("d" * 64, ["old one", "old two", "old three"], key="file:/p.pdf"),
                              _item("e" * 64, ["stays"])])
-    upsert_documents(store, [_item("f" * 64, ["new one"], key="file:/p.pdf"),
+    store.upsert_documents([_item("f" * 64, ["new one"], key="file:/p.pdf"),
                              _item("g" * 64, ["another new"])])
     assert store.get_document("d" * 64) is None and store.count_chunks("d" * 64) == 0
     assert store.document_by_key("file:/p.pdf").doc_id == "f" * 64
     assert store.count_chunks() == 3  # stays + new one + another new
-    upsert_documents(store, [])  # nothing to write is fine
+    store.upsert_documents([])  # nothing to write is fine
     assert store.count_chunks() == 3
 
 
@@ -84,7 +84,7 @@ def test_lance_store_written_before_search_text_still_works(tmp_path: Path) -> N
         chunk_schema(384).get_field_index(SEARCH_TEXT))).create_index("text", config=FTS())
     store = LanceStore(path)
     put(store, *make_doc("m" * 64, ["older stores index chunk text"], title="Legacy"))
-    upsert_documents(store, [_item("n" * 64, ["batch written into an older store"])])
+    store.upsert_documents([_item("n" * 64, ["batch written into an older store"])])
     assert set(ids(store.bm25("older", 5))) == {f"{'m' * 16}:0", f"{'n' * 16}:0"}
     assert store.bm25("legacy", 5) == []  # the title is not indexed there
 

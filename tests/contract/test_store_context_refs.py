@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from infra.store.base import ChunkFilter, Store, upsert_documents
+from infra.store.base import ChunkFilter, Store
 from tests.contract.test_store_contract import (  # noqa: F401
     _drop_weaviate_library, hash_vec, ids, make_doc, put, store, store_spec)
 
@@ -44,7 +44,7 @@ def test_batch_write_keeps_context_and_references(store: Store) -> None:
         doc = doc.model_copy(update={"references": REFS[:1]})
         chunks = [c.model_copy(update={"context": f"Context of {doc_id[:1]}."}) for c in chunks]
         items.append((doc, chunks, [hash_vec(c.text) for c in chunks]))
-    upsert_documents(store, items)
+    store.upsert_documents(items)
     for doc, chunks, _ in items:
         assert store.get_document(doc.doc_id).references == REFS[:1]  # type: ignore[union-attr]
         assert store.get_chunk(chunks[0].chunk_id).context == chunks[0].context  # type: ignore[union-attr]
