@@ -24,7 +24,7 @@ class Forager:
 
     def _ensure(self):
         if self._step is None:
-            from actors.steps.forage import ForageStep
+            from actors.steps.forage.step import ForageStep
             from infra.embed import build_embedder
             from infra.rerank import build_relevance
             from infra.store import build_store

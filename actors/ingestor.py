@@ -37,7 +37,7 @@ class Ingestor:
 
     def _ensure(self):
         if self._step is None:
-            from actors.steps.ingest import IngestStep
+            from actors.steps.ingest.step import IngestStep
             from infra.embed import build_embedder
             from infra.pdf import build_parser
             from infra.store import build_store

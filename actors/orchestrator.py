@@ -4,7 +4,7 @@ The loop (thesis "Knowledge Orchestrator"): search and ingest a first batch, for
 requirement in parallel (one Forager each); while mean coverage is below ``run.min_coverage`` and
 fewer than ``run.max_iterations`` iterations ran, ask the Searcher for more documents, ingest them
 and forage again; then write the report. The run's state (``RunState``) is checkpointed to ``run.json`` by its
-one writer, :class:`~actors.steps.run_record.RunRecord`, after every stage:
+one writer, :class:`~actors.steps.run.record.RunRecord`, after every stage:
 the plan, each search's results (before their ingestion), each iteration's ingestion, each requirement's
 forage result as its Forager finishes (``foraging``), each iteration's coverage, the end. A resume takes
 over what was recorded: a searched batch is not searched again, a finished requirement not foraged again.
@@ -32,8 +32,8 @@ from typing import Any
 from actors.crew import Crew, RayCrew, forage_each
 from actors.status_hub import HubEmit
 from actors.steps.events import Emit
-from actors.steps.run_record import RunRecord, RunSuperseded, mean_coverage, stop_reason
-from actors.steps.rundir import RunDir
+from actors.steps.run.record import RunRecord, RunSuperseded, mean_coverage, stop_reason
+from actors.steps.run.rundir import RunDir
 from infra.cluster import ray_node
 from infra.settings import Settings
 from messages.forage import ForageRequest, RequirementCoverage
@@ -67,7 +67,7 @@ class Orchestrator:
 
     # -- requirements -----------------------------------------------------------------------------
     async def plan(self, request: PlanRequest) -> RequirementsPlan:
-        from actors.steps.plan import derive_requirements
+        from actors.steps.plan.requirements import derive_requirements
 
         self.emit(Stage.PLAN, "started", "deriving requirements from the query")
         self.record.planning(request.query.text)
@@ -88,7 +88,7 @@ class Orchestrator:
     async def propose_search(self, plan: RequirementsPlan) -> RequirementsPlan:
         """Add proposed search strings to a plan when online sources may be used (never when offline)."""
         from actors.searcher import online
-        from actors.steps.search_terms import propose_search_queries
+        from actors.steps.plan.search_terms import propose_search_queries
 
         if not online(self.settings):
             return plan
@@ -232,7 +232,7 @@ class Orchestrator:
                       mean: float) -> tuple[Requirement, ...]:
         """New requirements when coverage stalled since the previous iteration (below the goal, within the
         run's budget of added requirements); () otherwise. Recorded in ``replans`` and a ``replanned`` event."""
-        from actors.steps.plan import MAX_PLAN_REQUIREMENTS, replan_requirements
+        from actors.steps.plan.requirements import MAX_PLAN_REQUIREMENTS, replan_requirements
 
         s = self.settings.run
         done = self.record.s.iterations

@@ -12,7 +12,7 @@ import asyncio
 from typing import Any
 
 from actors.status_hub import HubEmit
-from actors.steps.search import LibrarySearch
+from actors.steps.search.library import LibrarySearch
 from infra.errors import ConfigError
 from infra.ingest_cache import IngestCache
 from infra.settings import Settings
@@ -33,8 +33,8 @@ def online(settings: Settings) -> bool:
 
 def build_web_search(settings: Settings, run_id: str, llm: Any, emit: Any) -> Any:
     """The run's WebSearch: sources, downloader and (optionally) Zotero over one ledgered Egress."""
-    from actors.steps.rundir import RunDir
-    from actors.steps.websearch import WebSearch
+    from actors.steps.run.rundir import RunDir
+    from actors.steps.search.web import WebSearch
     from infra.net import Egress, EgressLedger
     from infra.sources.arxiv_source import ArxivSource
     from infra.sources.download import Downloader

@@ -16,7 +16,7 @@ import os
 import secrets
 from pathlib import Path
 
-from actors.steps.rundir import private_append, private_dir
+from actors.steps.run.rundir import private_append, private_dir
 from messages.status import StatusEvent
 
 

@@ -19,7 +19,7 @@ class Writer:
     async def write(self, request: WriteRequest) -> Report:
         if self._step is None:
             from actors.llm_endpoint import actor_llm
-            from actors.steps.write import WriteStep
+            from actors.steps.write.step import WriteStep
             from infra.store import build_store
 
             # like a Forager's: with ray.llm_slots every call is made by a node's LLM endpoint, to that node's

@@ -21,7 +21,7 @@ from pathlib import Path
 import lancedb
 from lancedb.index import FTS
 
-from actors.steps.evaluate import (
+from actors.steps.evaluation.retrieval import (
     embed_queries,
     evaluate_rankings,
     load_beir,

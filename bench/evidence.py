@@ -18,7 +18,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from actors.steps.evaluate_evidence import evaluate_evidence  # noqa: E402
+from actors.steps.evaluation.evidence import evaluate_evidence  # noqa: E402
 from infra.settings import Settings, settings_for_run  # noqa: E402
 
 

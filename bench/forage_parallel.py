@@ -40,7 +40,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from actors.steps.evaluate import load_beir  # noqa: E402
+from actors.steps.evaluation.retrieval import load_beir  # noqa: E402
 from infra.settings import Settings  # noqa: E402
 from messages.forage import ForageRequest  # noqa: E402
 from messages.plan import Requirement  # noqa: E402
@@ -87,7 +87,7 @@ def responder(messages: list[dict[str, str]], fmt: object) -> dict:
 
 
 def build_store(settings: Settings, beir: Path, n_docs: int, n_requirements: int) -> list[Requirement]:
-    from actors.steps.ingest import IngestStep, TextDocument
+    from actors.steps.ingest.step import IngestStep, TextDocument
     from infra.embed import build_embedder
     from infra.store import build_store as make_store
 

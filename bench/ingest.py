@@ -38,7 +38,7 @@ GOAL = 1.25
 
 def measure_alone(settings: Settings, paths: list[str]) -> dict:
     """Parse every PDF, then chunk, then embed all chunks; each phase timed on its own. No store writes."""
-    from actors.steps.ingest import IngestStep, file_sha256
+    from actors.steps.ingest.step import IngestStep, file_sha256
     from infra.embed import build_embedder
     from infra.pdf import build_parser
     from messages.search import Candidate

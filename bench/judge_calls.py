@@ -27,9 +27,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from actors.steps.evaluate import load_beir  # noqa: E402
-from actors.steps.forage import ForageStep  # noqa: E402
-from actors.steps.ingest import IngestStep, TextDocument  # noqa: E402
+from actors.steps.evaluation.retrieval import load_beir  # noqa: E402
+from actors.steps.forage.step import ForageStep  # noqa: E402
+from actors.steps.ingest.step import IngestStep, TextDocument  # noqa: E402
 from actors.steps.schemas import BatchVerdict, DeepDiveBatchVerdict, DocumentGist, RelevanceGate, SectionChoice  # noqa: E402
 from infra.llm.fakes import FunctionLLM  # noqa: E402
 from infra.settings import Settings  # noqa: E402

@@ -1,13 +1,13 @@
 """Would a lexical signal beside embedding similarity tell an answer from an on-topic distractor? (SciFact)
 
-The relevance check (actors/steps/forage.py) confirms an "answers" by the cosine similarity of the passage and the
+The relevance check (actors/steps/forage/step.py) confirms an "answers" by the cosine similarity of the passage and the
 requirement. On SciFact a claim's best non-relevant passage is as similar to it as the relevant one
 (bench/relevance_floors.py), so a floor strict enough to let through few distractors loses most answers. This
 bench asks whether the words the claim and the passage share add what the embedding misses. For each judged
 query it takes the top ``--k`` hybrid chunks (what a Forager's start node judges) and computes, per chunk:
 
 * ``sim``: the check's signal (MiniLM cosine of claim and chunk);
-* ``share``: the share of the claim's content words (actors.steps.plan.content_words) in the chunk;
+* ``share``: the share of the claim's content words (actors.steps.plan.requirements.content_words) in the chunk;
 * ``idf_share``: the same, each word weighted by its inverse document frequency in the corpus;
 * ``local_share``: weighted by how rare the word is among the query's own candidates (what a Forager could
   compute without corpus statistics).
@@ -33,8 +33,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from actors.steps.evaluate import load_beir, load_corpus, select_queries  # noqa: E402
-from actors.steps.plan import content_words  # noqa: E402
+from actors.steps.evaluation.retrieval import load_beir, load_corpus, select_queries  # noqa: E402
+from actors.steps.plan.requirements import content_words  # noqa: E402
 from infra.embed import build_embedder  # noqa: E402
 from infra.settings import Settings  # noqa: E402
 from infra.store import build_store  # noqa: E402

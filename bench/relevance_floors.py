@@ -1,6 +1,6 @@
 """Calibrate the relevance check's similarity floors on BEIR SciFact train, check them on test.
 
-The check (actors/steps/forage.py) compares a passage with its requirement by the cosine similarity of
+The check (actors/steps/forage/step.py) compares a passage with its requirement by the cosine similarity of
 their embeddings. For every judged query this loads the corpus (the ingest cache makes a second load
 cheap: FORAGE_INGEST__CACHE_DIR), takes the top 12 hybrid chunks (what a Forager judges in one start
 node) and prints, per split, how the similarity of relevant chunks and of the best non-relevant chunk
@@ -27,8 +27,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from actors.steps.evaluate import load_beir, load_corpus, select_queries  # noqa: E402
-from actors.steps.evaluate_evidence import similarity_profile  # noqa: E402
+from actors.steps.evaluation.retrieval import load_beir, load_corpus, select_queries  # noqa: E402
+from actors.steps.evaluation.evidence import similarity_profile  # noqa: E402
 from infra.embed import build_embedder  # noqa: E402
 from infra.settings import Settings  # noqa: E402
 from infra.store import build_store  # noqa: E402

@@ -46,7 +46,7 @@ def percentiles(samples: list[float]) -> tuple[float, float]:
 
 def seed_corpus(beir: Path, cache: Path | None) -> tuple[list, list, list[str], np.ndarray]:
     """(documents, their chunks, the test claims, their vectors) from SciFact through the product's ingestion."""
-    from actors.steps.evaluate import load_beir, load_corpus
+    from actors.steps.evaluation.retrieval import load_beir, load_corpus
     from infra.embed import build_embedder
     from infra.store import build_store
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from actors.steps.rundir import atomic_write
+from actors.steps.run.rundir import atomic_write
 from gateway.api import config_dir
 
 

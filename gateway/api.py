@@ -64,7 +64,7 @@ def is_loopback(host: str) -> bool:
 
 def load_or_create_token(path: Path | None = None) -> str:
     """The gateway token, generated on first use and kept user-only (0600, folder 0700)."""
-    from actors.steps.rundir import private_dir
+    from actors.steps.run.rundir import private_dir
 
     path = path or token_path()
     if path.exists():

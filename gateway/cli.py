@@ -69,7 +69,7 @@ def show_search_strings(plan: RequirementsPlan) -> None:
 
 def approve(plan: RequirementsPlan, *, yes: bool, interactive: bool | None = None) -> RequirementsPlan:
     """Accept, edit ($EDITOR) or drop requirements. Returns the approved plan."""
-    from actors.steps.plan import requirements_from_text, requirements_to_text
+    from actors.steps.plan.requirements import requirements_from_text, requirements_to_text
 
     if interactive is None:
         interactive = sys.stdin.isatty()
@@ -113,7 +113,7 @@ SEARCH_HELP = ("# One search string per line, sent verbatim to OpenAlex and arXi
 
 
 def edit_search_strings(plan: RequirementsPlan) -> RequirementsPlan:
-    from actors.steps.search_terms import parse_search_lines, search_lines
+    from actors.steps.plan.search_terms import parse_search_lines, search_lines
 
     edited = click.edit(SEARCH_HELP + search_lines(plan.search_queries) + "\n", extension=".txt")
     if edited is None:
@@ -131,7 +131,7 @@ def preflight(settings: Settings, query: str, follow_up: bool = False) -> None:
     """Everything that can be checked before any work starts, each failure one clear sentence.
     A follow-up run (``follow_up``) may have nothing new to search: it has the earlier run's documents."""
     from actors.searcher import online
-    from actors.steps.search import library_files
+    from actors.steps.search.library import library_files
     from gateway.session import check_model_servers
 
     ResearchQuery(run_id="preflight", text=query)  # empty query → ValidationError
@@ -146,8 +146,8 @@ def preflight(settings: Settings, query: str, follow_up: bool = False) -> None:
 def execute(settings: Settings, query: str, *, yes: bool, requirements_file: Path | None,
             llm: Any | None = None, searches_file: Path | None = None, from_run: str | None = None) -> int:
     from actors.searcher import online
-    from actors.steps.plan import requirements_from_text
-    from actors.steps.search_terms import parse_search_lines
+    from actors.steps.plan.requirements import requirements_from_text
+    from actors.steps.plan.search_terms import parse_search_lines
     from gateway.session import ResearchSession
 
     searches = None
@@ -203,7 +203,7 @@ def library_read(settings: Settings, run_dir: Path) -> tuple[int, int] | None:
     """(library files the run offered for ingestion, files in the library), None without a library."""
     if settings.search.library is None:
         return None
-    from actors.steps.search import file_key, library_files
+    from actors.steps.search.library import file_key, library_files
 
     from messages.run_state import RunState
 
@@ -339,8 +339,8 @@ def chunk(
 
     settings = Settings.load()
     if run is not None:
-        from actors.steps.rundir import RunDir
-        from actors.steps.verify import store_path
+        from actors.steps.run.rundir import RunDir
+        from actors.steps.tools.verify import store_path
 
         try:
             store = store_path(RunDir(runs_dir, run))
@@ -401,7 +401,7 @@ def eval_retrieval(
 ) -> None:
     """Retrieval quality (nDCG, Recall, P, MRR) of BM25, dense and hybrid search on a BEIR dataset,
     with the corpus loaded through Forage's own ingestion and store."""
-    from actors.steps.evaluate import MODES, evaluate_retrieval
+    from actors.steps.evaluation.retrieval import MODES, evaluate_retrieval
 
     modes = MODES if mode == EvalMode.all else (mode.value,)
 

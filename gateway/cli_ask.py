@@ -1,4 +1,4 @@
-"""`forage ask "QUESTION"`: a short cited answer from the stored library (see actors/steps/ask.py)."""
+"""`forage ask "QUESTION"`: a short cited answer from the stored library (see actors/steps/tools/ask.py)."""
 
 from __future__ import annotations
 
@@ -53,7 +53,7 @@ async def ask_step(settings: Any, library: Path | None = None) -> tuple[Any, str
     checked model, the relevance check, scoped to the papers under ``library``), and a note on the relevance
     check when one could not be built. ForageError (one sentence) when there is no store or nothing under
     ``library``, or the model server does not answer."""
-    from actors.steps.ask import AskStep, library_filter
+    from actors.steps.tools.ask import AskStep, library_filter
     from infra.embed import build_embedder
     from infra.errors import ForageError
     from infra.llm import build_llm

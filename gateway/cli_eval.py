@@ -1,5 +1,5 @@
 """`forage eval report RUN --judge MODEL`, `forage eval suite [FILE.yaml]` (see gateway/eval_suite.py) and
-`forage eval evidence --beir DIR` (actors/steps/evaluate_evidence.py)."""
+`forage eval evidence --beir DIR` (actors/steps/evaluation/evidence.py)."""
 
 from __future__ import annotations
 
@@ -22,9 +22,9 @@ def eval_report(
     audit of unsupported claims; writes runs/<id>/eval.json."""
     import asyncio
 
-    from actors.steps.judge import judge_run, run_metrics
-    from actors.steps.rundir import atomic_write
-    from actors.steps.verify import find_run, store_path
+    from actors.steps.evaluation.report_judge import judge_run, run_metrics
+    from actors.steps.run.rundir import atomic_write
+    from actors.steps.tools.verify import find_run, store_path
     from gateway.eval_suite import judge_llm
     from infra.errors import ForageError
     from infra.settings import Settings
@@ -111,7 +111,7 @@ def eval_evidence(
 ) -> None:
     """Evidence quality of the real Forager, scored by the qrels alone (no LLM scores it): evidence hit rate,
     evidence recall, coverage on answerable vs unanswerable requirements, false coverage, LLM calls."""
-    from actors.steps.evaluate_evidence import EVIDENCE_MODES, evaluate_evidence
+    from actors.steps.evaluation.evidence import EVIDENCE_MODES, evaluate_evidence
     from infra.errors import ForageError
     from infra.settings import Settings, settings_for_run
 

@@ -100,7 +100,7 @@ def ingest_candidates(settings: Settings, run_id: str, candidates: Sequence[Cand
     """IngestResults for ``candidates``, in order, ingested in this process (as the Ingestor actor does)."""
     if not candidates:
         return []
-    from actors.steps.ingest import IngestStep
+    from actors.steps.ingest.step import IngestStep
     from infra.embed import build_embedder
     from infra.pdf import build_parser
     from infra.store import build_store
@@ -271,7 +271,7 @@ def add_files(
     store: Annotated[Path | None, typer.Option(help="Store folder (default: settings).")] = None,
 ) -> None:
     """Ingest PDF files and folders into the store; files already stored are skipped, broken ones reported."""
-    from actors.steps.search import file_key
+    from actors.steps.search.library import file_key
     from infra.store import build_store
 
     settings = _settings(store)
@@ -432,7 +432,7 @@ def fix_metadata(
     Reports and BibTeX/RIS exports written from then on use the corrected values (a run's own report keeps
     what it was written with until `forage export` renders it again); the document keeps its chunks and
     vectors, and searches match its new title."""
-    from actors.steps.ingest import with_identifiers
+    from actors.steps.ingest.step import with_identifiers
     from infra.store.base import update_metadata
 
     changes: dict[str, Any] = {}

@@ -27,7 +27,7 @@ def verify(
 ) -> None:
     """Re-check a finished report against the store: every citation resolves, every cited chunk exists with the
     same sha256 and quote. Exit code 1 when something fails."""
-    from actors.steps.verify import find_run, store_path, verify_run
+    from actors.steps.tools.verify import find_run, store_path, verify_run
     from infra.settings import Settings
     from infra.store import build_store
 
@@ -58,9 +58,9 @@ def export(
 ) -> None:
     """Export a finished run's report: Markdown, self-contained HTML (charts inline, readable offline),
     BibTeX or RIS of its sources, or everything as JSON."""
-    from actors.steps.export import export as render
-    from actors.steps.rundir import atomic_write
-    from actors.steps.verify import find_run
+    from actors.steps.tools.export import export as render
+    from actors.steps.run.rundir import atomic_write
+    from actors.steps.tools.verify import find_run
 
     try:
         text = render(find_run(run, runs_dir), fmt.value)

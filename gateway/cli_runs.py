@@ -9,7 +9,7 @@ Cancel writes ``runs/<run_id>/cancel``; the Orchestrator stops at its next stage
 next iteration or the report) with status "cancelled". Resume starts a new driver for the same run
 id: the Orchestrator finds the run's earlier progress in run.json and continues it — documents
 already ingested, a searched batch, iterations already foraged and the requirements already foraged
-in an unfinished iteration are not done again (see RunRecord.start in actors/steps/run_record.py).
+in an unfinished iteration are not done again (see RunRecord.start in actors/steps/run/record.py).
 The run's settings come from run.json (preset, coverage goal, iterations, LLM and embedder backends,
 store, library; online when it had approved search strings); the rest (e.g. the Ollama model) from
 the environment, as for `forage research`.
@@ -23,8 +23,8 @@ from typing import Annotated, Any
 
 import typer
 
-from actors.steps.run_record import shown_status
-from actors.steps.rundir import RunDir
+from actors.steps.run.record import shown_status
+from actors.steps.run.rundir import RunDir
 from gateway import cli_base as base
 from messages.run_state import RunState
 

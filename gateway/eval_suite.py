@@ -2,8 +2,8 @@
 
 A suite file lists research queries (and optionally a library, a preset and a judge model). Each query
 runs end to end exactly as ``forage research --yes`` would; then every run folder is measured
-(:func:`actors.steps.judge.run_metrics`: coverage, sources, citations removed, schema compliance, LLM
-calls, wall time) and, with a judge, scored on the thesis rubric (:func:`actors.steps.judge.judge_run`).
+(:func:`actors.steps.evaluation.report_judge.run_metrics`: coverage, sources, citations removed, schema compliance, LLM
+calls, wall time) and, with a judge, scored on the thesis rubric (:func:`actors.steps.evaluation.report_judge.judge_run`).
 The table is printed and written as JSON and Markdown. Nothing here is specific to a model: it runs on
 any machine with Ollama; the tests drive it with scripted models.
 """
@@ -19,8 +19,8 @@ from typing import Any
 import yaml  # type: ignore[import-untyped]
 from pydantic import BaseModel, ConfigDict, Field
 
-from actors.steps.judge import judge_run, run_metrics
-from actors.steps.rundir import RunDir, atomic_write
+from actors.steps.evaluation.report_judge import judge_run, run_metrics
+from actors.steps.run.rundir import RunDir, atomic_write
 from infra.llm.base import LLM
 from infra.settings import PresetName, Settings
 

@@ -12,7 +12,7 @@ What Forage keeps about a run, and where:
   user's own library folder are never touched. LanceDB keeps deleted rows in older table versions
   until they are cleaned up, so the store is compacted and its old versions dropped afterwards —
   nothing of a forgotten document stays on disk in the store folder. The contextual-retrieval cache
-  beside the store (``<store>.contexts.jsonl``, :func:`actors.steps.contextual.cache_path`) holds
+  beside the store (``<store>.contexts.jsonl``, :func:`actors.steps.ingest.contextual.cache_path`) holds
   LLM-written sentences about the documents' chunks: their entries are removed too (the file is
   rewritten without them, atomically, under the cache's lock), before the documents leave the store.
 * the run's Zotero collection (``Forage <run_id>``) when ``zotero=True``: the collection is
@@ -35,7 +35,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from actors.steps.rundir import RunDir
+from actors.steps.run.rundir import RunDir
 from infra.errors import ConfigError, ForageError
 from infra.settings import Settings
 from messages.run_state import DocumentEntry, RunState
@@ -139,10 +139,10 @@ def _store_for(settings: Settings, state: RunState | None) -> Any:
 
 def context_keys(store: Any, doc_ids: Sequence[str]) -> tuple[set[str], set[str]]:
     """(chunk hashes, context sentences) of the documents' chunks, as the contextual-retrieval cache keys
-    and holds them: :func:`actors.steps.contextual.chunk_hash` from the stored title, abstract, section
+    and holds them: :func:`actors.steps.ingest.contextual.chunk_hash` from the stored title, abstract, section
     path and text, and the context each chunk got (which also finds entries written under an older
     prompt version, whose hashes differ)."""
-    from actors.steps.contextual import chunk_hash
+    from actors.steps.ingest.contextual import chunk_hash
     from infra.store.base import ChunkFilter
 
     hashes: set[str] = set()
@@ -167,7 +167,7 @@ def drop_cached_contexts(cache: Path, hashes: set[str], contexts: set[str]) -> i
     at most). No file, nothing to do."""
     from filelock import FileLock
 
-    from actors.steps.rundir import atomic_write
+    from actors.steps.run.rundir import atomic_write
 
     if not (hashes or contexts) or not cache.exists():
         return 0
@@ -212,7 +212,7 @@ def _inside(path: Path, folder: Path) -> bool:
 
 def _delete_documents(settings: Settings, rundir: RunDir, state: RunState | None, report: ForgetReport,
                       store: Any | None) -> None:
-    from actors.steps.contextual import cache_path
+    from actors.steps.ingest.contextual import cache_path
 
     mine = documents_stored_by(state)
     if not mine:

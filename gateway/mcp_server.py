@@ -105,7 +105,7 @@ def build_mcp(settings: Settings, *, llm: Any | None = None, allowed_libraries: 
         year_max: Annotated[int | None, Field(ge=1000, le=2999)] = None,
         library: Annotated[str | None, Field(description="Only papers whose PDF lies under this folder.")] = None,
     ) -> list[dict[str, Any]]:
-        from actors.steps.ask import library_filter
+        from actors.steps.tools.ask import library_filter
         from infra.store import ChunkFilter
 
         def search() -> list[dict[str, Any]]:

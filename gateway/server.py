@@ -42,8 +42,8 @@ from fastapi.responses import (FileResponse, HTMLResponse, JSONResponse, PlainTe
 from fastapi.staticfiles import StaticFiles
 from pydantic import ValidationError
 
-from actors.steps.run_record import resumable, shown_status
-from actors.steps.rundir import RunDir
+from actors.steps.run.record import resumable, shown_status
+from actors.steps.run.rundir import RunDir
 from gateway.api import (Approval, Chunk, Documents, Message, ModelChoices, Proposal, RunCreate, RunCreated,
                          RunListItem, RunView, gateway_token, is_loopback, token_path)
 from infra.errors import validation_text

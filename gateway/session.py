@@ -16,7 +16,7 @@ from typing import Any
 from actors.options import driver_node, llm_slot_resources, options_for
 from actors.orchestrator import Orchestrator
 from actors.status_hub import StatusHub
-from actors.steps.rundir import RunDir, new_run_id
+from actors.steps.run.rundir import RunDir, new_run_id
 from infra.errors import ConfigError
 from infra.settings import Settings, settings_for_run
 from messages.plan import PlanRequest, RequirementsPlan, ResearchQuery

@@ -9,7 +9,7 @@ pure functions of their input. With ``ingest.cache_dir`` set, :class:`IngestCach
 * ``vectors/<key>.npy``: the vectors of one document's chunks (float64, exactly what the embedder gave),
   keyed by the embedder's name and the exact strings it read (context line + chunk text, in order);
 * ``first-pages/<key>.txt``: the text of a library file's first pages, keyed by its sha256, which a library
-  run reads to rank the library before ingesting it (actors/steps/search.py);
+  run reads to rank the library before ingesting it (actors/steps/search/library.py);
 
 so the same paper ingested into another store (a new run folder, ``forage eval``, after ``forage forget``, on
 another Ingestor of the same machine) is neither parsed nor embedded again, while any change to the file, the

@@ -1,5 +1,5 @@
 """Files and folders for the user only: run data (queries, events, reports, the egress ledger) is created
-0700 (folders) and 0600 (files) whatever the umask. Used by :mod:`actors.steps.rundir` and
+0700 (folders) and 0600 (files) whatever the umask. Used by :mod:`actors.steps.run.rundir` and
 :mod:`infra.net.egress`."""
 
 from __future__ import annotations

@@ -239,7 +239,7 @@ MAX_PAPERS_PER_OVERLAP = 8
 
 class ContributionDraft(LLMAnswer):
     """One paper's contribution record. The label fields are narrowed to the configured taxonomy
-    (``actors.steps.compare.contribution_schema``)."""
+    (``actors.steps.write.compare.contribution_schema``)."""
 
     problem: str = Field(max_length=RECORD_CHARS, description="The problem the paper addresses, one sentence.")
     method: str = Field(max_length=RECORD_CHARS, description="How it addresses it, one sentence.")

@@ -2,14 +2,14 @@
 
 Small models loop, cut off at their length limit, label their sentences and echo JSON-repair feedback; these
 helpers turn what they wrote into plain sentences (or nothing) before it reaches a report, a comparison or an
-answer. Used by the Writer (actors.steps.write), the comparison (actors.steps.compare) and ``forage ask``.
+answer. Used by the Writer (actors.steps.write.step), the comparison (actors.steps.write.compare) and ``forage ask``.
 """
 
 from __future__ import annotations
 
 import re
 
-from actors.steps.plan import echoes_feedback
+from actors.steps.plan.requirements import echoes_feedback
 
 # [3], [1, 2], [1–3] — not preceded by a backslash (escaped brackets are literal text)
 CITE = re.compile(r"(?<!\\)\[(\d+(?:\s*[,;–-]\s*\d+)*)\]")

@@ -2,7 +2,7 @@
 
 ``score(query, texts) -> list[float]`` (one score per text, in order, higher is closer) and ``floors``
 (answer, topic): the Forager shows the judge only passages at or above the topic floor and counts an
-"answers" only at or above the answer floor (actors/steps/forage.py; docs/evidence.md). Two implementations:
+"answers" only at or above the answer floor (actors/steps/forage/step.py; docs/evidence.md). Two implementations:
 
 * :class:`EmbeddingSimilarity` (the default): cosine similarity of the run's embeddings (MiniLM in-process, or
   the Ollama embedder) — no extra model;

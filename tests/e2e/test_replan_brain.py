@@ -31,10 +31,10 @@ ADDED = "Quantitative comparison of anticoagulant dosing regimens and their outc
 
 @pytest.fixture
 def replanned_run(shared_data: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
-    from actors.steps.forage import ForageStep
-    from actors.steps.ingest import IngestStep
-    from actors.steps.search import LibrarySearch
-    from actors.steps.write import WriteStep
+    from actors.steps.forage.step import ForageStep
+    from actors.steps.ingest.step import IngestStep
+    from actors.steps.search.library import LibrarySearch
+    from actors.steps.write.step import WriteStep
     from infra.embed import build_embedder
     from infra.pdf import build_parser
     from infra.store import build_store

@@ -194,7 +194,7 @@ def test_api_library_only_inside_allowed_folders(tmp_path) -> None:
 
 
 def test_a_confined_library_reads_no_file_outside_its_folder(tmp_path) -> None:
-    from actors.steps.search import LibrarySearch
+    from actors.steps.search.library import LibrarySearch
     from messages.plan import Requirement
     from messages.search import SearchRequest
 

@@ -22,7 +22,7 @@ EXAMPLES = 12  # per operation, mode and run id kind: the whole test stays well 
 
 
 def finished_run(runs: Path, store: Path) -> None:
-    from actors.steps.rundir import RunDir
+    from actors.steps.run.rundir import RunDir
 
     rundir = RunDir(runs, RUN)
     rundir.save_state({"run_id": RUN, "status": "finished", "query": "How do zebrafish fins regrow?",

@@ -31,7 +31,7 @@ def token_client(tmp_path):
 
 
 def finished_run(client) -> str:
-    from actors.steps.rundir import RunDir
+    from actors.steps.run.rundir import RunDir
 
     rundir = RunDir(client.app.state.manager.runs_dir, RUN_ID)
     rundir.save_state({"run_id": RUN_ID, "status": "finished", "query": "q", "requirements": []})

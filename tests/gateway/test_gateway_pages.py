@@ -84,7 +84,7 @@ def test_run_states_resume_and_cancel_without_the_run(client, tmp_path) -> None:
     import subprocess
     import sys
 
-    from actors.steps.rundir import RunDir
+    from actors.steps.run.rundir import RunDir
 
     runs = tmp_path / "runs"
     req = [{"id": "R1", "text": "Something to find"}]
@@ -98,7 +98,7 @@ def test_run_states_resume_and_cancel_without_the_run(client, tmp_path) -> None:
                         ("cancelled", {"status": "cancelled", "requirements": req})):
         RunDir(runs, ids[name]).save_state({"run_id": ids[name], "query": "q", **state})
     # "dead": claimed by a process that has exited (its driver or gateway stopped); "alive": by this one
-    subprocess.run([sys.executable, "-c", "import sys; from actors.steps.rundir import RunDir; "
+    subprocess.run([sys.executable, "-c", "import sys; from actors.steps.run.rundir import RunDir; "
                     "RunDir(sys.argv[1], sys.argv[2]).claim()", str(runs), ids["dead"]],
                    check=True, cwd=Path(__file__).resolve().parents[2])
     RunDir(runs, ids["alive"]).claim()
@@ -182,7 +182,7 @@ def test_resume_restores_every_recorded_value_but_secrets(tmp_path) -> None:
 def test_run_ids_are_unguessable() -> None:
     """Sortable by time, then 64 random bits (16 hex digits from the OS's CSPRNG): no two alike, even when
     made in the same second, and the random part is never a counter or a clock."""
-    from actors.steps.rundir import new_run_id
+    from actors.steps.run.rundir import new_run_id
 
     ids = [new_run_id() for _ in range(5000)]
     assert len(set(ids)) == len(ids)

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from actors.steps.chunking import chunk_sections, window_for
-from actors.steps.sections import outline
+from actors.steps.ingest.chunking import chunk_sections, window_for
+from actors.steps.ingest.sections import outline
 from infra.errors import PDFError
 from infra.pdf.marker import FETCH_COMMAND, marker_importable, model_cache_dir, models_present
 from infra.settings import Settings

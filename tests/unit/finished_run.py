@@ -17,7 +17,7 @@ from test_write_step import A, B, C, QUERY, coverages
 
 from actors.orchestrator import Orchestrator
 from actors.steps.events import RecordingEmit
-from actors.steps.write import WriteStep
+from actors.steps.write.step import WriteStep
 from infra.llm.fakes import FunctionLLM
 from infra.settings import Settings
 from messages import (

@@ -9,7 +9,7 @@ import pytest
 from test_write_step import C, embedder, store  # noqa: F401  (fixtures)
 from typer.testing import CliRunner
 
-from actors.steps.ask import INSUFFICIENT, AskStep
+from actors.steps.tools.ask import INSUFFICIENT, AskStep
 from actors.steps.schemas import AskAnswer, AskIntent
 from infra.llm.fakes import FunctionLLM, ScriptedLLM
 from infra.rerank import EmbeddingSimilarity
@@ -135,7 +135,7 @@ def library_doc(name: str, key: str, title: str, text: str, year: int | None = N
 def lab(tmp_path, embedder):
     """A store holding papers from the folder ``lab`` (one in a subfolder), from a sibling folder
     ``lab2`` whose name shares the prefix, and a downloaded paper (a DOI key): all on the same topic."""
-    from actors.steps.search import file_key
+    from actors.steps.search.library import file_key
     from infra.store.lancedb import LanceStore
 
     for folder in ("lab/sub", "lab2", "empty"):
@@ -171,7 +171,7 @@ def answering_model(titles: list[set[str]]):
 
 
 def test_library_limits_the_passages_to_that_folder(lab, embedder, tmp_path):
-    from actors.steps.ask import library_filter
+    from actors.steps.tools.ask import library_filter
 
     seen: list[set[str]] = []
 

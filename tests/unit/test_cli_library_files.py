@@ -182,7 +182,7 @@ def test_remove_by_prefix_deletes_document_and_chunks_but_not_run_evidence(libra
 
 def test_the_dvt_paper_is_named_by_its_doi_and_fix_metadata_corrects_a_paper(library: Library,
                                                                               tmp_path: Path) -> None:
-    from actors.steps.export import to_bibtex
+    from actors.steps.tools.export import to_bibtex
     from messages.write import SourceRef
 
     store = library.copy(tmp_path)

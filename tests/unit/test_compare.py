@@ -8,7 +8,7 @@ import random
 
 from test_write_step import A, B, C, embedder, store  # noqa: F401  (fixtures)
 
-from actors.steps.compare import ComparisonStep, contribution_schema, gap_matrix
+from actors.steps.write.compare import ComparisonStep, contribution_schema, gap_matrix
 from actors.steps.schemas import ContributionDraft, DifferenceDraft, OverlapDraft
 from infra.errors import LLMOutputError
 from infra.llm.fakes import ScriptedLLM
@@ -139,7 +139,7 @@ def test_a_record_about_another_paper_is_left_empty_and_said(store):
 
 
 def test_record_text_drops_what_a_weak_model_echoes_or_loops():
-    from actors.steps.compare import record_text
+    from actors.steps.write.compare import record_text
 
     echoes = ["Light Reactions of Photosynthesis", *PROBLEMS, "Prediction or Forecasting"]
     assert record_text("Method, Experiment, Procedure, Experiment, Experiment, Method, Experiment, Procedure, "

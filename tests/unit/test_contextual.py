@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 
 from actors.ingestor import Ingestor
-from actors.steps.chunking import CHUNK_CONTEXT_TOKENS, CONTEXT_TOKENS, SPECIAL_TOKENS, window_for
-from actors.steps.contextual import (ChunkContexts, ContextCache, Contextualizer, cache_path, chunk_hash,
+from actors.steps.ingest.chunking import CHUNK_CONTEXT_TOKENS, CONTEXT_TOKENS, SPECIAL_TOKENS, window_for
+from actors.steps.ingest.contextual import (ChunkContexts, ContextCache, Contextualizer, cache_path, chunk_hash,
                                      clean_context)
-from actors.steps.ingest import IngestStep, TextDocument, text_markdown
+from actors.steps.ingest.step import IngestStep, TextDocument, text_markdown
 from infra.embed.ollama import OllamaEmbedder
 from infra.llm.base import ChatMessage
 from infra.llm.fakes import FunctionLLM, ScriptedLLM

@@ -26,7 +26,7 @@ def test_a_ray_task_error_is_described_by_its_cause() -> None:
 def test_a_failed_plan_is_recorded_and_listed_as_failed(tmp_path) -> None:
     from actors.orchestrator import Orchestrator
     from actors.steps.events import RecordingEmit
-    from actors.steps.rundir import RunDir
+    from actors.steps.run.rundir import RunDir
     from gateway.cli_runs import run_state
     from infra.llm.fakes import FunctionLLM
     from infra.settings import Settings

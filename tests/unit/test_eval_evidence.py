@@ -11,7 +11,7 @@ import pytest
 from test_eval_retrieval import QUERIES, write_beir
 from typer.testing import CliRunner
 
-from actors.steps.evaluate_evidence import (
+from actors.steps.evaluation.evidence import (
     QueryOutcome,
     answer_floor_sweep,
     coverage_at,

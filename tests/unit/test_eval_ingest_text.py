@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from actors.steps.events import RecordingEmit
-from actors.steps.ingest import IngestStep, TextDocument, text_markdown
+from actors.steps.ingest.step import IngestStep, TextDocument, text_markdown
 from infra.embed.ollama import OllamaEmbedder
 from infra.settings import Settings
 from infra.store.base import ChunkFilter

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from actors.steps.evaluate import (
+from actors.steps.evaluation.retrieval import (
     evaluate_rankings,
     judged_queries,
     load_beir,

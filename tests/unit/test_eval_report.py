@@ -9,8 +9,8 @@ import pytest
 from finished_run import RUN, make_run
 from typer.testing import CliRunner
 
-from actors.steps.judge import judge_run, run_metrics
-from actors.steps.rundir import RunDir
+from actors.steps.evaluation.report_judge import judge_run, run_metrics
+from actors.steps.run.rundir import RunDir
 from actors.steps.schemas import JudgeVerdict
 from gateway.eval_suite import DEFAULT_SUITE, load_suite, markdown_table, run_suite, save_results
 from infra.llm.fakes import ScriptedLLM

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from actors.steps.evaluate import load_beir, load_corpus, run_split, tune_fusion
+from actors.steps.evaluation.retrieval import load_beir, load_corpus, run_split, tune_fusion
 from gateway.cli import app
 from infra.embed.minilm import MiniLMEmbedder
 from infra.settings import Settings

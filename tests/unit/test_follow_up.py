@@ -22,7 +22,7 @@ from typer.testing import CliRunner
 from actors.crew import LocalCrew
 from actors.orchestrator import Orchestrator
 from actors.steps.events import RecordingEmit
-from actors.steps.rundir import RunDir
+from actors.steps.run.rundir import RunDir
 from infra.errors import ForageError
 from infra.llm.fakes import FunctionLLM
 from infra.settings import Settings
@@ -114,10 +114,10 @@ def settings_for(world: dict[str, Path], **run: Any) -> Settings:
 
 
 def real_run(settings: Settings, run_id: str, query: str, embedder: Any, from_run: str | None = None):
-    from actors.steps.forage import ForageStep
-    from actors.steps.ingest import IngestStep
-    from actors.steps.search import LibrarySearch
-    from actors.steps.write import WriteStep
+    from actors.steps.forage.step import ForageStep
+    from actors.steps.ingest.step import IngestStep
+    from actors.steps.search.library import LibrarySearch
+    from actors.steps.write.step import WriteStep
     from infra.pdf import build_parser
     from infra.store import build_store
 
@@ -154,7 +154,7 @@ def real_run(settings: Settings, run_id: str, query: str, embedder: Any, from_ru
 
 def store_outsider(settings: Settings, world: dict[str, Path], embedder: Any) -> str:
     """Another run's document in the shared store; returns its doc_id."""
-    from actors.steps.ingest import IngestStep
+    from actors.steps.ingest.step import IngestStep
     from infra.pdf import build_parser
     from infra.store import build_store
     from messages.ingest import IngestRequest

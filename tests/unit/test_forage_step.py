@@ -15,7 +15,7 @@ from collections.abc import Sequence
 import pytest
 
 from actors.steps.events import RecordingEmit
-from actors.steps.forage import ForageStep
+from actors.steps.forage.step import ForageStep
 from actors.steps.schemas import (
     BatchVerdict,
     DeepDiveBatchVerdict,
@@ -547,7 +547,7 @@ class CountingEmbedder:
 
 
 def test_paper_rankings_fuse_by_reciprocal_rank():
-    from actors.steps.forage import fuse_papers
+    from actors.steps.forage.step import fuse_papers
 
     # A: 1/61; B: 1/62 + 1/61; C: 1/63 + 1/62; D: 1/63 (only summarized)
     assert fuse_papers(["A", "B", "C"], ["B", "C", "D"], 4) == ["B", "C", "A", "D"]
@@ -757,7 +757,7 @@ def test_calls_carry_their_chains_rounds_ahead_and_summaries_nobody_waits_for_ar
 
 
 def test_a_summary_being_made_is_waited_for_not_asked_again(store, embedder):
-    from actors.steps.forage import _Iteration
+    from actors.steps.forage.step import _Iteration
 
     gists: list[str] = []
     release = asyncio.Event()
@@ -899,7 +899,7 @@ def test_a_method_or_result_from_an_introduction_counts_as_background(store, emb
 
 
 def test_background_sections_are_told_by_their_top_heading():
-    from actors.steps.forage import background_section
+    from actors.steps.forage.step import background_section
 
     for path in ("Introduction", "1 Introduction > 1.2 Contributions", "2. Related Work", "II. BACKGROUND",
                  "Motivation and goals", "3.1 Prior work on tracing"):

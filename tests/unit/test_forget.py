@@ -25,7 +25,7 @@ from typer.testing import CliRunner
 from actors.crew import LocalCrew
 from actors.orchestrator import Orchestrator
 from actors.status_hub import StatusHub
-from actors.steps.rundir import RunDir
+from actors.steps.run.rundir import RunDir
 from gateway.forget import expired_runs, forget_expired, forget_run
 from infra.errors import ConfigError, ForageError
 from infra.llm.fakes import FunctionLLM
@@ -177,10 +177,10 @@ def settings_for(world: dict[str, Path], contextual: bool = False, **run: Any) -
 
 
 def real_run(settings: Settings, run_id: str, embedder: Any) -> dict[str, Any]:
-    from actors.steps.forage import ForageStep
-    from actors.steps.ingest import IngestStep
-    from actors.steps.search import LibrarySearch
-    from actors.steps.write import WriteStep
+    from actors.steps.forage.step import ForageStep
+    from actors.steps.ingest.step import IngestStep
+    from actors.steps.search.library import LibrarySearch
+    from actors.steps.write.step import WriteStep
     from infra.pdf import build_parser
     from infra.store import build_store
 
@@ -213,14 +213,14 @@ def files_containing(word: str, *folders: Path) -> list[str]:
 def cache_lines(settings: Settings) -> list[dict[str, str]]:
     import json
 
-    from actors.steps.contextual import cache_path
+    from actors.steps.ingest.contextual import cache_path
 
     path = cache_path(settings)
     return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
 
 
 def test_forget_leaves_no_trace_of_the_query_or_its_documents(world, embedder) -> None:
-    from actors.steps.contextual import ContextCache, cache_path
+    from actors.steps.ingest.contextual import ContextCache, cache_path
     from infra.store import build_store
     from infra.store.base import ChunkFilter
 

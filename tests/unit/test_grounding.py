@@ -20,7 +20,7 @@ from test_write_step import (  # noqa: F401  (store and embedder are fixtures)
 )
 
 from actors.steps.schemas import OverviewDraft, SectionDraft
-from actors.steps.write import WriteStep, check_citations
+from actors.steps.write.step import WriteStep, check_citations
 from infra.errors import LLMOutputError
 from infra.llm.fakes import ScriptedLLM
 from messages.write import SectionSources, SourceRef

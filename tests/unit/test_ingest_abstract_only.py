@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from actors.steps.events import RecordingEmit
-from actors.steps.ingest import IngestStep
+from actors.steps.ingest.step import IngestStep
 from infra.embed.ollama import OllamaEmbedder
 from infra.settings import Settings
 from infra.store.base import ChunkFilter

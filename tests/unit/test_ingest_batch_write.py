@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from actors.steps.ingest import IngestStep, TextDocument
+from actors.steps.ingest.step import IngestStep, TextDocument
 from infra.errors import StoreError
 from infra.settings import Settings
 from infra.store.lancedb import LanceStore

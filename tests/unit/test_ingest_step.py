@@ -11,7 +11,7 @@ import pymupdf
 import pytest
 
 from actors.steps.events import RecordingEmit
-from actors.steps.ingest import IngestStep
+from actors.steps.ingest.step import IngestStep
 from infra.embed.minilm import MiniLMEmbedder
 from infra.embed.ollama import OllamaEmbedder
 from infra.pdf.base import ParsedDocument

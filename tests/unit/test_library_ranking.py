@@ -7,7 +7,7 @@ import shutil
 from pathlib import Path
 
 from actors.steps.events import RecordingEmit
-from actors.steps.search import LibrarySearch, file_key, rank_files
+from actors.steps.search.library import LibrarySearch, file_key, rank_files
 from infra.ingest_cache import IngestCache
 from messages.plan import Requirement, SearchQuery
 from messages.search import SearchRequest
@@ -49,7 +49,7 @@ def test_the_papers_a_query_is_about_are_offered_in_the_first_batch(tmp_path: Pa
 
 
 def test_a_second_run_reads_no_first_page_again(tmp_path: Path, monkeypatch) -> None:
-    import actors.steps.search as search
+    import actors.steps.search.library as search
 
     cache = IngestCache(tmp_path / "cache")
     LibrarySearch(PDFS, cache=cache).search(request())

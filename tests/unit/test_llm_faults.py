@@ -115,7 +115,7 @@ def _scenario_in(messages: list[dict[str, str]]) -> str:
 
 
 def test_the_planner_recovers_from_every_transient_fault_and_reports_the_rest() -> None:
-    from actors.steps.plan import derive_requirements
+    from actors.steps.plan.requirements import derive_requirements
 
     with ChaosOllama(lambda i, messages: _scenario_in(messages), models=(MODEL,), hang_limit_s=3.0) as server:
         llm = llm_for(server)
@@ -151,7 +151,7 @@ def test_the_planner_recovers_from_every_transient_fault_and_reports_the_rest() 
 
 @pytest.fixture(scope="module")
 def library_store(tmp_path_factory) -> tuple[Settings, Any]:
-    from actors.steps.ingest import IngestStep
+    from actors.steps.ingest.step import IngestStep
     from infra.embed import build_embedder
     from infra.pdf import build_parser
     from infra.store import build_store

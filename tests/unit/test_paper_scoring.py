@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import re
 
-from actors.steps.paper_scoring import PaperScores, score_candidates
+from actors.steps.search.paper_scoring import PaperScores, score_candidates
 from infra.llm.fakes import FunctionLLM, ScriptedLLM
 from messages.plan import Requirement
 from messages.search import Candidate

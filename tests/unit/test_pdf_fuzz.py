@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from actors.steps.ingest import IngestStep
+from actors.steps.ingest.step import IngestStep
 from infra.settings import Settings
 from infra.store.base import ChunkFilter
 from messages.ingest import IngestRequest

@@ -260,7 +260,7 @@ def without_layout():
 
 
 def test_without_layout_mode_still_parses(without_layout: None, paper: Path) -> None:
-    from actors.steps.sections import outline
+    from actors.steps.ingest.sections import outline
 
     doc = PyMuPDFParser().parse(paper)
     assert "no_layout" in doc.flags and not doc.parser.endswith("+layout")

@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from actors.steps.plan import (
+from actors.steps.plan.requirements import (
     derive_requirements,
     normalize,
     requirements_from_text,
@@ -241,7 +241,7 @@ TRAUMA = ResearchQuery(run_id="run-plan", text="What complications and risks are
 
 
 def test_a_requirement_that_points_at_an_unnamed_subject_is_asked_again():
-    from actors.steps.plan import self_contained
+    from actors.steps.plan.requirements import self_contained
 
     assert not self_contained("How is it evaluated?", TRAUMA.text)
     assert self_contained("How is thromboprophylaxis in trauma patients evaluated?", TRAUMA.text)
@@ -295,6 +295,6 @@ def test_without_the_llm_a_query_of_several_questions_gives_one_requirement_each
     ("How do fish swim and why?", []),  # a part too short to stand alone
 ])
 def test_split_questions(text, questions):
-    from actors.steps.plan import split_questions
+    from actors.steps.plan.requirements import split_questions
 
     assert split_questions(text) == questions

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 from actors.orchestrator import Orchestrator
 from actors.steps.events import RecordingEmit
-from actors.steps.plan import describe_progress, next_requirement_ids, replan_requirements
+from actors.steps.plan.requirements import describe_progress, next_requirement_ids, replan_requirements
 from actors.steps.schemas import ReplanDraft
 from infra.errors import LLMTimeout
 from infra.llm.fakes import ScriptedLLM

@@ -9,8 +9,8 @@ import pytest
 from finished_run import RUN, make_run
 from typer.testing import CliRunner
 
-from actors.steps.rundir import RunDir
-from actors.steps.verify import verify_run
+from actors.steps.run.rundir import RunDir
+from actors.steps.tools.verify import verify_run
 from gateway.cli import app
 from infra.store.lancedb import LanceStore
 
@@ -235,11 +235,11 @@ def test_verify_a_run_saved_before_report_json_existed(finished, tmp_path):
 
 
 def test_bibtex_and_ris_name_a_pdf_by_its_doi_and_arxiv_id():
-    """The origin ingestion writes for a PDF (actors.steps.ingest.source_origin) becomes DOI, eprint and url."""
+    """The origin ingestion writes for a PDF (actors.steps.ingest.step.source_origin) becomes DOI, eprint and url."""
     import bibtexparser
 
-    from actors.steps.export import to_bibtex, to_ris
-    from actors.steps.ingest import source_origin
+    from actors.steps.tools.export import to_bibtex, to_ris
+    from actors.steps.ingest.step import source_origin
     from messages.write import SourceRef
 
     both = SourceRef(n=1, doc_id="a" * 64, title="CiteSee", authors=("Joseph Chee Chang",), year=2023,

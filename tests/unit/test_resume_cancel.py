@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 
 from actors.orchestrator import Orchestrator
 from actors.steps.events import RecordingEmit
-from actors.steps.rundir import RunDir
+from actors.steps.run.rundir import RunDir
 from infra.settings import Settings
 from messages import (
     Candidate, ForageRequest, IngestRequest, IngestResult, Report, Requirement, RequirementCoverage,

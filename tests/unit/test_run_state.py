@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from actors.steps.run_record import RunRecord, resumable, shown_status, stop_reason
-from actors.steps.rundir import RunDir
+from actors.steps.run.record import RunRecord, resumable, shown_status, stop_reason
+from actors.steps.run.rundir import RunDir
 from messages.run_state import RunState
 
 OLD = Path(__file__).resolve().parents[1] / "data" / "run_json"

@@ -28,7 +28,7 @@ from pydantic import BaseModel
 from actors.crew import LocalCrew
 from actors.orchestrator import Orchestrator
 from actors.steps.events import RecordingEmit
-from actors.steps.rundir import RunDir
+from actors.steps.run.rundir import RunDir
 from infra.llm.base import ChatMessage
 from infra.llm.ollama import OllamaLLM
 from infra.settings import Settings
@@ -88,9 +88,9 @@ class CountingOllama(OllamaLLM):
 
 def run_under_chaos(settings: Settings, server: ChaosOllama) -> tuple[Any, CountingOllama]:
     from actors.forager import Forager
-    from actors.steps.ingest import IngestStep
-    from actors.steps.search import LibrarySearch
-    from actors.steps.write import WriteStep
+    from actors.steps.ingest.step import IngestStep
+    from actors.steps.search.library import LibrarySearch
+    from actors.steps.write.step import WriteStep
     from infra.embed import build_embedder
     from infra.pdf import build_parser
     from infra.store import build_store
@@ -166,7 +166,7 @@ def chaos_run(tmp_path_factory) -> dict[str, Any]:
 
 
 def test_a_whole_run_finishes_through_every_fault_and_records_what_degraded(chaos_run) -> None:
-    from actors.steps.verify import verify_run
+    from actors.steps.tools.verify import verify_run
     from infra.store import build_store
 
     settings, summary, server, llm = (chaos_run[k] for k in ("settings", "summary", "server", "llm"))
@@ -204,8 +204,8 @@ def test_a_whole_run_finishes_through_every_fault_and_records_what_degraded(chao
 
 
 def test_the_writer_with_its_server_down_writes_the_report_from_the_evidence(chaos_run) -> None:
-    from actors.steps.verify import verify_report
-    from actors.steps.write import WriteStep
+    from actors.steps.tools.verify import verify_report
+    from actors.steps.write.step import WriteStep
     from infra.store import build_store
     from messages.forage import RequirementCoverage
     from messages.write import WriteRequest

@@ -15,7 +15,7 @@ import psutil
 import pytest
 from typer.testing import CliRunner
 
-from actors.steps.rundir import RunDir
+from actors.steps.run.rundir import RunDir
 from gateway.cli_runs import run_state
 
 REPO = Path(__file__).resolve().parents[2]
@@ -28,7 +28,7 @@ def _run(runs: Path, run_id: str, **state) -> RunDir:
 
 
 def _claimed_by_a_process_that_exited(rundir: RunDir) -> None:
-    code = "import sys; from actors.steps.rundir import RunDir; RunDir(sys.argv[1], sys.argv[2]).claim()"
+    code = "import sys; from actors.steps.run.rundir import RunDir; RunDir(sys.argv[1], sys.argv[2]).claim()"
     subprocess.run([sys.executable, "-c", code, str(rundir.path.parent), rundir.run_id], cwd=REPO, check=True)
 
 

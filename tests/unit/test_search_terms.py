@@ -7,7 +7,7 @@ import datetime as dt
 
 import pytest
 
-from actors.steps.search_terms import (
+from actors.steps.plan.search_terms import (
     SearchTermsAnswer, clean_keywords, concepts, parse_search_lines, propose_search_queries, read_constraints,
     search_lines,
 )

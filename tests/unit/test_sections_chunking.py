@@ -9,8 +9,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from actors.steps.chunking import chunk_sections, context_line, pages_for, window_for, windows
-from actors.steps.sections import FRONT_MATTER, outline, parse_number
+from actors.steps.ingest.chunking import chunk_sections, context_line, pages_for, window_for, windows
+from actors.steps.ingest.sections import FRONT_MATTER, outline, parse_number
 from infra.embed.minilm import MiniLMEmbedder
 from infra.embed.ollama import OllamaEmbedder
 from infra.settings import Settings

@@ -13,8 +13,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from actors.steps.chunking import chunk_sections
-from actors.steps.sections import outline
+from actors.steps.ingest.chunking import chunk_sections
+from actors.steps.ingest.sections import outline
 
 WORDS = st.sampled_from(["fin", "zebrafish", "regrowth", "was", "measured", "daily", "Methods", "Results",
                          "ﬁsh", "中文", "naïve", "x²", "10.5%", "(n = 12)", "et al.", "[3]", "e.g.", "α-helix"])

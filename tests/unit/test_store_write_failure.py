@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from actors.steps.ingest import IngestStep, text_markdown
+from actors.steps.ingest.step import IngestStep, text_markdown
 from infra.settings import Settings
 from infra.store.base import ChunkFilter
 
@@ -43,7 +43,7 @@ def doc_id(title: str, text: str) -> str:
 CHILD = textwrap.dedent("""
     import json, resource, signal, sys
     from pathlib import Path
-    from actors.steps.ingest import IngestStep
+    from actors.steps.ingest.step import IngestStep
     from infra.embed import build_embedder
     from infra.settings import Settings
     from infra.store import build_store

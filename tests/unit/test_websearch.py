@@ -10,8 +10,8 @@ import asyncio
 import re
 
 from actors.steps.events import RecordingEmit
-from actors.steps.paper_scoring import PaperScores
-from actors.steps.websearch import WebSearch
+from actors.steps.search.paper_scoring import PaperScores
+from actors.steps.search.web import WebSearch
 from infra.errors import SourceError
 from infra.llm.fakes import FunctionLLM
 from infra.settings import Settings

@@ -11,7 +11,7 @@ import pytest
 from actors.steps.events import RecordingEmit
 from actors.steps.schemas import OverviewDraft, SectionDraft
 from actors.steps.text import collapse_loop, plausible, trim_cut
-from actors.steps.write import NO_EVIDENCE, NO_MECHANISM, WriteStep, check_citations, first_sentence, harvard, query_title
+from actors.steps.write.step import NO_EVIDENCE, NO_MECHANISM, WriteStep, check_citations, first_sentence, harvard, query_title
 from infra.errors import LLMOutputError, LLMTimeout
 from infra.llm.fakes import FunctionLLM, ScriptedLLM
 from infra.settings import Settings
@@ -489,7 +489,7 @@ def test_a_title_sharing_a_word_with_a_requirement_is_kept(store):
 
 def test_listed_evidence_tidies_the_foragers_motives() -> None:
     """The deterministic fallback lists Forager motives, which are model text: loops and cut words go."""
-    from actors.steps.write import WriteStep, _Source
+    from actors.steps.write.step import WriteStep, _Source
     from messages import Evidence
 
     loop = ("The document provides a summary of the topic's topic, and the document provides a summary of the "

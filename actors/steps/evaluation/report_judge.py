@@ -15,10 +15,10 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from actors.steps.forage import block
-from actors.steps.rundir import RunDir
+from actors.steps.forage.step import block
+from actors.steps.run.rundir import RunDir
 from actors.steps.schemas import JudgeVerdict
-from actors.steps.verify import load_cited_chunks, load_report
+from actors.steps.tools.verify import load_cited_chunks, load_report
 from infra.llm.base import LLM
 from infra.store.base import Store
 

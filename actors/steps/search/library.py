@@ -8,7 +8,7 @@ in the ingest cache when one is set, so a second run reads nothing again) and ra
 against each requirement and approved search string, and the query: a file's score is its best
 share of any one of them (its BM25 over that text's best file's), so every requirement's best files
 come first. Files no text was read from (broken, scanned) come last, in name order: the Ingestor still
-records why they fail. The online databases answer the same SearchRequest (actors/steps/websearch.py).
+records why they fail. The online databases answer the same SearchRequest (actors/steps/search/web.py).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from actors.steps.events import Emit, null_emit
-from actors.steps.plan import content_tokens
+from actors.steps.plan.requirements import content_tokens
 from infra.errors import SourceError
 from infra.ingest_cache import IngestCache
 from messages.search import Candidate, SearchRequest, SearchResults, Skipped

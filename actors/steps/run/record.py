@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from actors.steps.rundir import RunDir
+from actors.steps.run.rundir import RunDir
 from messages.forage import RequirementCoverage
 from messages.ingest import IngestResult
 from messages.plan import Requirement, RequirementsPlan

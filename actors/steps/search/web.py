@@ -9,7 +9,7 @@ per iteration:
    citing works, bounded by ``search.snowball_max``);
 2. **dedupe** — against everything seen in the run (DOI, arXiv id, OpenAlex id, title + first
    author + year); a paper found again is merged, never fetched twice;
-3. **screen** — the LLM scores title + abstract in batches (:mod:`actors.steps.paper_scoring`);
+3. **screen** — the LLM scores title + abstract in batches (:mod:`actors.steps.search.paper_scoring`);
 4. **acquire** — accepted papers (best first, ``max_results`` per iteration; the rest wait for the
    next iteration) are downloaded trying every open-access location; a paper without a PDF goes on
    as ``abstract_only``;
@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from actors.steps.events import Emit, null_emit
-from actors.steps.paper_scoring import score_candidates
+from actors.steps.search.paper_scoring import score_candidates
 from infra.errors import ForageError
 from infra.llm.base import LLM
 from infra.settings import Settings

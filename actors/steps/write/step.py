@@ -18,8 +18,8 @@ kept. Labels become global source numbers in order of first citation; sources wi
 sentence cites are numbered after them. The report records which numbers each section may cite
 (``Report.sections``), so ``forage verify`` can re-check a finished report.
 
-Then the cited papers are compared (:mod:`actors.steps.compare`, ``## Comparison of the Cited
-Papers``) and charts drawn (:mod:`actors.steps.charts`, ``## Figures``, files in ``figures/``).
+Then the cited papers are compared (:mod:`actors.steps.write.compare`, ``## Comparison of the Cited
+Papers``) and charts drawn (:mod:`actors.steps.write.charts`, ``## Figures``, files in ``figures/``).
 If the LLM fails for a section (invalid output, a timeout or a server that keeps failing, after the
 retries), the section is written deterministically from the evidence and the failure recorded in
 ``failed_steps``. :func:`check_citations` re-checks a finished report.
@@ -43,10 +43,10 @@ from typing import Literal
 
 from markdown_it import MarkdownIt
 
-from actors.steps.compare import ComparisonStep
+from actors.steps.write.compare import ComparisonStep
 from actors.steps.events import Emit, null_emit
-from actors.steps.forage import block
-from actors.steps.plan import content_words
+from actors.steps.forage.step import block
+from actors.steps.plan.requirements import content_words
 from actors.steps.schemas import (
     MAX_EVIDENCE_SENTENCES,
     MOTIVE_CHARS,
@@ -635,7 +635,7 @@ class WriteStep:
     def _figures(self, request: WriteRequest, refs: Sequence[SourceRef], comparison: Comparison | None,
                  failed: list[str]) -> tuple[Figure, ...]:
         """Coverage per iteration, sources by year, the gap heatmap; a chart that fails is noted, not fatal."""
-        from actors.steps import charts
+        from actors.steps.write import charts
 
         history = list(request.coverage_history) or [{c.requirement.id: c.coverage for c in request.coverages}]
         labels = {c.requirement.id: c.requirement.text for c in request.coverages}

@@ -30,10 +30,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from time import perf_counter
 
-from actors.steps.chunking import chunk_context_line, chunk_sections, context_line, window_for
-from actors.steps.contextual import Contextualizer
+from actors.steps.ingest.chunking import chunk_context_line, chunk_sections, context_line, window_for
+from actors.steps.ingest.contextual import Contextualizer
 from actors.steps.events import Emit, null_emit
-from actors.steps.sections import outline
+from actors.steps.ingest.sections import outline
 from infra.embed.base import Embedder
 from infra.errors import ForageError, PDFError
 from infra.ingest_cache import IngestCache
@@ -64,7 +64,7 @@ def file_sha256(path: Path) -> str:
 
 def source_origin(file_name: str, doi: str | None, arxiv_id: str | None) -> str:
     """What the report and the BibTeX/RIS exports name a PDF by: its file name, then its DOI and arXiv id when
-    known ("paper.pdf, doi:10.1186/…, arXiv:2302.07302"; actors/steps/export.py reads them back)."""
+    known ("paper.pdf, doi:10.1186/…, arXiv:2302.07302"; actors/steps/tools/export.py reads them back)."""
     parts = [file_name] if file_name else []
     return ", ".join([*parts, *([f"doi:{doi}"] if doi else []), *([f"arXiv:{arxiv_id}"] if arxiv_id else [])])
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from actors.steps.sections import Section
+from actors.steps.ingest.sections import Section
 from infra.embed.base import Embedder
 from infra.errors import ConfigError
 from infra.settings import Settings

@@ -1,7 +1,7 @@
 """Evidence quality on a BEIR-format dataset, scored without an LLM (`forage eval evidence`).
 
 Each chosen test query becomes one requirement over the corpus, foraged by the real
-:class:`~actors.steps.forage.ForageStep` (the configured model, one iteration). For half of the queries,
+:class:`~actors.steps.forage.step.ForageStep` (the configured model, one iteration). For half of the queries,
 chosen by a seed, every relevant document is removed from the store before anything is foraged: those
 requirements are *unanswerable*, and any coverage they get is false. The qrels alone score the result:
 
@@ -30,7 +30,7 @@ from pathlib import Path
 from time import perf_counter
 from typing import Any, Literal
 
-from actors.steps.evaluate import BeirDataset, LoadReport, load_beir, load_corpus, select_queries
+from actors.steps.evaluation.retrieval import BeirDataset, LoadReport, load_beir, load_corpus, select_queries
 from infra.embed.base import Embedder
 from infra.errors import ConfigError
 from infra.settings import Settings
@@ -120,7 +120,7 @@ def retrieval_p1(store: Store, embedder: Embedder, dataset: BeirDataset, qrels: 
 async def forage_query(settings: Settings, store: Store, embedder: Embedder, llm: Any, requirement_text: str,
                        run_id: str = "eval-evidence") -> Any:
     """One iteration of the real Forager for one requirement: its RequirementCoverage."""
-    from actors.steps.forage import ForageStep
+    from actors.steps.forage.step import ForageStep
     from messages.forage import ForageRequest
     from messages.plan import Requirement
 

@@ -1,6 +1,6 @@
 """Charts beside the report (matplotlib, Agg; no display, no pyplot state): coverage per requirement per
 iteration, sources by year, and the gap matrix as a heatmap. Each chart is a :class:`Figure` holding
-PNG (base64) and SVG; :meth:`actors.steps.rundir.RunDir.save_report` writes them to
+PNG (base64) and SVG; :meth:`actors.steps.run.rundir.RunDir.save_report` writes them to
 ``runs/<run_id>/figures/<name>.png|svg`` and the report links them.
 """
 

@@ -19,8 +19,8 @@ from typing import Any, Literal
 
 from pydantic import Field, create_model
 
-from actors.steps.forage import block
-from actors.steps.plan import content_words
+from actors.steps.forage.step import block
+from actors.steps.plan.requirements import content_words
 from actors.steps.schemas import RECORD_CHARS, ContributionDraft, DifferenceDraft, OverlapDraft
 from actors.steps.text import plain_text, tidy
 from infra.errors import LLM_FAILURES

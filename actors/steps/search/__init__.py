@@ -1,0 +1,1 @@
+"""Stage 2, searching: the local library by relevance, OpenAlex and arXiv candidates and how they are scored."""

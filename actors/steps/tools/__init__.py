@@ -1,0 +1,1 @@
+"""Tools on a finished run or the store: ask, verify citations, export."""
