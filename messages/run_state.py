@@ -1,6 +1,6 @@
 """The state of a research run: everything ``runs/<run_id>/run.json`` holds, as one typed model.
 
-One owner writes it (the run's Orchestrator, through ``actors.steps.run_record.RunRecord``: checkpoints, the
+One owner writes it (the run's Orchestrator, through ``actors.steps.run.record.RunRecord``: checkpoints, the
 resume point, the stop rule, the status); every other reader (``forage runs``, resume, the gateway, verify,
 export, forget, the judge) loads it with :meth:`RunState.load` instead of reading the JSON by hand.
 
