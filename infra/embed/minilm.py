@@ -12,13 +12,32 @@ import json
 import os
 import threading
 from collections.abc import Sequence
+from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from infra.errors import ConfigError
 
 MODEL_NAME = "all-MiniLM-L6-v2"
 DIM = 384
+Precision = Literal["auto", "fp32", "bf16"]
+PRECISIONS: tuple[str, ...] = ("auto", "fp32", "bf16")
+
+
+def resolve_precision(precision: str, device: str = "cpu") -> str:
+    """'bf16' or 'fp32'. 'auto' is bf16 on a CPU with native bfloat16 arithmetic (AVX512-BF16 or AMX: recent
+    Xeon and EPYC), where MiniLM embeds about twice as fast with vectors that differ from float32 by a cosine of
+    under 1e-4 (bench/embed_speed.py, docs/ingestion.md); elsewhere (older CPUs emulate bfloat16 slowly, GPUs are
+    left as they are) float32."""
+    if precision != "auto":
+        return precision
+    if device != "cpu":
+        return "fp32"
+    import torch
+
+    native = getattr(torch.cpu, "_is_avx512_bf16_supported", lambda: False)() or \
+        getattr(torch.cpu, "_is_amx_tile_supported", lambda: False)()
+    return "bf16" if native else "fp32"
 
 
 def model_path() -> Path:
@@ -55,10 +74,15 @@ class MiniLMEmbedder:
     dim = DIM
 
     def __init__(self, batch_size: int = 64, device: str = "cpu", threads: int | None = None,
-                 path: Path | None = None) -> None:
-        """``threads``: torch intra-op threads set when the model loads (default: up to 4 cores)."""
+                 path: Path | None = None, precision: Precision = "auto") -> None:
+        """``threads``: torch intra-op threads set when the model loads (default: up to 4 cores). ``precision``:
+        what the model computes in (:func:`resolve_precision`; the vectors are float32 either way)."""
+        if precision not in PRECISIONS:
+            raise ConfigError(f"embed precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
         self.batch_size = batch_size
         self.device = device
+        self.precision = precision
+        self._bf16 = False  # the resolved precision, once the model is loaded
         self.threads = threads or max(1, min(4, os.cpu_count() or 1))
         self.path = path or model_path()
         self.max_tokens = self._max_seq_length(self.path)
@@ -98,6 +122,7 @@ class MiniLMEmbedder:
                 torch.set_num_threads(self.threads)
                 model = SentenceTransformer(str(self.path), device=self.device, local_files_only=True)
                 self.max_tokens = int(model.max_seq_length)
+                self._bf16 = resolve_precision(self.precision, self.device) == "bf16"
                 self._model = model
             return self._model
 
@@ -116,9 +141,18 @@ class MiniLMEmbedder:
         if not texts:
             return []
         model = self._ensure_model()
-        vectors = model.encode(list(texts), batch_size=self.batch_size, normalize_embeddings=True,
-                               convert_to_numpy=True, show_progress_bar=False)
+        with self._autocast():
+            vectors = model.encode(list(texts), batch_size=self.batch_size, normalize_embeddings=True,
+                                   convert_to_numpy=True, show_progress_bar=False)
         return vectors.astype("float32").tolist()
+
+    def _autocast(self) -> AbstractContextManager[Any]:
+        """bfloat16 autocast when the resolved precision is bf16 (the weights stay float32), else nothing."""
+        if not self._bf16:
+            return nullcontext()
+        import torch
+
+        return torch.autocast(device_type="cpu", dtype=torch.bfloat16)
 
     def token_spans(self, text: str) -> list[tuple[int, int]]:
         """Character spans of the model's own WordPiece tokens of ``text`` (no [CLS]/[SEP])."""

@@ -48,6 +48,31 @@ def test_minilm_metadata_without_loading_and_pickles() -> None:
     assert clone.token_spans("warm the tokenizer") == embedder.token_spans("warm the tokenizer")
 
 
+def test_minilm_precision_is_checked_and_resolved() -> None:
+    from infra.embed.minilm import resolve_precision
+    from infra.errors import ConfigError
+
+    assert resolve_precision("fp32") == "fp32" and resolve_precision("bf16") == "bf16"
+    assert resolve_precision("auto", device="cuda") == "fp32"
+    assert resolve_precision("auto") in ("fp32", "bf16")  # by what this CPU computes natively
+    with pytest.raises(ConfigError, match="precision must be one of"):
+        MiniLMEmbedder(precision="int8")  # type: ignore[arg-type]
+    assert build_embedder(Settings.load().updated(embed={"precision": "fp32"})).precision == "fp32"
+
+
+@pytest.mark.slow
+def test_minilm_bfloat16_vectors_match_float32() -> None:
+    """bfloat16 (what 'auto' picks on a CPU with native bfloat16) changes a vector by a cosine of under 1e-3 from
+    float32, so one store may hold vectors from nodes of either kind."""
+    texts = ["Deep venous thrombosis prophylaxis in trauma patients.",
+             "A JavaScript just-in-time compiler with trace trees. " * 20]
+    exact = MiniLMEmbedder(precision="fp32").embed(texts)
+    half = MiniLMEmbedder(precision="bf16").embed(texts)
+    cosines = [sum(a * b for a, b in zip(x, y, strict=True)) for x, y in zip(exact, half, strict=True)]
+    assert all(c > 0.999 for c in cosines), cosines
+    assert exact != half  # bfloat16 really computed
+
+
 @pytest.mark.slow
 def test_minilm_embeds_unit_vectors_offline() -> None:
     embedder = MiniLMEmbedder(batch_size=2)
