@@ -109,29 +109,35 @@ def cluster_gpu_count() -> float:
 
 
 def ingestor_gpus(settings: Settings, cluster_gpus: float | None = None) -> float:
-    """GPUs one Ingestor asks Ray for: ``ingest.marker_gpus`` (at most what the cluster has) when the
-    Ingestors parse with Marker (:func:`infra.pdf.resolve_parser`) and the cluster has GPUs, else 0.
-    PyMuPDF Ingestors never hold a GPU."""
+    """GPUs one Ingestor asks Ray for where the cluster has GPUs (at most what it has): ``ingest.marker_gpus``
+    when the Ingestors parse with Marker (:func:`infra.pdf.resolve_parser`), else ``ingest.embed_gpus`` (a
+    PyMuPDF Ingestor that embeds on a GPU share; 0 by default). 0 on a cluster without GPUs. An Ingestor's
+    embedder runs where its share is (``embed.device='auto'``)."""
     from infra.pdf import resolve_parser
 
     backend, _ = resolve_parser(settings)
-    if backend != "marker":
+    wanted = settings.ingest.marker_gpus if backend == "marker" else settings.ingest.embed_gpus
+    if wanted <= 0:
         return 0.0
     available = cluster_gpu_count() if cluster_gpus is None else cluster_gpus
     if available <= 0:
         return 0.0
-    return min(settings.ingest.marker_gpus, available)
+    return min(wanted, available)
 
 
 def ingestor_pool_size(settings: Settings, cluster_gpus: float | None = None) -> int:
-    """Ingestor actors to run: ``ingest.pool_size`` when they parse on CPUs; when each asks for a GPU
-    share (Marker on a cluster with GPUs, :func:`ingestor_gpus`), one per share of the GPUs Ray sees
-    (a lab of four GPUs parses four PDFs at once; more Ingestors would wait forever for a GPU)."""
+    """Ingestor actors to run: ``ingest.pool_size`` when they work on CPUs; when each asks for a GPU share
+    (:func:`ingestor_gpus`), no more than there are shares of the GPUs Ray sees (more Ingestors would wait
+    forever for a GPU): one per share for Marker (a lab of four GPUs parses four PDFs at once), at most
+    ``ingest.pool_size`` for PyMuPDF Ingestors that embed on a GPU share (they parse on CPUs)."""
     available = cluster_gpu_count() if cluster_gpus is None else cluster_gpus
     share = ingestor_gpus(settings, available)
     if share <= 0:
         return settings.ingest.pool_size
-    return max(1, int(available // share + 1e-9))
+    shares = max(1, int(available // share + 1e-9))
+    from infra.pdf import resolve_parser
+
+    return shares if resolve_parser(settings)[0] == "marker" else min(settings.ingest.pool_size, shares)
 
 
 def llm_slot_resources(settings: Settings) -> dict[str, float] | None:

@@ -89,6 +89,9 @@ class EmbedSettings(Section):
     dim: int | None = Field(default=None, ge=1, description="Vector size of embed.model (backend=openai) when it is "
                                                             "not a common model Forage knows.")
     batch_size: int = Field(default=64, ge=1)
+    device: str = Field(default="auto", pattern=r"^(auto|cpu|cuda(:\d+)?)$",
+                        description="Where MiniLM runs: 'auto' is the GPU where this process may use one (an "
+                                    "Ingestor given ingest.embed_gpus, a CLI on a GPU machine), else the CPU.")
     precision: Literal["auto", "fp32", "bf16"] = Field(
         default="auto", description="What MiniLM computes in: 'auto' is bfloat16 on a CPU with native bfloat16 "
                                     "(AVX512-BF16 or AMX; about 2x faster, vectors within a cosine of 1e-4 of "
@@ -148,6 +151,10 @@ class IngestSettings(Section):
     marker_gpus: float = Field(
         default=1.0, gt=0, le=8,
         description="GPUs (fractions allowed) a Marker Ingestor asks Ray for where the cluster has GPUs.")
+    embed_gpus: float = Field(
+        default=0.0, ge=0, le=8,
+        description="GPU share a PyMuPDF Ingestor asks Ray for where the cluster has GPUs, to embed there (0: it "
+                    "embeds on its CPU). Marker Ingestors hold marker_gpus and embed on that GPU.")
     max_pages: int = Field(default=60, ge=1, description="Pages parsed per document; the rest are noted and skipped.")
     timeout_s: float = Field(default=300.0, gt=0, description="Per document parse timeout.")
     max_bytes: int = Field(default=100_000_000, ge=1, description="Refuse files larger than this.")

@@ -24,6 +24,16 @@ Precision = Literal["auto", "fp32", "bf16"]
 PRECISIONS: tuple[str, ...] = ("auto", "fp32", "bf16")
 
 
+def resolve_device(device: str) -> str:
+    """'auto': the GPU where this process may use one (in a Ray actor: one that was given a GPU share, since Ray
+    hides the GPUs from the others), else the CPU; any other value as given ('cpu', 'cuda', 'cuda:1')."""
+    if device != "auto":
+        return device
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
 def resolve_precision(precision: str, device: str = "cpu") -> str:
     """'bf16' or 'fp32'. 'auto' is bf16 on a CPU with native bfloat16 arithmetic (AVX512-BF16 or AMX: recent
     Xeon and EPYC), where MiniLM embeds about twice as fast with vectors that differ from float32 by a cosine of
@@ -75,8 +85,9 @@ class MiniLMEmbedder:
 
     def __init__(self, batch_size: int = 64, device: str = "cpu", threads: int | None = None,
                  path: Path | None = None, precision: Precision = "auto") -> None:
-        """``threads``: torch intra-op threads set when the model loads (default: up to 4 cores). ``precision``:
-        what the model computes in (:func:`resolve_precision`; the vectors are float32 either way)."""
+        """``device``: 'auto' (:func:`resolve_device`), 'cpu' or 'cuda'. ``threads``: torch intra-op threads set
+        when the model loads (default: up to 4 cores). ``precision``: what the model computes in
+        (:func:`resolve_precision`; the vectors are float32 either way)."""
         if precision not in PRECISIONS:
             raise ConfigError(f"embed precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
         self.batch_size = batch_size
@@ -120,9 +131,10 @@ class MiniLMEmbedder:
 
                 hf_logging.disable_progress_bar()  # no "Loading weights" bar in actor logs
                 torch.set_num_threads(self.threads)
-                model = SentenceTransformer(str(self.path), device=self.device, local_files_only=True)
+                device = resolve_device(self.device)
+                model = SentenceTransformer(str(self.path), device=device, local_files_only=True)
                 self.max_tokens = int(model.max_seq_length)
-                self._bf16 = resolve_precision(self.precision, self.device) == "bf16"
+                self._bf16 = resolve_precision(self.precision, device) == "bf16"
                 self._model = model
             return self._model
 

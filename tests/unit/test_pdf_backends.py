@@ -133,6 +133,23 @@ def test_marker_ingestors_ask_for_a_gpu_where_the_cluster_has_one(tmp_path: Path
     assert opts["max_concurrency"] == 1 and opts["max_task_retries"] == 0
 
 
+def test_pymupdf_ingestors_embed_on_a_gpu_share_when_asked() -> None:
+    from infra.embed.minilm import resolve_device
+
+    embedding = settings("pymupdf", embed_gpus=0.25, pool_size=4)
+    assert options_for("ingestor", embedding, cluster_gpus=2)["num_gpus"] == 0.25
+    assert "num_gpus" not in options_for("ingestor", embedding, cluster_gpus=0)  # no GPUs: it embeds on its CPU
+    assert ingestor_pool_size(embedding, cluster_gpus=2) == 4  # parsing stays on CPUs: the setting
+    assert ingestor_pool_size(settings("pymupdf", embed_gpus=1.0, pool_size=4), cluster_gpus=2) == 2  # one per GPU
+    # an Ingestor's embedder goes where its share is: Ray hides the GPUs from a process without one
+    assert resolve_device("cpu") == "cpu" and resolve_device("cuda:1") == "cuda:1"
+    import torch
+
+    assert resolve_device("auto") == ("cuda" if torch.cuda.is_available() else "cpu")
+    with pytest.raises(ValueError, match="device"):
+        Settings.load().updated(embed={"device": "tpu"})
+
+
 def test_without_ray_the_cluster_has_no_gpus() -> None:
     ray = pytest.importorskip("ray")
     if ray.is_initialized():
