@@ -229,6 +229,12 @@ class ZoteroSettings(Section):
 # MiniLM: on BEIR SciFact train (bench/relevance_floors.py, docs/evidence.md) 90 % of relevant passages are at
 # or above 0.43 and 98 % at or above 0.33. nomic-embed-text: not calibrated here (no Ollama); run the bench.
 _SIMILARITY: dict[str, tuple[float, float]] = {"minilm": (0.43, 0.33), "ollama": (0.5, 0.4), "openai": (0.5, 0.4)}
+# The confirmation an 'answers' needs before it counts for coverage: similarity + CONFIRM_WORD_WEIGHT x the share of
+# the requirement's content words the passage holds, at least this much. MiniLM: chosen on BEIR SciFact train as
+# the loosest that credits at most 10 % of requirements whose relevant papers are not in the library
+# (bench/coverage_signal.py, docs/evidence.md). Other embedders: not calibrated here, so no confirmation.
+_CONFIRMATION: dict[str, float] = {"minilm": 0.95}
+CONFIRM_WORD_WEIGHT = 0.4
 
 
 class ForageSettings(Section):
@@ -255,6 +261,13 @@ class ForageSettings(Section):
         description="Least similarity of an 'answers' the check confirms. None follows the embedder: MiniLM "
                     f"{_SIMILARITY['minilm'][0]:.2f} (90 % of relevant passages of BEIR SciFact train reach it; "
                     f"docs/evidence.md has the trade-off), nomic {_SIMILARITY['ollama'][0]:.2f} (not calibrated).")
+    answer_confirmation: float | None = Field(
+        default=None, ge=0, le=2,
+        description="Least similarity + 0.4 x word share (the share of the requirement's content words in the "
+                    "passage) of an 'answers' that counts for coverage and answering papers; one below it stays "
+                    "an unconfirmed answer (coverage 0.5, recorded). None follows the embedder: MiniLM "
+                    f"{_CONFIRMATION['minilm']:.2f} (from BEIR SciFact train, docs/evidence.md); other embedders "
+                    "are not calibrated here, so their answers count without it; 0 turns it off.")
     topic_similarity: float | None = Field(
         default=None, ge=-1, le=1,
         description="Least similarity of a passage the judge is shown. None follows the embedder: MiniLM "
@@ -410,6 +423,14 @@ class Settings(BaseSettings):
         answer, topic = _SIMILARITY[self.embed.backend]
         return (answer if self.forage.answer_similarity is None else self.forage.answer_similarity,
                 topic if self.forage.topic_similarity is None else self.forage.topic_similarity)
+
+    def answer_confirmation(self) -> float | None:
+        """The confirmation floor of an 'answers' (forage.answer_confirmation, following the embedder unless set);
+        None: no confirmation (an embedder not calibrated, or 0)."""
+        value = self.forage.answer_confirmation
+        if value is None:
+            value = _CONFIRMATION.get(self.embed.backend)
+        return value or None
 
     def extractive(self) -> bool:
         """Whether reports and answers quote their evidence instead of asking the LLM to write (write.extractive;

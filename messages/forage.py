@@ -38,6 +38,11 @@ class ChunkJudgement(Frozen):
     model_tag: Tag | None = Field(
         default=None, description="The judge's own tag when the relevance check overruled it (``tag`` is then what "
                                   "counts); None: the check agreed, or the passage was never shown to the judge.")
+    confirmed: bool | None = Field(
+        default=None, description="For an 'answers': whether retrieval signals confirm it (similarity plus the share "
+                                  "of the requirement's words the passage holds, at least forage.answer_confirmation); "
+                                  "only a confirmed answer counts for coverage and answering papers. None: not an "
+                                  "answer, or no confirmation configured.")
     model_kind: Literal["method", "result", "background"] | None = Field(
         default=None, description="The judge's own kind when the section check overruled it: a 'method' or 'result' "
                                   "from an introduction, background or related-work section counts as background "
@@ -68,13 +73,18 @@ class RequirementCoverage(Message):
     iteration: int = Field(ge=1)
     status: Status = "ok"
     coverage: float = Field(ge=0.0, le=1.0, description="1.0 answered by a method or result, 0.75 answered by "
-                                                         "background only, 0.5 only interesting, 0.0 nothing; "
-                                                         "only answers the relevance check confirmed count.")
+                                                         "background only, 0.5 only unconfirmed answers or "
+                                                         "interesting passages, 0.0 nothing; only answers the "
+                                                         "relevance check passed and retrieval signals confirmed "
+                                                         "count.")
     evidence: tuple[Evidence, ...] = ()
     judgements: tuple[ChunkJudgement, ...] = ()
     llm_calls: int = 0
-    answering_papers: int = Field(default=0, ge=0, description="Distinct documents with an answering chunk.")
+    answering_papers: int = Field(default=0, ge=0, description="Distinct documents with a confirmed answering "
+                                                                "chunk.")
     failed_steps: tuple[str, ...] = Field(default=(), description="Steps that degraded, with reasons.")
     overruled: int = Field(default=0, ge=0, description="Verdicts the relevance check overruled so far (an "
                                                         "'answers' far from the requirement counts for nothing).")
+    unconfirmed: int = Field(default=0, ge=0, description="Answers so far that retrieval signals did not confirm "
+                                                          "(ChunkJudgement.confirmed): shown, not counted.")
     error: str | None = None

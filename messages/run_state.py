@@ -62,6 +62,8 @@ class IterationRecord(_Record):
     llm_calls: dict[str, int] = {}
     answering_papers: dict[str, int] = {}
     overruled: dict[str, int] = Field(default={}, description="Judge's answers the relevance check overruled.")
+    unconfirmed: dict[str, int] = Field(default={}, description="Judge's answers retrieval signals did not confirm "
+                                                                "(shown as evidence, not counted for coverage).")
     errors: dict[str, str | None] = {}
 
 

@@ -837,6 +837,7 @@ def test_the_check_keeps_the_answer_that_is_on_topic_and_overrules_the_rest(stor
     assert cov.coverage == 1.0
     by_id = {j.chunk_id: j for j in cov.judgements}
     assert by_id[cid(PHOTO, 2)].tag == "answers" and by_id[cid(PHOTO, 2)].model_tag is None
+    assert by_id[cid(PHOTO, 2)].confirmed is True  # its similarity and the requirement's words it holds
     assert cov.evidence[0].doc_id == PHOTO[0].doc_id and cov.evidence[0].chunk_ids[0] == cid(PHOTO, 2)
     overruled = [j for j in cov.judgements if j.model_tag == "answers"]
     assert cid(FOREST, 0) in {j.chunk_id for j in overruled} and all(j.tag == "interesting" for j in overruled)
@@ -848,6 +849,41 @@ def test_the_check_keeps_the_answer_that_is_on_topic_and_overrules_the_rest(stor
     assert sum(len(p["overruled"]) for p in payloads) == len(overruled)
     coverage_event = next(e.payload for e in emit.events if e.kind == "coverage")
     assert coverage_event["overruled"] == len(overruled)
+
+
+ON_TOPIC_UNANSWERED = Requirement(id="R1", text="How do leaves protect photosystem II from damage by excess light?")
+
+
+def test_on_topic_answers_that_retrieval_signals_do_not_confirm_count_for_nothing(store, embedder):
+    """The library is about photosynthesis but says nothing of photoprotection: the yes-man judge calls passages
+    answers that are close enough to pass the answer floor. Retrieval signals (similarity plus the requirement's
+    words the passage holds) confirm none of them, so coverage is 0.5 (related, no answer), no paper answers, and
+    each unconfirmed answer is recorded beside the judge's tag; without the confirmation it was 1.0."""
+    unconfirmed_off = forage_req(ForageStep(settings(relevance_check=True, vector_k=N_BODY_CHUNKS,
+                                                     answer_confirmation=0), store, embedder,
+                                            FunctionLLM(YesMan())), ON_TOPIC_UNANSWERED)
+    assert unconfirmed_off.coverage == 1.0 and unconfirmed_off.answering_papers >= 1  # the floor alone
+
+    emit = RecordingEmit(RUN)
+    cov = forage_req(ForageStep(settings(relevance_check=True, vector_k=N_BODY_CHUNKS), store, embedder,
+                                FunctionLLM(YesMan()), emit=emit), ON_TOPIC_UNANSWERED)
+    answers = [j for j in cov.judgements if j.tag == "answers"]
+    assert answers and all(j.confirmed is False and j.relevance >= 0.43 for j in answers)
+    assert cov.coverage == 0.5 and cov.answering_papers == 0 and cov.unconfirmed == len(answers)
+    assert cov.evidence and all(e.tag == "interesting" for e in cov.evidence)  # shown, not presented as answers
+    recorded = [u["chunk_id"] for e in emit.events if e.kind == "checked" for u in e.payload["unconfirmed"]]
+    assert sorted(recorded) == sorted(j.chunk_id for j in answers)
+    coverage_event = next(e.payload for e in emit.events if e.kind == "coverage")
+    assert coverage_event["unconfirmed"] == len(answers) and coverage_event["answering_papers"] == 0
+
+
+def test_a_reranker_signal_is_not_held_to_the_embedding_confirmation(store, embedder):
+    """The confirmation floor is calibrated for embedding similarity; a configured reranker's scores have their own
+    scale and floors, so its confirmed answers count as before (tested with the table signal below)."""
+    signal = PhraseRelevance({"split water": 0.9})
+    cov = forage(ForageStep(settings(relevance_check=True, vector_k=N_BODY_CHUNKS), store, embedder,
+                            FunctionLLM(YesMan()), relevance=signal))
+    assert cov.coverage == 1.0 and all(j.confirmed is None for j in cov.judgements)
 
 
 class PhraseRelevance:

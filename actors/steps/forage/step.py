@@ -58,6 +58,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from actors.steps.events import Emit, null_emit
+from actors.steps.plan.requirements import content_words
 from actors.steps.schemas import (
     MAX_SECTIONS_CHOSEN,
     SECTION_PATH_CHARS,
@@ -73,7 +74,7 @@ from infra.errors import LLMOutputError, LLMTimeout
 from infra.llm.base import LLM, ChatMessage, T
 from infra.llm.slotted import background_calls, rounds_ahead
 from infra.rerank import EmbeddingSimilarity, Relevance
-from infra.settings import Settings
+from infra.settings import CONFIRM_WORD_WEIGHT, Settings
 from infra.store.base import RRF_K, ChunkFilter, ChunkRecord, Hit, Store
 from messages.forage import ChunkJudgement, Evidence, ForageRequest, RequirementCoverage
 from messages.plan import Requirement
@@ -135,6 +136,11 @@ def background_section(section_path: str) -> bool:
 def _cosine(a: Sequence[float], b: Sequence[float]) -> float:
     norm = math.sqrt(sum(x * x for x in a)) * math.sqrt(sum(y * y for y in b))
     return sum(x * y for x, y in zip(a, b, strict=True)) / norm if norm else 0.0
+
+
+def _counts(judgement: ChunkJudgement) -> bool:
+    """Whether a verdict counts as an answer: 'answers', and confirmed by retrieval signals where that is checked."""
+    return judgement.tag == "answers" and judgement.confirmed is not False
 
 
 def _rel(judgement: ChunkJudgement) -> float:
@@ -213,6 +219,10 @@ class ForageStep:
         # floors; -inf: no check
         self.relevance = relevance or EmbeddingSimilarity(embedder, settings.similarity_floors())
         self._floors = self.relevance.floors if self.cfg.relevance_check else (-math.inf, -math.inf)
+        # the confirmation an 'answers' needs to count (similarity + word share; calibrated for the embedding
+        # similarity of the embedder only: a reranker's scores are on their own scale); None: none
+        self._confirmation = (settings.answer_confirmation()
+                              if self.cfg.relevance_check and isinstance(self.relevance, EmbeddingSimilarity) else None)
         self.overruled = 0  # verdicts the relevance check overruled, all iterations
 
     # -- the iteration ------------------------------------------------------------------------------
@@ -258,12 +268,13 @@ class ForageStep:
         self.emit(Stage.FORAGE, "coverage", f"{req.id}: coverage {coverage:.2f}", iteration=it.number,
                   requirement_id=req.id, coverage=coverage, llm_calls=self.llm_calls, llm_calls_iteration=it.calls,
                   evidence_documents=len(evidence), answering_papers=papers, overruled=self.overruled,
+                  unconfirmed=self.unconfirmed(),
                   judged_total=len(self._judgements),
                   judged_iteration=len(it.judged))
         return RequirementCoverage(
             run_id=request.run_id, requirement=req, iteration=it.number, coverage=coverage, evidence=evidence,
             judgements=tuple(it.judged), llm_calls=self.llm_calls, answering_papers=papers,
-            failed_steps=tuple(self.failed_steps), overruled=self.overruled)
+            failed_steps=tuple(self.failed_steps), overruled=self.overruled, unconfirmed=self.unconfirmed())
 
     async def _summarize_dive_reformulate_at_once(self, req: Requirement, it: _Iteration) -> None:
         """Summarize, deep dive and reformulate with an LLM that queues calls: the same calls as one
@@ -277,7 +288,7 @@ class ForageStep:
         instead of 8 (judge, summarize, gate, sections, judge — beside reformulate, judge, summarize),
         and a requirement waiting for its next call holds up nothing else."""
         queue = self._deep_dive_queue()[: self.cfg.max_deep_dives]
-        answered = {j.doc_id for j in self._judgements.values() if j.tag == "answers"}
+        answered = {j.doc_id for j in self._judgements.values() if _counts(j)}
         certain = self.cfg.min_papers > 0 and len(answered | set(queue)) < self.cfg.min_papers
         reformulation = asyncio.ensure_future(self._reformulate(req, it)) if certain else None
         # with a reformulation that may follow the dives, this requirement's chain is the longest: its calls first
@@ -324,35 +335,45 @@ class ForageStep:
 
     # -- end node: cumulative results ------------------------------------------------------------------
     def coverage(self) -> float:
-        """1.0: a chunk answers with a method or a result; 0.75: answers are background only; 0.5: only
-        interesting chunks; 0.0: nothing."""
+        """1.0: a confirmed answer with a method or a result; 0.75: confirmed answers are background only; 0.5:
+        answers the retrieval signals do not confirm, or only interesting chunks; 0.0: nothing. (Without a
+        confirmation configured every answer counts as confirmed.)"""
         judged = list(self._judgements.values())
-        answers = [j for j in judged if j.tag == "answers"]
+        answers = [j for j in judged if _counts(j)]
         if any(_KIND_RANK[j.kind] == 0 for j in answers):
             return 1.0
         if answers:
             return 0.75
-        return 0.5 if any(j.tag == "interesting" for j in judged) else 0.0
+        return 0.5 if any(j.tag in ("answers", "interesting") for j in judged) else 0.0
 
     def answering_papers(self) -> int:
-        """Distinct documents with at least one answering chunk."""
-        return len({j.doc_id for j in self._judgements.values() if j.tag == "answers"})
+        """Distinct documents with at least one confirmed answering chunk."""
+        return len({j.doc_id for j in self._judgements.values() if _counts(j)})
+
+    def unconfirmed(self) -> int:
+        """Answers the retrieval signals did not confirm, all iterations."""
+        return sum(1 for j in self._judgements.values() if j.tag == "answers" and j.confirmed is False)
 
     def evidence(self) -> tuple[Evidence, ...]:
-        """One Evidence per document with answers/interesting chunks: answering documents first, and
-        within each group documents whose best chunk is a method or a result before background ones,
-        then the most similar to the requirement first (the relevance check's similarity); chunk ids in
-        the same order (answers first, methods and results before background, most similar first)."""
+        """One Evidence per document with answers/interesting chunks: documents with a confirmed answer first,
+        then those whose answers the retrieval signals did not confirm (tagged interesting), then interesting
+        ones; within each group documents whose best chunk is a method or a result before background ones, then
+        the most similar to the requirement first (the relevance check's similarity); chunk ids in the same order
+        (confirmed answers first, methods and results before background, most similar first)."""
         by_doc: dict[str, list[ChunkJudgement]] = {}
         for j in self._judgements.values():
             if j.tag != "unrelated":
                 by_doc.setdefault(j.doc_id, []).append(j)
-        ranked: list[tuple[tuple[bool, int, float], Evidence]] = []
+
+        def group(j: ChunkJudgement) -> int:
+            return 0 if _counts(j) else 1 if j.tag == "answers" else 2
+
+        ranked: list[tuple[tuple[int, int, float], Evidence]] = []
         for doc_id, judged in by_doc.items():
-            ordered = sorted(judged, key=lambda j: (j.tag != "answers", _KIND_RANK[j.kind], -_rel(j)))  # stable
+            ordered = sorted(judged, key=lambda j: (group(j), _KIND_RANK[j.kind], -_rel(j)))  # stable
             lead = ordered[0]
-            ranked.append(((lead.tag != "answers", _KIND_RANK[lead.kind], -_rel(lead)), Evidence(
-                doc_id=doc_id, title=self._doc(doc_id).title, tag="answers" if lead.tag == "answers" else "interesting",
+            ranked.append(((group(lead), _KIND_RANK[lead.kind], -_rel(lead)), Evidence(
+                doc_id=doc_id, title=self._doc(doc_id).title, tag="answers" if _counts(lead) else "interesting",
                 motive=lead.motive, summary=self._summaries.get(doc_id, ""),
                 chunk_ids=tuple(j.chunk_id for j in ordered))))
         return tuple(e for _, e in sorted(ranked, key=lambda pair: pair[0]))  # stable: judging order within a rank
@@ -449,7 +470,7 @@ class ForageStep:
         answers = await self._together([self._judge_batch(req, b, stage, it, retry=True) for b in batches])
         order = {chunk.chunk_id: n for n, chunk in enumerate(chunks)}
         by_id = {chunk.chunk_id: chunk for chunk in chunks}
-        judged = [self._checked(j, relevance.get(j.chunk_id), by_id[j.chunk_id].section_path)
+        judged = [self._checked(j, relevance.get(j.chunk_id), by_id[j.chunk_id], req)
                   for batch in answers for j in batch]
         judged += [ChunkJudgement(chunk_id=c.chunk_id, doc_id=c.doc_id, tag="unrelated", stage=stage,  # type: ignore[arg-type]
                                   relevance=relevance[c.chunk_id],
@@ -459,10 +480,13 @@ class ForageStep:
         out = sorted(judged, key=lambda j: order[j.chunk_id])
         overruled = [j for j in out if j.model_tag is not None]
         rekinded = [j for j in out if j.model_kind is not None]
+        unconfirmed = [j for j in out if j.tag == "answers" and j.confirmed is False]
         self.overruled += len(overruled)
-        if off_topic or overruled or rekinded:
+        if off_topic or overruled or rekinded or unconfirmed:
             self.emit(Stage.FORAGE, "checked", f"{req.id}: relevance check: {len(off_topic)} passage(s) off-topic, "
                                                f"{len(overruled)} verdict(s) overruled"
+                      + (f", {len(unconfirmed)} answer(s) not confirmed by retrieval signals (not counted for "
+                         "coverage)" if unconfirmed else "")
                       + (f", {len(rekinded)} method/result passage(s) from an introduction or background section "
                          "counted as background" if rekinded else ""), iteration=it.number,
                       requirement_id=req.id, judged_at=stage, floors=list(self._floors),
@@ -470,6 +494,9 @@ class ForageStep:
                                  for c in off_topic],
                       overruled=[{"chunk_id": j.chunk_id, "model_tag": j.model_tag, "tag": j.tag,
                                   "relevance": round(j.relevance or 0.0, 4)} for j in overruled],
+                      confirmation=self._confirmation,
+                      unconfirmed=[{"chunk_id": j.chunk_id, "relevance": round(j.relevance or 0.0, 4)}
+                                   for j in unconfirmed],
                       kinds_overruled=[{"chunk_id": j.chunk_id, "model_kind": j.model_kind, "kind": j.kind,
                                         "section": by_id[j.chunk_id].section_path} for j in rekinded])
         if record:
@@ -484,19 +511,34 @@ class ForageStep:
         scores = await asyncio.to_thread(self.relevance.score, req.text, [c.text for c in chunks])
         return {c.chunk_id: score for c, score in zip(chunks, scores, strict=True)}
 
-    def _checked(self, judgement: ChunkJudgement, relevance: float | None, section_path: str = "") -> ChunkJudgement:
+    def _checked(self, judgement: ChunkJudgement, relevance: float | None, chunk: ChunkRecord | None = None,
+                 req: Requirement | None = None) -> ChunkJudgement:
         """The judge's verdict after the checks: an 'answers' below the answer floor counts as 'interesting' (the
-        judge's tag kept in ``model_tag``); a 'method' or 'result' from an introduction, background or
-        related-work section counts as background (the judge's kind kept in ``model_kind``): there a paper
-        reports others' work and its own motivation, not its methods and results."""
+        judge's tag kept in ``model_tag``); an 'answers' at or above it is confirmed or not (:meth:`confirms`);
+        a 'method' or 'result' from an introduction, background or related-work section counts as background (the
+        judge's kind kept in ``model_kind``): there a paper reports others' work and its own motivation, not its
+        methods and results."""
         if relevance is None:
             return judgement
         update: dict[str, Any] = {"relevance": relevance}
         if judgement.tag == "answers" and relevance < self._floors[0]:
             update.update(tag="interesting", model_tag="answers")
-        if judgement.kind in ("method", "result") and background_section(section_path):
+        elif judgement.tag == "answers" and self._confirmation is not None and chunk is not None and req is not None:
+            update["confirmed"] = self.confirms(req, chunk.text, relevance)
+        if judgement.kind in ("method", "result") and chunk is not None and background_section(chunk.section_path):
             update.update(kind="background", model_kind=judgement.kind)
         return judgement.model_copy(update=update)
+
+    def confirms(self, req: Requirement, text: str, relevance: float) -> bool:
+        """Whether retrieval signals confirm a passage the judge calls an answer: its similarity to the requirement
+        plus CONFIRM_WORD_WEIGHT x the share of the requirement's content words it holds reaches
+        ``forage.answer_confirmation``. On BEIR SciFact a related paper of the same topic is as similar to a claim as
+        the paper that answers it; the words the answer shares with the claim tell them apart more often (at the
+        calibrated floor, 0.39 of answerable claims confirmed, 0.10 of unanswerable ones: docs/evidence.md)."""
+        assert self._confirmation is not None
+        words = content_words(req.text)
+        share = len(words & content_words(text)) / len(words) if words else 0.0
+        return relevance + CONFIRM_WORD_WEIGHT * share >= self._confirmation
 
     def _record(self, judged: Sequence[ChunkJudgement], it: _Iteration) -> None:
         for judgement in judged:
@@ -636,9 +678,11 @@ class ForageStep:
 
     # -- deep dive -------------------------------------------------------------------------------------
     def _deep_dive_queue(self) -> list[str]:
-        """Documents with interesting chunks not yet deep-dived; those without an answer first."""
-        answered = {j.doc_id for j in self._judgements.values() if j.tag == "answers"}
-        queue = [d for d in dict.fromkeys(j.doc_id for j in self._judgements.values() if j.tag == "interesting")
+        """Documents with interesting chunks or unconfirmed answers not yet deep-dived; those without a
+        (confirmed) answer first."""
+        answered = {j.doc_id for j in self._judgements.values() if _counts(j)}
+        queue = [d for d in dict.fromkeys(j.doc_id for j in self._judgements.values()
+                                          if j.tag == "interesting" or (j.tag == "answers" and not _counts(j)))
                  if d not in self._dived]
         return sorted(queue, key=lambda d: d in answered)  # stable: first seen first within each group
 

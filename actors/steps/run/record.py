@@ -271,6 +271,7 @@ class RunRecord:
             llm_calls={c.requirement.id: c.llm_calls for c in coverages},
             answering_papers={c.requirement.id: c.answering_papers for c in coverages},
             overruled={c.requirement.id: c.overruled for c in coverages},  # by the relevance check
+            unconfirmed={c.requirement.id: c.unconfirmed for c in coverages},
             errors={c.requirement.id: c.error for c in coverages if c.status == "failed"}))
         self.s.last_coverages = list(coverages)  # for resume
         self.s.foraging = None
