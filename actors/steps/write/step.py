@@ -604,7 +604,8 @@ class WriteStep:
 
         text = (f"This report addresses the research query: “{escape_md(_topic(request.query.text, 300))}”. "
                 f"Of its {count(len(covs), 'requirement')}, {answered} {'was' if answered == 1 else 'were'} answered "
-                f"by the literature found, {partial} only partly (related documents without a direct answer) and "
+                f"by the literature found, {partial} only partly (related documents, or answers the retrieval signals "
+                f"did not confirm) and "
                 f"{uncovered} not at all")
         text += f"; foraging failed for {failed}." if failed else "."
         text += (f" The findings rest on {count(len(docs), 'document')}, gathered over "
