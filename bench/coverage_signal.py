@@ -38,6 +38,7 @@ from actors.steps.plan.requirements import content_words  # noqa: E402
 from infra.embed import build_embedder  # noqa: E402
 from infra.settings import Settings  # noqa: E402
 from infra.store import build_store  # noqa: E402
+from bench.lexical_signal import corpus_idf  # noqa: E402
 
 Rule = Callable[[dict], float]  # a candidate's score under a family; it passes at score >= threshold
 
@@ -141,14 +142,7 @@ def main() -> None:
     ap.add_argument("--out", type=Path)
     args = ap.parse_args()
     dataset = load_beir(args.beir)
-    df: dict[str, int] = {}
-    for title, text in dataset.corpus.values():
-        for w in content_words(f"{title} {text}"):
-            df[w] = df.get(w, 0) + 1
-    n = len(dataset.corpus)
-
-    def idf(word: str) -> float:
-        return math.log((n + 1) / (df.get(word, 0) + 1)) + 1
+    idf = corpus_idf(dataset)
 
     splits: dict[str, list[dict]] = {}
     cache = Path(tempfile.gettempdir()) / "forage-coverage-signal-vectors.pkl"  # chunk vectors: a re-run is quick

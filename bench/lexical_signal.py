@@ -42,6 +42,20 @@ from infra.store import build_store  # noqa: E402
 SIGNALS = ("share", "idf_share", "local_share")
 
 
+def corpus_idf(dataset) -> Callable[[str], float]:  # noqa: ANN001 - a BeirDataset
+    """A content word's inverse document frequency over the dataset's corpus (title and text)."""
+    df: dict[str, int] = {}
+    for title, text in dataset.corpus.values():
+        for w in content_words(f"{title} {text}"):
+            df[w] = df.get(w, 0) + 1
+    n = len(dataset.corpus)
+
+    def idf(word: str) -> float:
+        return math.log((n + 1) / (df.get(word, 0) + 1)) + 1
+
+    return idf
+
+
 def rates(rows: list[dict], rule: Callable[[dict], bool]) -> tuple[float, float]:
     """(answered, false) for ``rule`` over ``rows`` (see the module docstring)."""
     with_relevant = [r for r in rows if any(i["relevant"] for i in r["chunks"])]
@@ -87,14 +101,7 @@ def main() -> None:
     ap.add_argument("--out", type=Path)
     args = ap.parse_args()
     dataset = load_beir(args.beir)
-    df: dict[str, int] = {}
-    for title, text in dataset.corpus.values():
-        for w in content_words(f"{title} {text}"):
-            df[w] = df.get(w, 0) + 1
-    n = len(dataset.corpus)
-
-    def idf(word: str) -> float:
-        return math.log((n + 1) / (df.get(word, 0) + 1)) + 1
+    idf = corpus_idf(dataset)
 
     splits: dict[str, list[dict]] = {}
     with tempfile.TemporaryDirectory(prefix="forage-lexical-") as tmp:
