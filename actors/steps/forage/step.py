@@ -32,10 +32,12 @@ actor). Each iteration it runs these nodes:
 * **reformulate** — when fewer than ``forage.min_papers`` distinct papers answer, the LLM writes
   another query and retrieval + classify run once more with it (at most once per iteration;
   recorded as a ``reformulated`` event).
-* **end** — coverage 1.0 if a chunk answers with a method or a result, 0.75 if the answers are
-  background only (background alone never gives full coverage), 0.5 if some are only interesting,
-  else 0.0; one :class:`Evidence` per useful document, methods and results ranked above
-  background; the number of distinct answering papers.
+* **end** — coverage 1.0 if a confirmed answer (the relevance check's floors, then similarity plus the
+  requirement's words it holds: :meth:`ForageStep.confirms`) is a method or a result, 0.75 if the
+  confirmed answers are background only (background alone never gives full coverage), 0.5 if there are
+  only unconfirmed answers or interesting chunks, else 0.0; one :class:`Evidence` per useful document,
+  confirmed answers first, methods and results ranked above background; the number of distinct papers
+  with a confirmed answer.
 
 A follow-up run (``forage research --from RUN``) scopes every search to ``request.doc_ids`` (the
 earlier run's documents and its own) and judges ``request.seed_chunk_ids`` (the earlier run's
