@@ -36,6 +36,7 @@ def responder(messages: list[dict[str, str]], fmt: object) -> dict:
 
 def main(library: Path, work: Path) -> dict[str, object]:
     from infra import ray_runtime
+    from tests.e2e import brain
     from tests.loopback_ollama import LoopbackOllama
 
     os.environ.update({k: v for k, v in ray_runtime.PRIVACY_ENV.items() if k not in ray_runtime.PROXY_ENV_KEYS})
@@ -56,6 +57,7 @@ def main(library: Path, work: Path) -> dict[str, object]:
         run={"runs_dir": work / "runs", "max_iterations": 2, "min_coverage": 0.85},
         store={"path": work / "store"}, search={"library": library}, net={"offline": True},
         ingest={"pool_size": 2, "parser": "pymupdf"},
+        forage={"answer_confirmation": brain.ANSWER_CONFIRMATION},
         llm={"backend": "ollama", "host": servers["head"].url, "model": "lab-model", "timeout_s": 60},
         ray={"address": cluster.address, "llm_slots": 3, "max_restarts": 1,
              "ollama_hosts": {name: servers[name].url for name in NODES}})

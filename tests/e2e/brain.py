@@ -23,6 +23,10 @@ KEYWORDS = {
     "just-in-time": (("tracemonkey", "trace tree"), ("javascript", "interpreter")),
     "relation phrases": (("reverb",), ("open information extraction", "textrunner")),
 }
+# The brain's verdicts are keyword rules, not meaning (its answer keywords never occur in the requirement), so a
+# run whose coverage a test asserts counts the brain's answers without the retrieval-signal confirmation
+# (forage.answer_confirmation 0; the confirmation is tested on its own in tests/unit/test_forage_step.py)
+ANSWER_CONFIRMATION = 0.0
 FAIL_ON = ""  # requirement fragment whose forager must fail (set by a test through a copy of this module)
 KILL_ONCE: tuple[str, str] = ("", "")  # (fragment, marker file): that Forager's process is SIGKILLed at its
 # first judgement while the marker file does not exist yet (it is created first, so the restart lives)

@@ -39,6 +39,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.e2e import brain
 from tests.e2e.brain import QUERY
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1500)]  # three real runs, each with its own Ray
@@ -76,6 +77,7 @@ def child_env(llm_url: str, ingest_cache: Path) -> dict[str, str]:
                 "FORAGE_INGEST__POOL_SIZE": "1", "FORAGE_RAY__NUM_CPUS": "2",
                 "FORAGE_WRITE__COMPARISON": "false", "FORAGE_WRITE__CHARTS": "false",
                 "FORAGE_INGEST__CACHE_DIR": str(ingest_cache),
+                "FORAGE_FORAGE__ANSWER_CONFIRMATION": str(brain.ANSWER_CONFIRMATION),  # the goal is met in iteration 3
                 "PYTHONPATH": str(REPO)})
     return env
 

@@ -46,7 +46,8 @@ def replanned_run(shared_data: Path, tmp_path: Path, monkeypatch: pytest.MonkeyP
         run={"runs_dir": tmp_path / "runs", "max_iterations": 3, "min_coverage": 0.85, "replan_min_gain": 0.05,
              "max_added_requirements": 2},
         store={"path": tmp_path / "store"}, embed={"backend": "minilm"}, search={"library": library},
-        write={"comparison": False, "charts": False})
+        write={"comparison": False, "charts": False},
+        forage={"answer_confirmation": brain_module.ANSWER_CONFIRMATION})  # R4's coverage is asserted
     monkeypatch.setattr(brain_module, "REPLAN", [ADDED])
     llm = FunctionLLM(brain_module.brain)
     emit = RecordingEmit("run-replan-e2e")
