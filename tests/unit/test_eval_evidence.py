@@ -57,6 +57,9 @@ def test_coverage_at_an_answer_floor_follows_the_foragers_rule() -> None:
     verdicts = [("answers", "method", 0.5), ("answers", "background", 0.7), ("interesting", None, 0.2)]
     assert [coverage_at(verdicts, f) for f in (0.4, 0.6, 0.8)] == [1.0, 0.75, 0.5]
     assert coverage_at([("unrelated", None, 0.9)], 0.1) == 0.0
+    # an answer the run's retrieval signals did not confirm counts at no floor
+    assert coverage_at([("answers", "method", 0.7, False), ("answers", "method", 0.5, True)], 0.6) == 0.5
+    assert coverage_at([("answers", "method", 0.7, False), ("answers", "method", 0.5, True)], 0.43) == 1.0
     outcomes = [QueryOutcome("a", True, 1.0, True, True, [], 1, 0, 1.0, 0, [("answers", "result", 0.6)]),
                 QueryOutcome("u", False, 1.0, False, False, [], 1, 0, 1.0, 0, [("answers", "result", 0.45)])]
     sweep = {row["answer_floor"]: row for row in answer_floor_sweep(outcomes)}

@@ -55,7 +55,8 @@ class QueryOutcome:
     failed_steps: int
     # (the judge's tag, its kind, similarity to the requirement) of every passage shown to the judge: what a
     # different answer floor would have confirmed (answer_floor_sweep)
-    verdicts: list[tuple[str, str | None, float | None]] = field(default_factory=list)
+    # (the judge's tag, kind, relevance, confirmed: whether retrieval signals confirmed an answer; None: not checked)
+    verdicts: list[tuple[str, str | None, float | None, bool | None]] = field(default_factory=list)
 
 
 @dataclass
@@ -195,7 +196,7 @@ def evaluate_evidence(settings: Settings, folder: Path, *, n_queries: int = 50, 
                     hit=bool(docs) and docs[0] in relevant, recall=bool(relevant & set(docs)), evidence=docs[:10],
                     llm_calls=cov.llm_calls, overruled=cov.overruled, seconds=perf_counter() - started,
                     failed_steps=len(cov.failed_steps),
-                    verdicts=[(j.model_tag or j.tag, j.kind, j.relevance) for j in cov.judgements
+                    verdicts=[(j.model_tag or j.tag, j.kind, j.relevance, j.confirmed) for j in cov.judgements
                               if not j.motive.startswith("not shown to the judge")])
                 summary.outcomes.append(outcome)
                 if progress is not None:
@@ -210,15 +211,17 @@ def evaluate_evidence(settings: Settings, folder: Path, *, n_queries: int = 50, 
 SWEEP_FLOORS = (0.43, 0.5, 0.55, 0.6, 0.65, 0.7, 0.73)
 
 
-def coverage_at(verdicts: Sequence[tuple[str, str | None, float | None]], floor: float) -> float:
-    """The Forager's coverage rule over the judge's verdicts with ``floor`` as the answer floor: 1.0 an answer
-    with a method or result at or above it, 0.75 only background answers, 0.5 anything else useful, else 0."""
-    answers = [kind for tag, kind, rel in verdicts if tag == "answers" and rel is not None and rel >= floor]
+def coverage_at(verdicts: Sequence[tuple[Any, ...]], floor: float) -> float:
+    """The Forager's coverage rule over the judge's verdicts ``(tag, kind, relevance[, confirmed])`` with ``floor``
+    as the answer floor: 1.0 an answer with a method or result at or above it (and not left unconfirmed by the
+    run's retrieval-signal confirmation), 0.75 only background answers, 0.5 anything else useful, else 0."""
+    answers = [kind for tag, kind, rel, *confirmed in verdicts
+               if tag == "answers" and rel is not None and rel >= floor and (confirmed or [None])[0] is not False]
     if any(kind != "background" for kind in answers):
         return 1.0
     if answers:
         return 0.75
-    return 0.5 if any(tag in ("answers", "interesting") for tag, _, _ in verdicts) else 0.0
+    return 0.5 if any(v[0] in ("answers", "interesting") for v in verdicts) else 0.0
 
 
 def answer_floor_sweep(outcomes: Sequence[QueryOutcome]) -> list[dict[str, float]]:
