@@ -39,7 +39,7 @@ def resolve_device(device: str) -> str:
 
 def resolve_precision(precision: str, device: str = "cpu") -> str:
     """'bf16' or 'fp32'. 'auto' is bf16 on a CPU with native bfloat16 arithmetic (AVX512-BF16 or AMX: recent
-    Xeon and EPYC), where MiniLM embeds about twice as fast with vectors that differ from float32 by a cosine of
+    Xeon and EPYC), where MiniLM embeds 1.8-1.9x as fast with vectors that differ from float32 by a cosine of
     under 1e-4 (bench/embed_speed.py, docs/ingestion.md); elsewhere (older CPUs emulate bfloat16 slowly, GPUs are
     left as they are) float32."""
     if precision != "auto":
