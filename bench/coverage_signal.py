@@ -34,7 +34,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from actors.steps.evaluation.retrieval import load_beir, load_corpus, select_queries  # noqa: E402
-from actors.steps.plan.requirements import content_words  # noqa: E402
+from actors.steps.plan.requirements import content_words, word_share  # noqa: E402
 from infra.embed import build_embedder  # noqa: E402
 from infra.settings import Settings  # noqa: E402
 from infra.store import build_store  # noqa: E402
@@ -60,7 +60,8 @@ FAMILIES: dict[str, Rule] = {
 
 
 def candidates(hits: list, sims: list[float], shares: list[tuple[float, float]], relevant: set[str],
-               corpus_ids: dict[str, list[str]], k: int, lexical: dict[str, int], semantic: dict[str, int]) -> list[dict]:
+               corpus_ids: dict[str, list[str]], k: int, lexical: dict[str, int],
+               semantic: dict[str, int]) -> list[dict]:
     """The first ``k`` hits as candidates, each with its similarity, idf share, relevance, its ranks in the BM25
     and the vector search, and the mean and standard deviation of the other candidates' similarities."""
     hits, sims, shares = hits[:k], sims[:k], shares[:k]
@@ -90,8 +91,9 @@ def profile(store, embedder, dataset, qrels, qids, corpus_ids, alpha: float, k: 
         words = content_words(claim)
         idf_total = sum(idf(w) for w in words)
         sims = [sum(a * b for a, b in zip(vectors[h.chunk.chunk_id], vector, strict=True)) for h in hits]
+        # (IDF-weighted share, the word share the Forager's confirmation reads: actors.steps.plan.requirements)
         shares = [(sum(idf(w) for w in words & content_words(h.chunk.text)) / idf_total if idf_total else 0.0,
-                   len(words & content_words(h.chunk.text)) / max(1, len(words))) for h in hits]
+                   word_share(words, h.chunk.text)) for h in hits]
         kept = [i for i, h in enumerate(hits) if h.chunk.doc_id not in relevant_docs]
         pool = 4 * (k + 8)
 
@@ -122,14 +124,12 @@ def rates(rows: list[dict], score: Rule, threshold: float) -> dict[str, float]:
 
 
 def loosest(rows: list[dict], score: Rule, false_max: float) -> float:
-    """The lowest threshold (of the candidates' own scores) that keeps false <= ``false_max`` on ``rows``."""
-    best = max(score(c) for row in rows for c in row["unanswerable"]) + 1e-9  # nothing passes: false 0
+    """The lowest threshold (just above a query's best unanswerable score) that keeps false <= ``false_max`` on
+    ``rows``; -inf when every query may pass falsely."""
     per_query = sorted((max(score(c) for c in row["unanswerable"]) for row in rows if row["unanswerable"]),
                        reverse=True)
     allowed = math.floor(false_max * len(rows))  # queries that may pass falsely
-    if allowed < len(per_query):
-        best = per_query[allowed] + 1e-9
-    return best
+    return per_query[allowed] + 1e-9 if allowed < len(per_query) else -math.inf
 
 
 def main() -> None:

@@ -99,7 +99,7 @@ class MiniLMEmbedder:
         self.precision = precision
         self._bf16 = False  # the resolved precision, once the model is loaded
         self.model_batch = model_batch
-        self._model_batch = model_batch or batch_size  # texts per forward pass, once the model is loaded
+        self._model_batch = 0  # texts per forward pass: model_batch, else by the device, once the model is loaded
         self.threads = threads or max(1, min(4, os.cpu_count() or 1))
         self.path = path or model_path()
         self.max_tokens = self._max_seq_length(self.path)

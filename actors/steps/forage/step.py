@@ -60,7 +60,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from actors.steps.events import Emit, null_emit
-from actors.steps.plan.requirements import content_words
+from actors.steps.plan.requirements import content_words, word_share
 from actors.steps.schemas import (
     MAX_SECTIONS_CHOSEN,
     SECTION_PATH_CHARS,
@@ -225,6 +225,7 @@ class ForageStep:
         # similarity of the embedder only: a reranker's scores are on their own scale); None: none
         self._confirmation = (settings.answer_confirmation()
                               if self.cfg.relevance_check and isinstance(self.relevance, EmbeddingSimilarity) else None)
+        self._req_words: set[str] | None = None  # the requirement's content words (the confirmation's word share)
         self.overruled = 0  # verdicts the relevance check overruled, all iterations
 
     # -- the iteration ------------------------------------------------------------------------------
@@ -513,8 +514,8 @@ class ForageStep:
         scores = await asyncio.to_thread(self.relevance.score, req.text, [c.text for c in chunks])
         return {c.chunk_id: score for c, score in zip(chunks, scores, strict=True)}
 
-    def _checked(self, judgement: ChunkJudgement, relevance: float | None, chunk: ChunkRecord | None = None,
-                 req: Requirement | None = None) -> ChunkJudgement:
+    def _checked(self, judgement: ChunkJudgement, relevance: float | None, chunk: ChunkRecord,
+                 req: Requirement) -> ChunkJudgement:
         """The judge's verdict after the checks: an 'answers' below the answer floor counts as 'interesting' (the
         judge's tag kept in ``model_tag``); an 'answers' at or above it is confirmed or not (:meth:`confirms`);
         a 'method' or 'result' from an introduction, background or related-work section counts as background (the
@@ -525,9 +526,9 @@ class ForageStep:
         update: dict[str, Any] = {"relevance": relevance}
         if judgement.tag == "answers" and relevance < self._floors[0]:
             update.update(tag="interesting", model_tag="answers")
-        elif judgement.tag == "answers" and self._confirmation is not None and chunk is not None and req is not None:
+        elif judgement.tag == "answers" and self._confirmation is not None:
             update["confirmed"] = self.confirms(req, chunk.text, relevance)
-        if judgement.kind in ("method", "result") and chunk is not None and background_section(chunk.section_path):
+        if judgement.kind in ("method", "result") and background_section(chunk.section_path):
             update.update(kind="background", model_kind=judgement.kind)
         return judgement.model_copy(update=update)
 
@@ -538,9 +539,9 @@ class ForageStep:
         the paper that answers it; the words the answer shares with the claim tell them apart more often (at the
         calibrated floor, 0.39 of answerable claims confirmed, 0.10 of unanswerable ones: docs/evidence.md)."""
         assert self._confirmation is not None
-        words = content_words(req.text)
-        share = len(words & content_words(text)) / len(words) if words else 0.0
-        return relevance + CONFIRM_WORD_WEIGHT * share >= self._confirmation
+        if self._req_words is None:  # the step forages one requirement: its words once
+            self._req_words = content_words(req.text)
+        return relevance + CONFIRM_WORD_WEIGHT * word_share(self._req_words, text) >= self._confirmation
 
     def _record(self, judged: Sequence[ChunkJudgement], it: _Iteration) -> None:
         for judgement in judged:

@@ -231,6 +231,11 @@ def content_words(text: str) -> set[str]:
     return {w[:5] for w in words if len(w) >= 3 and w not in _STOP_WORDS}
 
 
+def word_share(wanted: set[str], text: str) -> float:
+    """The share of ``wanted`` (:func:`content_words` of a requirement) that ``text`` holds; 0 for no words."""
+    return len(wanted & content_words(text)) / len(wanted) if wanted else 0.0
+
+
 def self_contained(text: str, query: str) -> bool:
     """Whether a requirement can be read without the query: it has no word pointing outside itself
     ('it', 'this', 'they', 'the topic' …), or it names at least ``SUBJECT_WORDS`` content words of the
