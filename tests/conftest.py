@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+
+from tests.early import EARLY_STARTS
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -25,12 +28,16 @@ SLOW_FIXTURES = {"ray_cluster", "ingest_cache"}
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """The fast tier (``pytest -m "not slow"``) is the unit and contract tests: every test in
     SLOW_FOLDERS, or needing a SLOW_FIXTURES fixture (directly or through another fixture), is marked
-    ``slow`` too, next to the tests that say so themselves (real models, many PDFs)."""
+    ``slow`` too, next to the tests that say so themselves (real models, many PDFs).
+
+    Tests marked ``last`` run after all the others, in their own order: those that read what an early start
+    (:func:`_early_starts`) did beside the rest of the session, and checks that something ended by itself."""
     for item in items:
         rel = Path(str(item.fspath)).resolve().relative_to(REPO / "tests").as_posix()
         fixtures = set(getattr(item, "fixturenames", ()))
         if rel.startswith(SLOW_FOLDERS) or fixtures & SLOW_FIXTURES or item.get_closest_marker("ray"):
             item.add_marker(pytest.mark.slow)
+    items.sort(key=lambda item: item.get_closest_marker("last") is not None)  # stable: order kept otherwise
 
 
 @pytest.fixture(autouse=True)
@@ -81,8 +88,37 @@ def ingest_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """One ingest cache (``ingest.cache_dir``: parsed PDFs and chunk vectors, by content) for the session's
     real runs: a shared paper is parsed and embedded once per session, by whichever test ingests it first,
     and every later run still stores it in its own store. Tests about parsing or embedding themselves (a
-    killed or hung Ingestor) do not use it."""
+    killed or hung Ingestor) do not use it. Files are written whole (temp file + rename), so runs that
+    ingest the same paper at the same time each read a whole entry or none."""
     return tmp_path_factory.mktemp("ingest-cache")
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _early_starts(request: pytest.FixtureRequest, _offline_by_default: None,
+                  _own_config_dir: None) -> Iterator[None]:
+    """Long real work that mostly waits on one core (a real 135M model) starts when the session starts, in its own
+    process, and runs beside the other tests: a test module that defines ``early_start(request)`` has it called
+    here when any of its tests is selected (``request`` is this session fixture's: ``request.getfixturevalue``
+    gives it session fixtures such as ``ingest_cache`` or ``ray_cluster``), and its fixture reads the result with
+    :func:`tests.early.early_started`; its tests are marked ``last``, so they read it after the rest of the
+    session. What an early start returns may have a ``stop()``, called at the session's end. It starts after the
+    session's environment is set (offline, its own config folder): children inherit it."""
+    started: dict[str, Any] = {}
+    request.config.stash[EARLY_STARTS] = started
+    modules = {item.module for item in request.session.items if getattr(item, "module", None) is not None}
+    for module in sorted(modules, key=lambda m: m.__name__):
+        start: Callable[..., Any] | None = getattr(module, "early_start", None)
+        if start is None:
+            continue
+        try:
+            started[module.__name__] = start(request)
+        except (Exception, pytest.skip.Exception) as exc:  # the module's fixture re-raises it, a skip as a skip
+            started[module.__name__] = exc
+    yield
+    for handle in started.values():
+        stop = getattr(handle, "stop", None)
+        if callable(stop):
+            stop()
 
 
 @pytest.fixture(scope="session")

@@ -11,6 +11,11 @@ It is also the test of `forage research --address ADDR` (it was test_cli_address
 the run used that cluster (the cluster's job table lists the child as a driver), and the query is not readable
 through the cluster: the job table's entrypoint (which every driver attached to the cluster can list) does not
 hold the command line, and no file of the Ray session (worker logs included) holds the query text.
+
+The run starts when the test session starts (``early_start``, called by tests/conftest.py) and goes on beside the
+other tests: most of its time is the model on one CPU thread. The test is marked ``last`` and checks the finished
+run at the end, when the session's Ray has also served every other test (none of their files may hold the query
+either).
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ import pytest
 
 from infra.ray_runtime import WITHHELD_ENTRYPOINT
 from tests.e2e.test_kill_driver import LIMIT_S, end_group, forage
+from tests.early import early_started
 from tests.llama_server import LlamaServer
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow, pytest.mark.real_llm, pytest.mark.timeout(900)]
@@ -33,28 +39,57 @@ REPO = Path(__file__).resolve().parents[2]
 QUERY = "What complications follow anticoagulant thromboprophylaxis after major trauma?"
 
 
-def test_a_research_run_on_an_openai_compatible_server_finishes_and_its_citations_verify(
-        ray_cluster, shared_data, ingest_cache, tmp_path: Path) -> None:
-    lib = tmp_path / "library"
-    lib.mkdir()
-    (lib / "dvt.pdf").symlink_to(shared_data / "pdfs" / "dvt_prophylaxis_trauma_bmc2010.pdf")
-    address = ray_cluster.get_runtime_context().gcs_address
-    with LlamaServer(slots=2) as server:
+class OpenAIRun:
+    """`forage research --llm openai --address ...` in its own process, against a LlamaServer in this one."""
+
+    def __init__(self, ray_cluster, shared_data: Path, ingest_cache: Path, tmp_path: Path) -> None:
+        self.tmp_path = tmp_path
+        lib = tmp_path / "library"
+        lib.mkdir()
+        (lib / "dvt.pdf").symlink_to(shared_data / "pdfs" / "dvt_prophylaxis_trauma_bmc2010.pdf")
+        address = ray_cluster.get_runtime_context().gcs_address
+        self.server = LlamaServer(slots=2).__enter__()
+        self._serving = True
         env = {k: v for k, v in os.environ.items() if not k.startswith("FORAGE_")}
-        env.update({"FORAGE_LLM__BASE_URL": server.base_url, "FORAGE_LLM__MODEL": server.model,
-                    "FORAGE_LLM__API_KEY": server.api_key, "FORAGE_NET__OFFLINE": "true",
+        env.update({"FORAGE_LLM__BASE_URL": self.server.base_url, "FORAGE_LLM__MODEL": self.server.model,
+                    "FORAGE_LLM__API_KEY": self.server.api_key, "FORAGE_NET__OFFLINE": "true",
                     "FORAGE_RUN__MAX_ITERATIONS": "1", "FORAGE_RUN__MAX_REQUIREMENTS": "1",
                     "FORAGE_INGEST__CACHE_DIR": str(ingest_cache), "FORAGE_WRITE__CHARTS": "false",
                     "PYTHONPATH": str(REPO)})
+        self.env = env
         args = ["research", QUERY, "--yes", "--offline", "--llm", "openai", "--library", str(lib),
                 "--runs-dir", str(tmp_path / "runs"), "--store", str(tmp_path / "store"), "--address", address]
-        proc = forage(args, env, tmp_path / "research.log")
+        self.proc = forage(args, env, tmp_path / "research.log")
+
+    def wait(self) -> int:
+        """The run's exit code (waits for it); the model server stops once it has finished."""
         try:
-            code = proc.wait(LIMIT_S)
+            return self.proc.wait(LIMIT_S)
         finally:
-            if proc.poll() is None:
-                proc.kill()
-            end_group(proc)
+            self.stop()
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        end_group(self.proc)
+        if self._serving:
+            self._serving = False
+            self.server.__exit__(None, None, None)
+
+
+def early_start(request: pytest.FixtureRequest) -> OpenAIRun:
+    """Called by tests/conftest.py when the session starts: the run goes on beside the other tests."""
+    value = request.getfixturevalue
+    return OpenAIRun(value("ray_cluster"), value("shared_data"), value("ingest_cache"),
+                     value("tmp_path_factory").mktemp("openai-run"))
+
+
+@pytest.mark.last
+def test_a_research_run_on_an_openai_compatible_server_finishes_and_its_citations_verify(
+        request, ray_cluster) -> None:
+    run = early_started(request)
+    code = run.wait()
+    server, env, tmp_path, proc = run.server, run.env, run.tmp_path, run.proc
     log = (tmp_path / "research.log").read_text()
     assert code == 0, log[-3000:]
     (run_dir,) = (tmp_path / "runs").iterdir()
