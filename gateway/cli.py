@@ -22,9 +22,10 @@ import typer
 from rich.live import Live
 from rich.table import Table
 
+from actors.steps.run.rundir import find_run_dir
 from gateway import cli_ask, cli_eval, cli_library, cli_privacy, cli_report, cli_runs, cli_serve, cli_store
 from gateway.cli_base import ProgressView, app, console, err, eval_app, one_line, run_settings
-from infra.errors import ForageError
+from infra.errors import ConfigError, ForageError
 from infra.settings import PresetName, Settings, settings_for_run
 from messages.plan import RequirementsPlan, ResearchQuery
 
@@ -264,9 +265,7 @@ def follow_up_settings(settings: Settings, from_run: str, *, keep_library: bool 
                        keep_store: bool = False) -> Settings:
     """Settings of a follow-up run: the earlier run's store, embedder and library (unless given on the
     command line). ForageError naming the problem when the earlier run cannot be followed up."""
-    from gateway.forget import run_dir
-
-    earlier = run_dir(Path(settings.run.runs_dir).expanduser(), from_run)
+    earlier = find_run_dir(settings.run.runs_dir, from_run)
     try:
         state = earlier.load_state()
     except (OSError, ValueError) as exc:
@@ -339,12 +338,11 @@ def chunk(
 
     settings = Settings.load()
     if run is not None:
-        from actors.steps.run.rundir import RunDir
         from actors.steps.tools.verify import store_path
 
         try:
-            store = store_path(RunDir(runs_dir, run))
-        except (OSError, ValueError) as exc:
+            store = store_path(find_run_dir(runs_dir, run))
+        except (OSError, ValueError, ConfigError) as exc:
             err.print(f"[red]error:[/red] {one_line(exc)}")
             raise typer.Exit(2) from None
     if store is not None:

@@ -10,6 +10,7 @@ import typer
 from rich.table import Table
 
 from gateway import cli_base as base
+from infra.errors import ConfigError
 
 
 class ExportFormat(str, Enum):
@@ -35,7 +36,7 @@ def verify(
         rundir = find_run(run, runs_dir)
         settings = Settings.load().updated(store={"path": store or store_path(rundir)})
         checks = verify_run(rundir, build_store(settings))
-    except (FileNotFoundError, ValueError) as exc:
+    except (FileNotFoundError, ValueError, ConfigError) as exc:
         base.err.print(f"[red]error:[/red] {base.one_line(exc)}")
         raise typer.Exit(2) from None
     failed = [c for c in checks if not c.ok]
@@ -64,7 +65,7 @@ def export(
 
     try:
         text = render(find_run(run, runs_dir), fmt.value)
-    except (FileNotFoundError, ValueError) as exc:
+    except (FileNotFoundError, ValueError, ConfigError) as exc:
         base.err.print(f"[red]error:[/red] {base.one_line(exc)}")
         raise typer.Exit(2) from None
     if out is None:

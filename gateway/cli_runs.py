@@ -80,12 +80,12 @@ def runs(runs_dir: RunsDir = None) -> None:
 
 
 def _load(run_id: str, runs_dir: Path | None) -> tuple[Any, Any, RunState]:
-    from gateway.forget import run_dir
+    from actors.steps.run.rundir import find_run_dir
     from infra.errors import ForageError
 
     settings = _settings(runs_dir)
     try:
-        rundir = run_dir(Path(settings.run.runs_dir).expanduser(), run_id)
+        rundir = find_run_dir(settings.run.runs_dir, run_id)
         state = rundir.load_state()
     except (ForageError, ValueError, OSError) as exc:
         base.err.print(f"[red]error:[/red] {base.one_line(exc)}")
@@ -101,6 +101,7 @@ def cancel(run_id: Annotated[str, typer.Argument(help="The run to stop (see `for
     """Stop a run cleanly at its next stage boundary; `forage resume` continues it."""
 
     _, rundir, state = _load(run_id, runs_dir)
+    run_id = rundir.run_id  # the whole id, when a prefix named it
     if state.status in ("finished", "cancelled"):
         base.console.print(f"run {run_id} is already {state.status}")
         return
@@ -117,6 +118,7 @@ def resume(run_id: Annotated[str, typer.Argument(help="The run to continue (see 
     from infra.errors import ConfigError
 
     settings, rundir, state = _load(run_id, runs_dir)
+    run_id = rundir.run_id  # the whole id, when a prefix named it
     try:  # refuses a finished run and one never approved
         settings, plan = resume_plan(settings, run_id, state, address=address)
     except ConfigError as exc:

@@ -25,7 +25,6 @@ in place and ``forget`` can simply be run again.
 from __future__ import annotations
 
 import json
-import re
 import shutil
 import time
 import warnings
@@ -35,12 +34,11 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from actors.steps.run.rundir import RunDir
+from actors.steps.run.rundir import RUN_ID, RunDir, find_run_dir
 from infra.errors import ConfigError, ForageError
 from infra.settings import Settings
 from messages.run_state import DocumentEntry, RunState
 
-_RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 DAY_S = 86_400.0
 
 
@@ -54,25 +52,6 @@ class ForgetReport:
     papers_removed: list[str] = field(default_factory=list)
     contexts_removed: int = 0  # entries dropped from the contextual-retrieval cache
     zotero: str | None = None
-
-
-def run_dir(runs_dir: Path, run_id: str) -> RunDir:
-    """The run's folder, by its id or a unique prefix of it (as `forage runs` lists them); ConfigError for an
-    id that is not a plain run id (no paths, no '..') or a prefix several runs share."""
-    if not _RUN_ID.fullmatch(run_id) or run_id in (".", ".."):
-        raise ConfigError(f"{run_id!r} is not a run id (letters, digits, '.', '_', '-')")
-    runs_dir = Path(runs_dir)
-    if not (runs_dir / run_id).exists():
-        try:
-            matches = sorted(p.name for p in runs_dir.iterdir() if p.name.startswith(run_id) and p.is_dir())
-        except OSError:
-            matches = []
-        if len(matches) == 1:
-            return RunDir(runs_dir, matches[0])
-        if len(matches) > 1:
-            raise ConfigError(f"{run_id!r} starts {len(matches)} run ids ({', '.join(matches[:4])}"
-                              f"{', …' if len(matches) > 4 else ''}): give more of it")
-    return RunDir(runs_dir, run_id)
 
 
 def _read_state(rundir: RunDir) -> RunState | None:
@@ -265,9 +244,10 @@ def forget_run(settings: Settings, run_id: str, *, documents: bool = False, zote
     ``store``: the store to delete documents from (default: the one recorded in run.json).
     Raises ForageError when there is no such run.
     """
-    rundir = run_dir(Path(settings.run.runs_dir).expanduser(), run_id)
+    rundir = find_run_dir(settings.run.runs_dir, run_id)
     if not rundir.path.is_dir():
         raise ForageError(f"no run {run_id!r} in {rundir.path.parent}", retryable=False)
+    run_id = rundir.run_id  # the whole id, when a prefix named it
     state = _read_state(rundir)
     report = ForgetReport(run_id=run_id, run_dir=str(rundir.path))
     if documents:
@@ -297,7 +277,7 @@ def expired_runs(runs_dir: Path, days: int, now: float | None = None) -> list[st
     if not folder.is_dir():
         return []
     out = []
-    for path in sorted(p for p in folder.iterdir() if p.is_dir() and _RUN_ID.match(p.name)):
+    for path in sorted(p for p in folder.iterdir() if p.is_dir() and RUN_ID.match(p.name)):
         if not (path / "run.json").exists() and not (path / "events.jsonl").exists():
             continue  # not a run folder
         if now - last_activity(path) > days * DAY_S:

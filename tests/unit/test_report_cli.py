@@ -260,3 +260,32 @@ def test_bibtex_and_ris_name_a_pdf_by_its_doi_and_arxiv_id():
     assert "TY  - JOUR" in ris[0] and "DO  - 10.1145/3544548.3580847" in ris[0]
     assert "TY  - UNPB" in ris[1] and "UR  - https://arxiv.org/abs/2304.02623" in ris[1]
     assert "TY  - GEN" in ris[2]
+
+
+def test_a_unique_run_id_prefix_works_in_every_command_that_takes_a_run_id(finished, tmp_path):
+    """verify, export, chunk --run, cancel, resume and forget take a unique prefix of a run id (as `forage runs`
+    lists them) and act on that run; a prefix two runs share is one clear error naming both."""
+    target = copy_run(finished, tmp_path)
+    runs = str(target.parent)
+    prefix = RUN[:15]  # "20260101-000000": the date and time, not the random part
+    assert invoke("verify", prefix, "--runs-dir", runs).exit_code == 0
+    exported = invoke("export", prefix, "--format", "md", "--runs-dir", runs)
+    assert exported.exit_code == 0 and exported.output == (target / "report.md").read_text()
+    cited = json.loads((target / "evidence.jsonl").read_text().splitlines()[0])
+    chunk = invoke("chunk", cited["chunk_id"], "--json", "--run", prefix, "--runs-dir", runs)
+    assert chunk.exit_code == 0 and cited["quote"] in json.loads(chunk.output)["text"]
+    cancel = invoke("cancel", prefix, "--runs-dir", runs)  # a finished run: nothing to stop, said with its whole id
+    assert cancel.exit_code == 0 and f"run {RUN} is already finished" in cancel.output
+    resume = invoke("resume", prefix, "--runs-dir", runs)  # refused (finished), pointing at the whole run's report
+    assert resume.exit_code == 2 and str(target / "report.md") in resume.output.replace("\n", "")
+
+    twin = target.parent / (RUN[:-4] + "0000")  # a second run sharing the prefix
+    shutil.copytree(target, twin)
+    for command in (["verify"], ["export", "--format", "json"], ["cancel"], ["resume"], ["forget"]):
+        shared = invoke(*command, prefix, "--runs-dir", runs)
+        assert shared.exit_code == 2 and "starts 2 run ids" in shared.output, (command, shared.output)
+    shutil.rmtree(twin)
+
+    forgot = invoke("forget", prefix, "--runs-dir", runs)
+    assert forgot.exit_code == 0, forgot.output
+    assert not target.exists() and RUN in forgot.output

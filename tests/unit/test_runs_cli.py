@@ -101,7 +101,7 @@ def test_runs_cli_uses_the_settings_runs_folder_and_lists_every_state(tmp_path, 
 
 def test_run_ids_are_shown_whole_at_80_columns_and_a_unique_prefix_finds_a_run(tmp_path, monkeypatch) -> None:
     from gateway import cli
-    from gateway.forget import run_dir
+    from actors.steps.run.rundir import find_run_dir as run_dir
     from infra.errors import ConfigError
 
     runs = tmp_path / "runs"

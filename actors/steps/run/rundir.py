@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import re
 import secrets
 import socket
 import tempfile
@@ -17,11 +18,16 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from infra.errors import ConfigError
 from infra.private_files import private_append, private_dir
 from messages.run_state import RunState
 from messages.write import Report
 
-__all__ = ["RunDir", "atomic_write", "atomic_write_bytes", "new_run_id", "private_append", "private_dir"]
+__all__ = ["RUN_ID", "RunDir", "atomic_write", "atomic_write_bytes", "find_run_dir", "new_run_id", "private_append",
+           "private_dir"]
+
+#: what a run id may be: a plain folder name (no path, no '..')
+RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 
 
 def new_run_id() -> str:
@@ -205,3 +211,23 @@ class RunDir:
         if self.report_md.exists():
             report = report.model_copy(update={"markdown": self.report_md.read_text(encoding="utf-8")})
         return report
+
+
+def find_run_dir(runs_dir: Path | str, run_id: str) -> RunDir:
+    """The run's folder under ``runs_dir``, by its id or a unique prefix of it (as `forage runs` lists them): every
+    command that takes a run id resolves it here. ConfigError for an id that is not a plain run id (no paths, no
+    '..') or a prefix several runs share; the folder need not exist (callers say what is missing)."""
+    if not RUN_ID.fullmatch(run_id) or run_id in (".", ".."):
+        raise ConfigError(f"{run_id!r} is not a run id (letters, digits, '.', '_', '-')")
+    runs_dir = Path(runs_dir).expanduser()
+    if not (runs_dir / run_id).exists():
+        try:
+            matches = sorted(p.name for p in runs_dir.iterdir() if p.name.startswith(run_id) and p.is_dir())
+        except OSError:
+            matches = []
+        if len(matches) == 1:
+            return RunDir(runs_dir, matches[0])
+        if len(matches) > 1:
+            raise ConfigError(f"{run_id!r} starts {len(matches)} run ids ({', '.join(matches[:4])}"
+                              f"{', …' if len(matches) > 4 else ''}): give more of it")
+    return RunDir(runs_dir, run_id)

@@ -13,7 +13,7 @@ import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 
-from actors.steps.run.rundir import RunDir
+from actors.steps.run.rundir import RUN_ID, RunDir, find_run_dir
 from actors.steps.write.step import SOURCES_HEADING, check_citations, citation_numbers
 from infra.store.base import Store
 from messages.run_state import RunState
@@ -30,10 +30,13 @@ class Check:
 
 
 def find_run(run: str, runs_dir: Path) -> RunDir:
-    """A run by id under ``runs_dir``, or by the path of its folder. FileNotFoundError when it has no run.json."""
+    """A run by the path of its folder, or by id or unique id prefix under ``runs_dir`` (ConfigError for a prefix
+    several runs share). FileNotFoundError when it has no run.json."""
     path = Path(run).expanduser()
     if (path / "run.json").exists():
         rundir = RunDir(path.resolve().parent, path.resolve().name)
+    elif RUN_ID.fullmatch(run):
+        rundir = find_run_dir(runs_dir, run)
     else:
         rundir = RunDir(runs_dir, run)
     if not rundir.run_json.exists():
