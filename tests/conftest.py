@@ -96,13 +96,17 @@ def ingest_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(autouse=True, scope="session")
 def _early_starts(request: pytest.FixtureRequest, _offline_by_default: None,
                   _own_config_dir: None) -> Iterator[None]:
-    """Long real work that mostly waits on one core (a real 135M model) starts when the session starts, in its own
-    process, and runs beside the other tests: a test module that defines ``early_start(request)`` has it called
-    here when any of its tests is selected (``request`` is this session fixture's: ``request.getfixturevalue``
-    gives it session fixtures such as ``ingest_cache`` or ``ray_cluster``), and its fixture reads the result with
-    :func:`tests.early.early_started`; its tests are marked ``last``, so they read it after the rest of the
-    session. What an early start returns may have a ``stop()``, called at the session's end. It starts after the
-    session's environment is set (offline, its own config folder): children inherit it."""
+    """Long real work that mostly waits on one core (the openai-backend run's 135M model) starts when the
+    session starts, in its own process, and runs beside the other tests. A test module that defines
+    ``early_start(request)`` has it called here when any of its tests is selected (``request`` is this session
+    fixture's: ``request.getfixturevalue`` gives it session fixtures such as ``ingest_cache`` or
+    ``ray_cluster``); its fixture reads the result with :func:`tests.early.early_started`, and its tests are
+    marked ``last``, so they read it after the rest of the session. What an early start returns may have a
+    ``stop()``, called at the session's end. It starts after the session's environment is set (offline, its own
+    config folder): children inherit it.
+
+    Not the demo: under ``strace -f --seccomp-bpf`` beside the other tests it hung once (a thread it started
+    never ran; strace 6.1), so it runs in its own turn, as before."""
     started: dict[str, Any] = {}
     request.config.stash[EARLY_STARTS] = started
     modules = {item.module for item in request.session.items if getattr(item, "module", None) is not None}
