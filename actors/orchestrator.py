@@ -30,11 +30,16 @@ from contextlib import aclosing
 from typing import Any
 
 from actors.crew import Crew, RayCrew, forage_each
+from actors.llm_endpoint import actor_llm
+from actors.searcher import online
 from actors.status_hub import HubEmit
 from actors.steps.events import Emit
+from actors.steps.plan.requirements import MAX_PLAN_REQUIREMENTS, derive_requirements, replan_requirements
+from actors.steps.plan.search_terms import propose_search_queries
 from actors.steps.run.record import RunRecord, RunSuperseded, mean_coverage, stop_reason
 from actors.steps.run.rundir import RunDir
 from infra.cluster import ray_node
+from infra.errors import ConfigError, describe
 from infra.settings import Settings
 from messages.forage import ForageRequest, RequirementCoverage
 from messages.ingest import IngestRequest
@@ -67,16 +72,12 @@ class Orchestrator:
 
     # -- requirements -----------------------------------------------------------------------------
     async def plan(self, request: PlanRequest) -> RequirementsPlan:
-        from actors.steps.plan.requirements import derive_requirements
-
         self.emit(Stage.PLAN, "started", "deriving requirements from the query")
         self.record.planning(request.query.text)
         try:
             plan = await derive_requirements(request.query, self._model(), self.settings.run.max_requirements)
             plan = await self.propose_search(plan)
         except Exception as exc:  # recorded, so the run is listed as failed with its reason, then raised
-            from infra.errors import describe
-
             self.record.plan_failed(request.query.text, describe(exc))
             raise
         self.emit(Stage.PLAN, "requirements", f"{len(plan.requirements)} requirements proposed",
@@ -87,8 +88,6 @@ class Orchestrator:
 
     async def propose_search(self, plan: RequirementsPlan) -> RequirementsPlan:
         """Add proposed search strings to a plan when online sources may be used (never when offline)."""
-        from actors.searcher import online
-        from actors.steps.plan.search_terms import propose_search_queries
 
         if not online(self.settings):
             return plan
@@ -110,8 +109,6 @@ class Orchestrator:
         ``ray.llm_slots`` each call is made like a Forager's by a node's LLM endpoint, to that node's Ollama
         (``ray.ollama_hosts``): the driver's node, where the Orchestrator lives, needs no model server."""
         if self._llm is None:
-            from actors.llm_endpoint import actor_llm
-
             self._llm = actor_llm(self.settings)
         return self._llm
 
@@ -217,7 +214,6 @@ class Orchestrator:
 
     def _inherit(self, from_run: str) -> None:
         """Follow up ``from_run`` (RunRecord.inherit: its documents and evidence seeds)."""
-        from infra.errors import ConfigError
 
         earlier = RunDir(self.settings.run.runs_dir, from_run)
         state = earlier.load_state() if from_run != self.run_id else None
@@ -232,7 +228,6 @@ class Orchestrator:
                       mean: float) -> tuple[Requirement, ...]:
         """New requirements when coverage stalled since the previous iteration (below the goal, within the
         run's budget of added requirements); () otherwise. Recorded in ``replans`` and a ``replanned`` event."""
-        from actors.steps.plan.requirements import MAX_PLAN_REQUIREMENTS, replan_requirements
 
         s = self.settings.run
         done = self.record.s.iterations

@@ -14,6 +14,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from infra.private_files import private_dir
 from infra.settings import PresetName
 
 LOOPBACK_HOSTS = {"127.0.0.1", "localhost", "::1", "[::1]"}
@@ -64,8 +65,6 @@ def is_loopback(host: str) -> bool:
 
 def load_or_create_token(path: Path | None = None) -> str:
     """The gateway token, generated on first use and kept user-only (0600, folder 0700)."""
-    from actors.steps.run.rundir import private_dir
-
     path = path or token_path()
     if path.exists():
         os.chmod(path, 0o600)

@@ -28,6 +28,7 @@ from gateway.cli_base import ProgressView, app, console, err, eval_app, one_line
 from infra.errors import ConfigError, ForageError
 from infra.settings import PresetName, Settings, settings_for_run
 from messages.plan import RequirementsPlan, ResearchQuery
+from messages.run_state import RunState
 
 DEMO_QUERY = ("What complications and risks are associated with thromboprophylaxis for deep venous thrombosis "
               "in trauma patients, and how is it evaluated?")
@@ -206,7 +207,6 @@ def library_read(settings: Settings, run_dir: Path) -> tuple[int, int] | None:
         return None
     from actors.steps.search.library import file_key, library_files
 
-    from messages.run_state import RunState
 
     try:
         files = {file_key(p) for p in library_files(settings.search.library)}

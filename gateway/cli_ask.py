@@ -9,6 +9,8 @@ from typing import Annotated, Any
 import typer
 
 from gateway import cli_base as base
+from infra.errors import ForageError
+from infra.settings import Settings
 
 
 def ask(
@@ -22,8 +24,6 @@ def ask(
 ) -> None:
     """Answer QUESTION briefly from the papers already in the store, with citations; says so when the
     library does not hold enough evidence. Nothing is searched or downloaded."""
-    from infra.errors import ForageError
-    from infra.settings import Settings
 
     settings = Settings.load()
     changes: dict[str, dict[str, object]] = {}
@@ -55,7 +55,6 @@ async def ask_step(settings: Any, library: Path | None = None) -> tuple[Any, str
     ``library``, or the model server does not answer."""
     from actors.steps.tools.ask import AskStep, library_filter
     from infra.embed import build_embedder
-    from infra.errors import ForageError
     from infra.llm import build_llm
     from infra.rerank import build_relevance
     from infra.store import build_store

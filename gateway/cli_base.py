@@ -14,8 +14,9 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from infra.errors import strip_ansi, unwrap, validation_text
 from infra.settings import PresetName, Settings, settings_for_run
-from messages.plan import RequirementsPlan
+from messages.plan import Requirement, RequirementsPlan
 from messages.status import Stage, StatusEvent
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Forage: local-first literature research.")
@@ -57,8 +58,6 @@ class ProgressView:
         if ev.stage == Stage.FORAGE and ev.kind == "failed" and ev.requirement_id:
             self.coverage[ev.requirement_id] = "failed"
         if ev.stage == Stage.RUN and ev.kind == "replanned" and ev.payload.get("requirements"):
-            from messages.plan import Requirement
-
             added = tuple(Requirement.model_validate(r) for r in ev.payload["requirements"])
             self.plan = self.plan.model_copy(update={"requirements": (*self.plan.requirements, *added)})
             self.coverage.update({r.id: "—" for r in added})
@@ -92,13 +91,9 @@ def run_settings(preset: PresetName | None, library: Path | None, llm_backend: s
 
 
 def one_line(exc: BaseException) -> str:
-    from infra.errors import strip_ansi, unwrap
-
     exc = unwrap(exc)  # a Ray task's error: what its task raised, not Ray's traceback
     text = strip_ansi(str(exc))
     if hasattr(exc, "errors"):  # pydantic ValidationError: which value and what is wrong, no pydantic prefix
-        from infra.errors import validation_text
-
         try:
             text = validation_text(exc, field_names={"query": "the research query", "text": "the research query"})
         except Exception:  # noqa: BLE001

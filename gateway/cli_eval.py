@@ -11,6 +11,8 @@ import typer
 from rich.table import Table
 
 from gateway import cli_base as base
+from infra.errors import ForageError
+from infra.settings import Settings, settings_for_run
 
 
 def eval_report(
@@ -26,8 +28,6 @@ def eval_report(
     from actors.steps.run.rundir import atomic_write
     from actors.steps.tools.verify import find_run, store_path
     from gateway.eval_suite import judge_llm
-    from infra.errors import ForageError
-    from infra.settings import Settings
     from infra.store import build_store
 
     try:
@@ -112,8 +112,6 @@ def eval_evidence(
     """Evidence quality of the real Forager, scored by the qrels alone (no LLM scores it): evidence hit rate,
     evidence recall, coverage on answerable vs unanswerable requirements, false coverage, LLM calls."""
     from actors.steps.evaluation.evidence import EVIDENCE_MODES, evaluate_evidence
-    from infra.errors import ForageError
-    from infra.settings import Settings, settings_for_run
 
     settings = settings_for_run(Settings.load(), preset=preset, llm_backend=llm, model=model)  # type: ignore[arg-type]
     if settings.llm.backend == "embedded":  # the 135M model's window, as `forage demo` sets it
@@ -142,7 +140,6 @@ def eval_evidence(
 
 
 def show_evidence(results: dict) -> None:
-
     table = Table(title=f"{results['dataset']} · {results['split']} · {results['answerable']} answerable + "
                         f"{results['unanswerable']} unanswerable requirements · {results['llm']} · "
                         f"retrieval P@1 {results['retrieval_p1']:.2f}")
@@ -158,7 +155,6 @@ def show_evidence(results: dict) -> None:
 
 
 def register(app: typer.Typer) -> None:
-
     base.eval_app.command("report")(eval_report)
     base.eval_app.command("suite")(eval_suite)
     base.eval_app.command("evidence")(eval_evidence)

@@ -44,6 +44,7 @@ from gateway import cli_base as base
 from gateway.cli_base import console, err
 from infra.errors import ForageError
 from infra.settings import Settings
+from messages.ingest import IngestRequest
 from messages.search import Candidate, Skipped
 
 FILES = "files"  # the subcommand ``add PATH...`` stands for
@@ -60,7 +61,6 @@ class AddGroup(TyperGroup):
 
 
 def register(app: typer.Typer) -> None:
-
     add_app = next((g.typer_instance for g in base.library_app.registered_groups if g.name == "add"), None)
     if add_app is None:
         add_app = typer.Typer(cls=AddGroup, no_args_is_help=True, subcommand_metavar="PATH... | COMMAND [ARGS]...",
@@ -91,7 +91,6 @@ def _settings(store: Path | None, **zotero: Any) -> Settings:
 
 
 def _fail(message: str, code: int = 2) -> typer.Exit:
-
     err.print(f"[red]error:[/red] {' '.join(message.split())}", highlight=False)
     return typer.Exit(code)
 
@@ -104,7 +103,6 @@ def ingest_candidates(settings: Settings, run_id: str, candidates: Sequence[Cand
     from infra.embed import build_embedder
     from infra.pdf import build_parser
     from infra.store import build_store
-    from messages.ingest import IngestRequest
 
     step = IngestStep(settings, build_store(settings), build_embedder(settings), build_parser(settings))
     return [step.ingest(IngestRequest(run_id=run_id, candidate=c)) for c in candidates]
@@ -181,7 +179,6 @@ def add_zotero(
     files = files or settings.search.papers_dir / "zotero" / slug
     try:
         with library:
-
             with console.status(f"reading Zotero {library.library}…"):
                 pulled = library.pull(collection, state, folder=files, commit=False)
             candidates = pulled.candidates

@@ -8,6 +8,8 @@ from typing import Annotated
 import typer
 
 from gateway import cli_base as base
+from infra.errors import ForageError
+from infra.settings import Settings
 
 
 def forget(
@@ -24,8 +26,6 @@ def forget(
 ) -> None:
     """Forget runs: their query, requirements, events, evidence, report and egress ledger."""
     from gateway.forget import forget_expired, forget_run
-    from infra.errors import ForageError
-    from infra.settings import Settings
 
     settings = Settings.load()
     if runs_dir is not None:

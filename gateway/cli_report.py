@@ -11,6 +11,7 @@ from rich.table import Table
 
 from gateway import cli_base as base
 from infra.errors import ConfigError
+from infra.settings import Settings
 
 
 class ExportFormat(str, Enum):
@@ -29,7 +30,6 @@ def verify(
     """Re-check a finished report against the store: every citation resolves, every cited chunk exists with the
     same sha256 and quote. Exit code 1 when something fails."""
     from actors.steps.tools.verify import find_run, store_path, verify_run
-    from infra.settings import Settings
     from infra.store import build_store
 
     try:

@@ -24,16 +24,16 @@ from typing import Annotated, Any
 import typer
 
 from actors.steps.run.record import shown_status
-from actors.steps.run.rundir import RunDir
+from actors.steps.run.rundir import RunDir, find_run_dir
 from gateway import cli_base as base
+from infra.errors import ConfigError, ForageError
+from infra.settings import Settings
 from messages.run_state import RunState
 
 RunsDir = Annotated[Path | None, typer.Option(help="Runs folder (default: settings).")]
 
 
 def _settings(runs_dir: Path | None) -> Any:
-    from infra.settings import Settings
-
     settings = Settings.load()
     if runs_dir is not None:
         settings = settings.updated(run={"runs_dir": runs_dir})
@@ -80,9 +80,6 @@ def runs(runs_dir: RunsDir = None) -> None:
 
 
 def _load(run_id: str, runs_dir: Path | None) -> tuple[Any, Any, RunState]:
-    from actors.steps.run.rundir import find_run_dir
-    from infra.errors import ForageError
-
     settings = _settings(runs_dir)
     try:
         rundir = find_run_dir(settings.run.runs_dir, run_id)
@@ -115,7 +112,6 @@ def resume(run_id: Annotated[str, typer.Argument(help="The run to continue (see 
            = None) -> None:
     """Continue a run whose driver died, was cancelled or failed, without redoing finished work."""
     from gateway.session import ResearchSession, resume_plan
-    from infra.errors import ConfigError
 
     settings, rundir, state = _load(run_id, runs_dir)
     run_id = rundir.run_id  # the whole id, when a prefix named it

@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 
 from gateway import cli_base as base
+from infra.settings import Settings
 
 
 def serve(
@@ -23,7 +24,6 @@ def serve(
 ) -> None:
     """Serve the REST API, the run event WebSocket and the dashboard (http://HOST:PORT/)."""
     from gateway.server import serve as run_server
-    from infra.settings import Settings
 
     settings = Settings.load()
     changes = {}
@@ -54,7 +54,6 @@ def mcp(
     """Serve the library and the runs to an MCP client (Claude Desktop, an IDE, an agent): search, ask, read reports,
     and propose a research run that starts only once approved. Stdio by default (the client starts this command)."""
     from gateway.mcp_server import serve_mcp
-    from infra.settings import Settings
 
     changes: dict[str, dict[str, object]] = {}
     if runs_dir is not None:

@@ -28,6 +28,7 @@ from typing import Annotated, Any
 
 from pydantic import Field, ValidationError
 
+from infra.errors import ForageError, describe, validation_text
 from infra.settings import Settings
 
 PLAN_WAIT_S = 900.0  # how long propose_research waits for the model to derive the requirements
@@ -41,7 +42,6 @@ def build_mcp(settings: Settings, *, llm: Any | None = None, allowed_libraries: 
 
     from gateway.api import Approval, RequirementIn, RunCreate
     from gateway.server import RunManager
-    from infra.errors import ForageError, describe, validation_text
 
     settings = settings.updated(run={"runs_dir": settings.run.runs_dir.expanduser().resolve()},
                                 store={"path": settings.store.path.expanduser().resolve()})

@@ -46,7 +46,7 @@ from actors.steps.run.record import resumable, shown_status
 from actors.steps.run.rundir import RunDir
 from gateway.api import (Approval, Chunk, Documents, Message, ModelChoices, Proposal, RunCreate, RunCreated,
                          RunListItem, RunView, gateway_token, is_loopback, token_path)
-from infra.errors import validation_text
+from infra.errors import ForageError, describe, validation_text
 from infra.settings import Settings, settings_for_run
 from messages.plan import Requirement, RequirementsPlan, ResearchQuery, SearchQuery
 from messages.run_state import RunState
@@ -153,7 +153,6 @@ class RunManager:
         loop = asyncio.get_running_loop()
         if self.llm is None:  # the model server and model answer before any work, as `forage research` checks
             from gateway.session import check_model_servers
-            from infra.errors import ForageError, describe
 
             try:
                 await loop.run_in_executor(self.pool, check_model_servers, settings)
@@ -176,7 +175,6 @@ class RunManager:
         """Continue an interrupted, cancelled or failed run as `forage resume` does (same settings and plan
         from run.json, same Orchestrator resume); its earlier events stay, the new ones follow them."""
         from gateway.session import resume_plan
-        from infra.errors import ForageError
 
         rundir = self.rundir(run_id)
         held = self.runs.get(run_id)
@@ -213,8 +211,6 @@ class RunManager:
         try:
             plan = run.session.plan(run.query)
         except Exception as exc:  # noqa: BLE001 — the run fails, the gateway stays up
-            from infra.errors import describe
-
             self._finish(run, "failed", f"planning failed: {describe(exc)}")  # one sentence, no traceback
             self._call_in_loop(run.planned.set)
             return
@@ -250,8 +246,6 @@ class RunManager:
             summary = run.session.run(plan)
             self._finish(run, summary.status, None if summary.status == "finished" else summary.stop_reason)
         except Exception as exc:  # noqa: BLE001
-            from infra.errors import describe
-
             self._finish(run, "failed", describe(exc))
 
     def _finish(self, run: ManagedRun, status: str, error: str | None) -> None:
@@ -512,7 +506,6 @@ def create_app(settings: Settings, *, llm: Any | None = None, token: str | None 
     @app.get("/api/models", response_model=ModelChoices, dependencies=auth, tags=["runs"],
              summary="Model backends and the models the Ollama server has, for the New-run form")
     async def models() -> ModelChoices:
-        from infra.errors import ForageError, describe
         from infra.llm import build_llm, ollama_host
 
         async def served(backend: str) -> tuple[list[str], str | None]:

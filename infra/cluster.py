@@ -24,7 +24,6 @@ runs on a node goes to that node's Ollama: ``llm.host``'s default 127.0.0.1 alre
 whose Ollama is elsewhere is listed in ``ray.ollama_hosts`` (:func:`on_this_node`).
 
 Used by ray_cluster.yaml::
-
     env $(python -m infra.cluster env) ray start $(python -m infra.cluster start-args head)
     env $(python -m infra.cluster env) ray start $(python -m infra.cluster start-args worker --head-ip H)
 """
@@ -47,6 +46,7 @@ import psutil
 
 from infra.errors import ConfigError
 from infra.privacy import OFFLINE_ENV
+from infra.settings import Settings
 
 T = TypeVar("T")
 
@@ -157,7 +157,6 @@ def on_this_node(llm: T, hosts: Mapping[str, str]) -> T:
 def main(argv: list[str]) -> int:
     """``env`` prints CLUSTER_ENV; ``start-args head|worker [--head-ip IP]`` prints this node's
     ``ray start`` arguments from Settings (ray.lab_network, ray.node_llm_slots)."""
-    from infra.settings import Settings
 
     if argv[:1] == ["env"]:
         print("\n".join(f"{k}={v}" for k, v in CLUSTER_ENV.items()))

@@ -63,7 +63,9 @@ from lancedb.table import Table
 from tenacity import before_sleep_log, retry, retry_if_exception, stop_after_attempt, wait_random_exponential
 
 from infra.errors import StoreError
+from infra.private_files import private_dir
 from infra.store.base import RRF_K, ChunkFilter, ChunkRecord, DocumentRecord, Hit, Store, Upsert, documents_named
+from infra.store.meta import LibraryMeta, check_meta
 
 if TYPE_CHECKING:
     from infra.store.meta import LibraryMeta
@@ -261,7 +263,6 @@ def _owner_only(path: Path) -> None:
     """The store folder for its owner only (0700): created so, and an existing one (an older Forage made them
     0755) tightened on open, so other users of the machine cannot read the library's text. A folder that is
     not ours is left as it is (the open then fails or succeeds on its own terms)."""
-    from infra.private_files import private_dir
 
     try:
         private_dir(path)
@@ -383,7 +384,6 @@ class LanceStore(Store):
     def _check_library_meta(self) -> None:
         """Refuse another embedding model than the one recorded in ``library.json``; record it
         when missing (a store written before the record existed adopts the model it is opened with)."""
-        from infra.store.meta import LibraryMeta, check_meta
 
         meta_file = self.path / LIBRARY_META
         recorded = LibraryMeta.loads(meta_file.read_text()) if meta_file.exists() else None
@@ -400,7 +400,6 @@ class LanceStore(Store):
 
     def library_meta(self) -> LibraryMeta | None:
         """What the library records about its vectors (None before the first write)."""
-        from infra.store.meta import LibraryMeta
 
         meta_file = self.path / LIBRARY_META
         return LibraryMeta.loads(meta_file.read_text()) if meta_file.exists() else None

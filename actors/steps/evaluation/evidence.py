@@ -35,6 +35,8 @@ from infra.embed.base import Embedder
 from infra.errors import ConfigError
 from infra.settings import Settings
 from infra.store.base import Store
+from messages.forage import ForageRequest
+from messages.plan import Requirement
 
 EvidenceMode = Literal["judge", "checked"]
 EVIDENCE_MODES: tuple[EvidenceMode, ...] = ("judge", "checked")
@@ -122,8 +124,6 @@ async def forage_query(settings: Settings, store: Store, embedder: Embedder, llm
                        run_id: str = "eval-evidence") -> Any:
     """One iteration of the real Forager for one requirement: its RequirementCoverage."""
     from actors.steps.forage.step import ForageStep
-    from messages.forage import ForageRequest
-    from messages.plan import Requirement
 
     step = ForageStep(settings, store, embedder, llm)
     requirement = Requirement(id="R1", text=requirement_text)

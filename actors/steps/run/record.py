@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from actors.steps.run.rundir import RunDir
+from infra.errors import ConfigError
 from messages.forage import RequirementCoverage
 from messages.ingest import IngestResult
 from messages.plan import Requirement, RequirementsPlan
@@ -156,8 +157,6 @@ class RunRecord:
         docs = {key: entry.model_copy(update={"status": "skipped", "reason": f"from run {from_run}"})
                 for key, entry in earlier.documents.items() if entry.in_store}
         if not docs:
-            from infra.errors import ConfigError
-
             raise ConfigError(f"run {from_run!r} has no stored documents to follow up")
         lists = [[cid for ev in cov.evidence for cid in ev.chunk_ids] for cov in earlier.last_coverages]
         seeds: list[str] = []

@@ -24,8 +24,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from actors.steps.forage.step import block
+from actors.steps.plan.requirements import content_words
 from actors.steps.schemas import MOTIVE_CHARS, SENTENCE_CHARS, AskAnswer, AskIntent
 from actors.steps.search.library import file_key
+from actors.steps.text import prose_sentences, tidy
+from actors.steps.write.step import citation_numbers
 from infra.embed.base import Embedder
 from infra.errors import LLMOutputError, LLMTimeout
 from infra.llm.base import LLM
@@ -88,10 +91,6 @@ class AskStep:
         self.floors = relevance.floors if relevance is not None else None
 
     async def ask(self, question: str) -> AskResult:
-        from actors.steps.plan.requirements import content_words
-        from actors.steps.text import tidy
-        from actors.steps.write.step import citation_numbers
-
         question = " ".join(question.split())
         if not question:
             raise ValueError("the question is empty")
@@ -161,8 +160,6 @@ class AskStep:
                 searched: str) -> AskResult:
         """An answer quoted from the ``QUOTED`` best passages: each one's sentence sharing the most content
         words with the question, numbered [1], [2] …; insufficient when there is no passage."""
-        from actors.steps.plan.requirements import content_words
-        from actors.steps.text import prose_sentences
 
         wanted = content_words(question)
         quotes: list[tuple[str, ChunkRecord]] = []
@@ -185,6 +182,5 @@ class AskStep:
 
 def _cited(draft: AskAnswer, k: int) -> bool:
     """Whether some sentence of the draft cites a passage number 1..k."""
-    from actors.steps.write.step import citation_numbers
 
     return any(1 <= n <= k for s in draft.sentences for n in [*s.sources, *citation_numbers(s.sentence)])

@@ -21,6 +21,7 @@ from typing import Any
 from markdown_it import MarkdownIt
 
 from actors.steps.run.rundir import RunDir
+from actors.steps.tools.verify import load_report
 from actors.steps.write.step import SOURCES_HEADING
 from messages.run_state import RunState
 from messages.write import Report, SourceRef
@@ -195,7 +196,6 @@ def to_json(rundir: RunDir, report: Report, state: RunState) -> str:
 
 def export(rundir: RunDir, fmt: str) -> str:
     """The run's report in ``fmt`` (one of :data:`FORMATS`), as text."""
-    from actors.steps.tools.verify import load_report
 
     if fmt not in FORMATS:
         raise ValueError(f"unknown export format {fmt!r}; choose one of {', '.join(FORMATS)}")
