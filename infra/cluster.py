@@ -24,6 +24,7 @@ runs on a node goes to that node's Ollama: ``llm.host``'s default 127.0.0.1 alre
 whose Ollama is elsewhere is listed in ``ray.ollama_hosts`` (:func:`on_this_node`).
 
 Used by ray_cluster.yaml::
+
     env $(python -m infra.cluster env) ray start $(python -m infra.cluster start-args head)
     env $(python -m infra.cluster env) ray start $(python -m infra.cluster start-args worker --head-ip H)
 """

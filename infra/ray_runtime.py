@@ -14,6 +14,7 @@ ray.shutdown, on a host whose eth0 address is 192.0.2.2 and whose resolver is
 * the dashboard process asks the cloud metadata service which cloud it runs on
   (``UsageStatsHead.run`` -> ``usage_lib.get_cluster_config_to_report`` ->
   ``get_cloud_from_metadata_requests``): Azure, then GCP, then AWS::
+
       connect(.., htons(80), inet_addr("169.254.169.254")) = -1 EINPROGRESS
       sendto(.., "GET /metadata/instance?api-version=2021-12-13 HTTP/1.1 ..
       connect(.., htons(53), inet_addr("10.255.255.53")) = 0   # metadata.google.internal
@@ -28,6 +29,7 @@ ray.shutdown, on a host whose eth0 address is 192.0.2.2 and whose resolver is
 * the driver and the runtime-env agent find "the node IP" by connecting a UDP
   socket to 8.8.8.8:53.  The connect() sends no packet, but it asks the kernel
   for a route to a public address::
+
       connect(.., htons(53), inet_addr("8.8.8.8")) = 0
 
 * every daemon then uses that LAN address (192.0.2.2).  GCS, raylet, workers
@@ -72,6 +74,7 @@ The switches, each checked on its own with the same strace run:
     also matters without that proxy: measured with a caller proxy
     ``http_proxy=http://10.9.9.9:3128`` and no ``no_proxy``, a Ray worker sent
     its gRPC traffic for 127.0.0.1 through it::
+
         connect(.., htons(3128), inet_addr("10.9.9.9")) = 0
 
     :func:`start_ray` therefore adds the loopback hosts to the caller's own
@@ -109,6 +112,7 @@ is bound to 127.0.0.1 (or its IPv4-mapped form ``::ffff:127.0.0.1``).
 
 To start a cluster by hand that :func:`start_ray` can attach to, export
 :data:`PRIVACY_ENV` first::
+
     env $(python -m infra.ray_runtime) \\
         ray start --head --num-cpus=2 --include-dashboard=false
 
