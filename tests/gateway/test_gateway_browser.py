@@ -1,7 +1,8 @@
 """The dashboard in a real headless Chromium (Debian's, driven by Playwright) against a live gateway that needs
 its token, as `forage serve` runs it: opened at the address it prints (``#token=…``), start a run in the page,
 approve an edited proposal, watch coverage update, open the report, click a citation and see the cited chunk,
-open the run again after a reload. Without the token the page gets nothing. Every request the page makes goes
+open the run again after a reload. Without the token the page gets nothing; without a model server the page says
+so in one sentence before any work. Every request the page makes goes
 to the gateway (works offline). A screenshot is kept under $FORAGE_TEST_ARTIFACTS (default tests/artifacts/)."""
 
 from __future__ import annotations
@@ -60,6 +61,36 @@ def test_without_the_token_the_page_gets_nothing(browser, token_gateway) -> None
     expect(page.locator("#start-error")).to_contain_text("missing or wrong token", timeout=30_000)
     assert page.locator("#runs li").count() == 0
     page.close()
+
+
+def test_without_a_model_server_the_page_says_so_in_one_sentence_before_any_work(browser, tmp_path) -> None:
+    """A gateway on default settings (Ollama) where no Ollama runs: the form's model note and the start both say
+    what is missing in one sentence (never a traceback, a Ray error name or a terminal escape code), and no run
+    is created."""
+    from playwright.sync_api import expect
+
+    from gateway.server import create_app
+    from infra.settings import Settings
+    from tests.loopback_ollama import closed_loopback_url
+
+    settings = Settings.load().updated(run={"runs_dir": tmp_path / "runs"}, store={"path": tmp_path / "store"},
+                                       llm={"backend": "ollama", "host": closed_loopback_url()})
+    server = LiveServer(create_app(settings, token=TOKEN, allowed_libraries=[DEMO_LIBRARY]))
+    try:
+        page = browser.new_page()
+        page.goto(server.url + f"/#token={TOKEN}")
+        expect(page.locator("#model-note")).to_contain_text("not reachable", timeout=30_000)
+        page.fill("#query", "How do zebrafish fins regrow?")
+        page.fill("#library", str(DEMO_LIBRARY))
+        page.click("#start")
+        expect(page.locator("#start-error")).to_contain_text("not reachable", timeout=30_000)
+        said = page.inner_text("#start-error")  # "503: Ollama is not reachable at http://…: start it with …"
+        assert "start it with `ollama serve`" in said
+        assert "\n" not in said.strip() and "Traceback" not in said and "Error(" not in said and "\x1b" not in said
+        assert page.locator("#runs li").count() == 0 and not (tmp_path / "runs").exists()
+        page.close()
+    finally:
+        server.stop()
 
 
 def test_dashboard_start_approve_watch_read_cite(browser, token_gateway) -> None:
