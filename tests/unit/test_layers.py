@@ -4,6 +4,7 @@ gateway is the top layer; the typed client needs no FastAPI)."""
 
 from __future__ import annotations
 
+import ast
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
@@ -45,8 +46,6 @@ LAZY_IMPORTS = {
 
 def lazy_imports() -> dict[str, set[str]]:
     """file -> Forage modules it imports inside functions (tests, benches and examples aside)."""
-    import ast
-
     found: dict[str, set[str]] = {}
     for package in ("actors", "gateway", "infra", "messages"):
         for path in sorted((REPO / package).rglob("*.py")):

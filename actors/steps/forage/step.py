@@ -225,7 +225,6 @@ class ForageStep:
         # similarity of the embedder only: a reranker's scores are on their own scale); None: none
         self._confirmation = (settings.answer_confirmation()
                               if self.cfg.relevance_check and isinstance(self.relevance, EmbeddingSimilarity) else None)
-        self._req_words: set[str] | None = None  # the requirement's content words (the confirmation's word share)
         self.overruled = 0  # verdicts the relevance check overruled, all iterations
 
     # -- the iteration ------------------------------------------------------------------------------
@@ -539,9 +538,7 @@ class ForageStep:
         the paper that answers it; the words the answer shares with the claim tell them apart more often (at the
         calibrated floor, 0.39 of answerable claims confirmed, 0.10 of unanswerable ones: docs/evidence.md)."""
         assert self._confirmation is not None
-        if self._req_words is None:  # the step forages one requirement: its words once
-            self._req_words = content_words(req.text)
-        return relevance + CONFIRM_WORD_WEIGHT * word_share(self._req_words, text) >= self._confirmation
+        return relevance + CONFIRM_WORD_WEIGHT * word_share(content_words(req.text), text) >= self._confirmation
 
     def _record(self, judged: Sequence[ChunkJudgement], it: _Iteration) -> None:
         for judgement in judged:
