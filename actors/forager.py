@@ -24,8 +24,8 @@ class Forager:
 
     def _ensure(self):
         if self._step is None:
+            from actors.embed_endpoint import actor_embedder
             from actors.steps.forage.step import ForageStep
-            from infra.embed import build_embedder
             from infra.rerank import build_relevance
             from infra.store import build_store
 
@@ -33,7 +33,7 @@ class Forager:
 
             # with ray.llm_slots every LLM call is made by a node's LLM endpoint, holding one of its slots
             llm = actor_llm(self.settings, self._llm)
-            embedder = self._embedder or build_embedder(self.settings)
+            embedder = actor_embedder(self.settings, self._embedder)
             relevance, problem = build_relevance(self.settings, embedder)
             if problem:
                 self._emit(Stage.FORAGE, "degraded", problem, step="relevance check")

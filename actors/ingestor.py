@@ -37,13 +37,13 @@ class Ingestor:
 
     def _ensure(self):
         if self._step is None:
+            from actors.embed_endpoint import actor_embedder
             from actors.steps.ingest.step import IngestStep
-            from infra.embed import build_embedder
             from infra.pdf import build_parser
             from infra.store import build_store
 
             self._step = IngestStep(self.settings, build_store(self.settings),
-                                    self._embedder or build_embedder(self.settings),
+                                    actor_embedder(self.settings, self._embedder),
                                     build_parser(self.settings), emit=self._emit, llm=self._context_llm())
         return self._step
 

@@ -13,7 +13,8 @@ from typing import Any, Literal
 
 from infra.settings import Settings
 
-Role = Literal["orchestrator", "status_hub", "searcher", "ingestor", "forager", "writer", "llm_endpoint"]
+Role = Literal["orchestrator", "status_hub", "searcher", "ingestor", "forager", "writer", "llm_endpoint",
+               "embed_endpoint"]
 
 LLM_SLOT = "llm_slot"  # the Ray custom resource of one LLM endpoint's capacity
 
@@ -24,6 +25,8 @@ _IDEMPOTENT: dict[tuple[str, str], bool] = {
     ("ingestor", "ingest"): False,
     ("searcher", "search"): True,
     ("status_hub", "events"): True,
+    ("embed_endpoint", "embed"): True,  # same texts, same vectors
+    ("embed_endpoint", "warm"): True,
 }
 
 
@@ -45,7 +48,8 @@ def options_for(role: Role, settings: Settings, *, name: str | None = None,
     some, rather than the first machine all of them; their LLM calls go wherever a slot is free.
 
     ``endpoint_node`` / ``endpoint_slots``: an LLM endpoint (:mod:`actors.llm_endpoint`) is pinned to its
-    node (hard affinity) and holds all ``endpoint_slots`` of the node's ``llm_slot`` units.
+    node (hard affinity) and holds all ``endpoint_slots`` of the node's ``llm_slot`` units; an embedding endpoint
+    (:mod:`actors.embed_endpoint`) is pinned to its node the same way.
     """
     ray = settings.ray
     opts: dict[str, Any] = {"num_cpus": 0}
@@ -77,6 +81,15 @@ def options_for(role: Role, settings: Settings, *, name: str | None = None,
 
         opts.update(max_restarts=0, max_concurrency=10_000, lifetime="detached", get_if_exists=True,
                     resources={LLM_SLOT: float(endpoint_slots)})
+        if endpoint_node is not None:
+            opts["scheduling_strategy"] = NodeAffinitySchedulingStrategy(node_id=endpoint_node, soft=False)
+    if role == "embed_endpoint":
+        # one per node and embedding configuration, shared by every run's Foragers and Ingestors there: found by
+        # name, kept when the actor that created it exits, pinned to its node; restarted if it dies (its calls are
+        # idempotent, so they are made again). It asks for no CPU: its callers hold theirs while they wait on it.
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        opts.update(max_restarts=-1, max_task_retries=0, max_concurrency=8, lifetime="detached", get_if_exists=True)
         if endpoint_node is not None:
             opts["scheduling_strategy"] = NodeAffinitySchedulingStrategy(node_id=endpoint_node, soft=False)
     if name is not None:

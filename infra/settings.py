@@ -100,6 +100,11 @@ class EmbedSettings(Section):
         default=None, description="Tokens per chunk; default follows the embedder (MiniLM 256, nomic 512)."
     )
     chunk_overlap: int | None = Field(default=None, description="Token overlap; default MiniLM 32, nomic 64.")
+    shared: bool = Field(
+        default=True, description="MiniLM in a Ray run: one model per node (an embedding endpoint actor, "
+                                  "actors/embed_endpoint.py) serves every Forager and Ingestor there and is kept "
+                                  "between runs of one Ray session, instead of each actor loading its own (4.4 s of "
+                                  "a core and a few hundred MB each). An actor given a GPU share keeps its own.")
 
 
 class StoreSettings(Section):
