@@ -34,9 +34,10 @@ class Probe:
         return os.getpid()
 
 
-def test_outside_ray_an_actor_embeds_itself_and_a_given_embedder_wins() -> None:
+def test_outside_ray_an_actor_embeds_itself_and_a_given_embedder_wins(monkeypatch) -> None:
+    monkeypatch.setitem(sys.modules, "ray", None)  # no Ray in this process (the session's may be running)
     settings = Settings.load()
-    assert not shares_node_model(settings)  # no Ray in this process
+    assert not shares_node_model(settings)
     assert isinstance(actor_embedder(settings), MiniLMEmbedder)
     given = MiniLMEmbedder()
     assert actor_embedder(settings, given) is given
