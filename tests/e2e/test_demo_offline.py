@@ -5,7 +5,9 @@ makes zero non-loopback connections.
 This is the one CI run of the real embedded-model path (SmolLM2-135M through xllamacpp). It derives one
 requirement (`--requirements 1`, the demo's own option): every stage still runs on the real model, at half
 the model calls of the default three-requirement demo. The four papers come from the session's ingest cache
-when an earlier test ingested them (they are still stored in the demo's own store).
+when an earlier test ingested them (they are still stored in the demo's own store): its tests are marked
+``last``, so they run after the gateway tests have ingested the same papers, and alone (beside other tests the
+traced demo hung once: docs/testing.md).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import pytest
 
 from tests.test_ray_privacy import _child_env, _strace_cmd, inet_destinations, non_loopback
 
-pytestmark = [pytest.mark.slow, pytest.mark.real_llm]
+pytestmark = [pytest.mark.slow, pytest.mark.real_llm, pytest.mark.last]
 
 FORAGE = Path(sys.executable).with_name("forage")
 
