@@ -111,6 +111,18 @@ def collapse_loop(text: str) -> str:
     return " ".join(words[:cut]).rstrip(",;:-–— ") + "…"
 
 
+_SLUG = re.compile(r"\S*?[-_]\S*?[-_]\S*?[-_]\S*?[-_]\S*")  # a "word" of five or more parts joined by - or _
+
+
+def search_query(raw: str, max_words: int = 32) -> str:
+    """A model-written search query made usable: slug-joined words ("a-query-like_this-one-here", a small model's
+    habit) split into words, a repetition loop cut (:func:`collapse_loop`, '' when the query is mostly loop), at
+    most ``max_words`` words. A hyphenated term of fewer parts ("COVID-19", "beta-blocker") is kept as it is."""
+    text = _SLUG.sub(lambda m: re.sub(r"[-_]+", " ", m.group(0)), " ".join(raw.split()))
+    words = collapse_loop(" ".join(text.split())).split()
+    return " ".join(words[:max_words]).rstrip("…").strip()
+
+
 def trim_cut(text: str) -> str:
     """Text cut off mid-sentence, trimmed back to its last complete sentence or, when there is none, to
     its last whole word followed by "…" (the last word may itself be cut, so it goes too)."""

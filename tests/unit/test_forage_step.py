@@ -611,6 +611,23 @@ def test_too_few_answering_papers_reformulates_once(store, embedder):
     assert [e.payload["query"] for e in emit.events if e.kind == "retrieved"][2:] == [REQ.text]
 
 
+@pytest.mark.parametrize(("written", "searched"), [
+    ("leaf-energy-budget-canopy-light-measurement-measurement-measurement-measurement-measurement-measurement",
+     "leaf energy budget canopy light measurement"),  # a small model's slug and loop (seen with SmolLM2-135M)
+    ("canopy canopy canopy canopy canopy canopy canopy canopy canopy canopy canopy canopy", None),  # only a loop
+])
+def test_a_slug_or_looping_reformulation_is_searched_as_words_or_not_at_all(store, embedder, written, searched):
+    emit = RecordingEmit(RUN)
+    llm = FunctionLLM(Oracle({"split water": "answers", "Sun leaves": "answers"}, query=written))
+    forage(ForageStep(settings(bm25_k=1, vector_k=1, min_papers=3), store, embedder, llm, emit=emit))
+    [event] = [e.payload for e in emit.events if e.kind == "reformulated"]
+    queries = [e.payload["query"] for e in emit.events if e.kind == "retrieved"]
+    if searched is None:
+        assert event["query"] == "" and event["retrieved"] == 0 and queries == [REQ.text]
+    else:
+        assert event["query"] == searched and queries == [REQ.text, searched]
+
+
 def test_enough_answering_papers_do_not_reformulate(store, embedder):
     llm = FunctionLLM(Oracle({"split water": "answers"}))
     forage(ForageStep(settings(vector_k=N_BODY_CHUNKS, min_papers=1), store, embedder, llm))

@@ -71,6 +71,7 @@ from actors.steps.schemas import (
     SectionChoice,
     batch_schema,
 )
+from actors.steps.text import search_query
 from infra.embed.base import Embedder
 from infra.errors import LLMOutputError, LLMTimeout
 from infra.llm.base import LLM, ChatMessage, T
@@ -612,7 +613,7 @@ class ForageStep:
                 Reformulation, "reformulate", it)
         if answer is None:
             return
-        query = " ".join(answer.query.split())
+        query = search_query(answer.query)  # a weak model's slug or repetition loop made a query, or ''
         if not query or query.casefold() == req.text.casefold():
             self.emit(Stage.FORAGE, "reformulated", f"{req.id}: no new query", iteration=it.number,
                       requirement_id=req.id, query=query, retrieved=0, judged=0, answering_papers_before=before,
