@@ -121,7 +121,10 @@ class NodeEmbedder:
         options = method_options("embed_endpoint", method, self.settings)  # retried by Ray too: idempotent
         for attempt in range(1, CALL_ATTEMPTS + 1):
             try:
-                return ray.get(getattr(self.endpoint(), method).options(**options).remote(*args))
+                ref = getattr(self.endpoint(), method).options(**options).remote(*args)
+                # waited on as a future: a Forager (an async actor) embeds from worker threads, where ray.get
+                # would log "blocking ray.get inside async actor" though its event loop is not blocked
+                return ref.future().result()
             except RayActorError as exc:  # the endpoint died under the call: find or create it again
                 self._handle = None
                 if attempt == CALL_ATTEMPTS:
