@@ -26,7 +26,7 @@ from actors.steps.run.rundir import find_run_dir
 from gateway import cli_ask, cli_eval, cli_library, cli_privacy, cli_report, cli_runs, cli_serve, cli_store
 from gateway.cli_base import ProgressView, app, console, err, eval_app, one_line, run_settings
 from infra.errors import ConfigError, ForageError
-from infra.settings import PresetName, Settings, settings_for_run
+from infra.settings import EMBEDDED_WINDOW, PresetName, Settings, settings_for_run
 from messages.plan import RequirementsPlan, ResearchQuery
 from messages.run_state import RunState
 
@@ -307,7 +307,7 @@ def demo(
 ) -> None:
     """Run the whole flow offline on the shipped CC-BY demo papers with the embedded model."""
     settings = Settings.load("quick").updated(
-        llm={"backend": "embedded", "n_ctx": 4096, "max_tokens": 512},
+        llm={"backend": "embedded", **EMBEDDED_WINDOW},
         embed={"backend": "minilm"},
         search={"library": demo_library()},
         net={"offline": True},

@@ -113,9 +113,8 @@ def eval_evidence(
     evidence recall, coverage on answerable vs unanswerable requirements, false coverage, LLM calls."""
     from actors.steps.evaluation.evidence import EVIDENCE_MODES, evaluate_evidence
 
+    # the embedded model gets its own window (infra/settings.py EMBEDDED_WINDOW), as `forage demo` does
     settings = settings_for_run(Settings.load(), preset=preset, llm_backend=llm, model=model)  # type: ignore[arg-type]
-    if settings.llm.backend == "embedded":  # the 135M model's window, as `forage demo` sets it
-        settings = settings.updated(llm={"n_ctx": 4096, "max_tokens": 512})
 
     def loading(done: int, total: int, seconds: float) -> None:
         base.err.print(f"[dim]loaded {done:,}/{total:,} documents ({seconds:.0f} s)[/dim]", highlight=False)

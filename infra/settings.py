@@ -453,6 +453,12 @@ _NOT_RECORDED: dict[str, Any] = {"store": {"weaviate_api_key"}, "search": {"open
                                  "ray": True}
 
 
+#: the embedded model's window and answer budget (SmolLM2-135M): the general defaults (8192 / 1024, for 7B models
+#: behind a server) let it ramble; a repair attempt may take up to half the window, which took one report section
+#: 14 minutes on a busy 2-core machine. Applied where the run's own settings do not say otherwise.
+EMBEDDED_WINDOW: dict[str, int] = {"n_ctx": 4096, "max_tokens": 512}
+
+
 def settings_for_run(base: Settings, *, recorded: dict[str, Any] | None = None, preset: PresetName | None = None,
                      library: Path | None = None, offline: bool | None = None, llm_backend: str | None = None,
                      model: str | None = None, embedder: str | None = None, mailto: str | None = None,
@@ -486,7 +492,13 @@ def settings_for_run(base: Settings, *, recorded: dict[str, Any] | None = None, 
     put("run", "min_coverage", min_coverage)
     put("run", "max_requirements", max_requirements)
     put("store", "path", store)
-    return base.updated(**changes) if changes else base
+    settings = base.updated(**changes) if changes else base
+    if settings.llm.backend == "embedded":
+        given = settings.explicit().get("llm", {})
+        window = {k: v for k, v in EMBEDDED_WINDOW.items() if k not in given}
+        if window:
+            settings = settings.updated(llm=window)
+    return settings
 
 
 def _plain(data: dict[str, Any]) -> dict[str, Any]:

@@ -146,3 +146,16 @@ def test_settings_for_run_is_the_one_builder(tmp_path) -> None:
     assert settings_for_run(base) is base
     again = settings_for_run(Settings.load(), recorded=s.record())
     assert again.record() == s.record() and again.preset == "quick"
+
+
+def test_the_embedded_backend_gets_the_small_models_window_unless_one_is_given() -> None:
+    from infra.settings import EMBEDDED_WINDOW, settings_for_run
+
+    base = Settings.load()
+    chosen = settings_for_run(base, llm_backend="embedded")  # the dashboard's form, `--llm embedded`
+    assert (chosen.llm.n_ctx, chosen.llm.max_tokens) == (EMBEDDED_WINDOW["n_ctx"], EMBEDDED_WINDOW["max_tokens"])
+    assert (base.llm.n_ctx, base.llm.max_tokens) == (8192, 1024)  # a served model keeps the general defaults
+    own = settings_for_run(Settings.load(llm={"max_tokens": 700}), llm_backend="embedded")
+    assert (own.llm.n_ctx, own.llm.max_tokens) == (EMBEDDED_WINDOW["n_ctx"], 700)  # an explicit value stands
+    resumed = settings_for_run(Settings.load(), recorded=chosen.record())
+    assert resumed.llm == chosen.llm
