@@ -71,6 +71,10 @@ FORAGE = Path(sys.executable).with_name("forage")
 # nice 15, so a nice 19 process still took a fifth of their share); else the lowest nice
 IDLE_PRIORITY = ["chrt", "--idle", "0"] if shutil.which("chrt") else ["nice", "-n", "19"]
 WARM_LIMIT_S = 1200.0
+#: read from the session's cache by the e2e runs before this module (eval suite, faults run, kill test)
+WARM_FIRST = ("dvt_prophylaxis_trauma_bmc2010.pdf", "tracemonkey_pldi2009.pdf",
+              "beyond_summarization_arxiv2304.02623v1.pdf", "bosonic_dark_matter_arxiv0908.0054.pdf",
+              "reverb_openie_emnlp2011.pdf")
 
 
 class WarmCache:
@@ -79,8 +83,12 @@ class WarmCache:
     def __init__(self, pdfs: list[Path], cache: Path, tmp: Path) -> None:
         library = tmp / "library"
         library.mkdir()
-        for p in pdfs:
-            (library / p.name).symlink_to(p)
+        # the papers the e2e runs before this one read from the cache go first (the command adds a folder in
+        # name order; the cache is keyed by the file's bytes, not its name)
+        ordered = sorted(pdfs, key=lambda p: (p.name not in WARM_FIRST, WARM_FIRST.index(p.name)
+                                              if p.name in WARM_FIRST else 0, p.name))
+        for i, p in enumerate(ordered):
+            (library / f"{i:02d}-{p.name}").symlink_to(p)
         self.log = tmp / "library-add.log"
         with self.log.open("w") as out:
             self.proc = subprocess.Popen([*IDLE_PRIORITY, str(FORAGE), "library", "add", str(library),
