@@ -96,8 +96,9 @@ def ingest_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(autouse=True, scope="session")
 def _early_starts(request: pytest.FixtureRequest, _offline_by_default: None,
                   _own_config_dir: None) -> Iterator[None]:
-    """Long real work that mostly waits on one core (the openai-backend run's 135M model) starts when the
-    session starts, in its own process, and runs beside the other tests. A test module that defines
+    """Long real work starts when the session starts, in its own process, and runs beside the other tests: the
+    openai-backend run (its 135M model mostly keeps one core busy) and the research run's 16 papers parsed and
+    embedded into the session's ingest cache at the idle CPU priority (tests/e2e/test_research_run.py). A test module that defines
     ``early_start(request)`` has it called here when any of its tests is selected (``request`` is this session
     fixture's: ``request.getfixturevalue`` gives it session fixtures such as ``ingest_cache`` or
     ``ray_cluster``); its fixture reads the result with :func:`tests.early.early_started`, and its tests are
