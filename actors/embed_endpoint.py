@@ -116,8 +116,8 @@ class NodeEmbedder:
         return self._handle
 
     def _call(self, method: str, *args: Any) -> Any:
-        import ray
         from ray.exceptions import RayActorError
+
         options = method_options("embed_endpoint", method, self.settings)  # retried by Ray too: idempotent
         for attempt in range(1, CALL_ATTEMPTS + 1):
             try:
