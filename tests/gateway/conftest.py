@@ -15,6 +15,9 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 DEMO_LIBRARY = REPO / "examples" / "demo_library"
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync", "--no-first-run"]
 QUERY = "Anticoagulation after trauma, and how JIT compilers specialize types"
 EDITED_R1 = "Complication rates of anticoagulant prophylaxis against venous thrombosis after injury in adults"
 
@@ -180,3 +183,15 @@ def watched_run(gateway) -> WatchedRun:
     return WatchedRun(run_id=created.run_id, proposal=proposal, listeners=out["listeners"], ends=out["ends"],
                       dropper_first=out["first"], dropper_second=out["second"], dropped_after=out["after"],
                       chatty_frames=out["chatty"], disk_events=disk)
+
+
+@pytest.fixture(scope="module")
+def browser():
+    """Debian's headless Chromium through Playwright, one per module of the dashboard's browser tests."""
+    if not CHROMIUM.exists():
+        pytest.skip(f"needs Debian's Chromium at {CHROMIUM}: apt-get install chromium")
+    sync_api = pytest.importorskip("playwright.sync_api", reason="needs the playwright python package")
+    with sync_api.sync_playwright() as p:
+        b = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS, headless=True)
+        yield b
+        b.close()

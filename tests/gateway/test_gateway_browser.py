@@ -17,27 +17,13 @@ from tests.gateway.conftest import DEMO_LIBRARY, REPO, LiveServer
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
-CHROMIUM = Path("/usr/bin/chromium")
 TOKEN = "browser-s3cret-token"
-ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-        "--disable-component-update", "--disable-sync", "--no-first-run"]
 
 
 def artifacts_dir() -> Path:
     path = Path(os.environ.get("FORAGE_TEST_ARTIFACTS") or REPO / "tests" / "artifacts")
     path.mkdir(parents=True, exist_ok=True)
     return path
-
-
-@pytest.fixture(scope="module")
-def browser():
-    if not CHROMIUM.exists():
-        pytest.skip(f"needs Debian's Chromium at {CHROMIUM}: apt-get install chromium")
-    sync_api = pytest.importorskip("playwright.sync_api", reason="needs the playwright python package")
-    with sync_api.sync_playwright() as p:
-        b = p.chromium.launch(executable_path=str(CHROMIUM), args=ARGS, headless=True)
-        yield b
-        b.close()
 
 
 @pytest.fixture(scope="module")

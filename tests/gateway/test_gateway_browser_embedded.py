@@ -15,7 +15,6 @@ import os
 import pytest
 
 from tests.gateway.conftest import DEMO_LIBRARY, LiveServer
-from tests.gateway.test_gateway_browser import ARGS, CHROMIUM
 
 pytestmark = [
     pytest.mark.ray, pytest.mark.slow, pytest.mark.real_llm,
@@ -29,11 +28,11 @@ QUERY = "What are the complications of thromboprophylaxis in trauma patients?"
 FINISHED_MS = 1_200_000
 
 
-def test_the_embedded_backend_chosen_in_the_form_runs_to_a_report(ray_cluster, ingest_cache, tmp_path) -> None:
-    if not CHROMIUM.exists():
-        pytest.skip(f"needs Debian's Chromium at {CHROMIUM}: apt-get install chromium")
-    sync_api = pytest.importorskip("playwright.sync_api", reason="needs the playwright python package")
+def test_the_embedded_backend_chosen_in_the_form_runs_to_a_report(browser, ray_cluster, ingest_cache,
+                                                                 tmp_path) -> None:
     pytest.importorskip("xllamacpp", reason="the embedded backend needs xllamacpp (pip install 'forage[embedded]')")
+    from playwright.sync_api import expect
+
     from gateway.server import create_app
     from infra.settings import Settings
     from tests.loopback_ollama import closed_loopback_url
@@ -44,30 +43,28 @@ def test_the_embedded_backend_chosen_in_the_form_runs_to_a_report(ray_cluster, i
                                        llm={"backend": "ollama", "host": closed_loopback_url()})
     server = LiveServer(create_app(settings, token=TOKEN, allowed_libraries=[DEMO_LIBRARY]))
     try:
-        with sync_api.sync_playwright() as p:
-            browser = p.chromium.launch(executable_path=str(CHROMIUM), args=ARGS, headless=True)
-            page = browser.new_page(viewport={"width": 1400, "height": 1100})
-            errors: list[str] = []
-            page.on("pageerror", lambda e: errors.append(str(e)))
-            page.goto(server.url + f"/#token={TOKEN}")
-            # the note says Ollama is not there; choosing the embedded backend is the way out
-            sync_api.expect(page.locator("#model-note")).to_contain_text("not reachable", timeout=60_000)
-            page.fill("#query", QUERY)
-            page.fill("#library", str(DEMO_LIBRARY))
-            page.select_option("#preset", "quick")
-            page.fill("#max-iterations", "1")
-            page.fill("#max-requirements", "1")
-            page.select_option("#backend", "embedded")
-            page.click("#start")
-            page.wait_for_selector("#approval:not([hidden])", timeout=FINISHED_MS)
-            assert page.inner_text("#start-error") == "" and page.locator("#req-edit li").count() == 1
-            run_id = page.evaluate("state.runId")
-            page.click("#approve")
-            page.wait_for_selector("#report-box:not([hidden])", timeout=FINISHED_MS)
-            status, shown = page.inner_text("#run-status"), page.inner_text("#report")
-            ingested, failed = int(page.inner_text("#n-ingested")), int(page.inner_text("#n-failed"))
-            cites = page.locator("#report a.cite").count()
-            browser.close()
+        page = browser.new_page(viewport={"width": 1400, "height": 1100})
+        errors: list[str] = []
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        page.goto(server.url + f"/#token={TOKEN}")
+        # the note says Ollama is not there; choosing the embedded backend is the way out
+        expect(page.locator("#model-note")).to_contain_text("not reachable", timeout=60_000)
+        page.fill("#query", QUERY)
+        page.fill("#library", str(DEMO_LIBRARY))
+        page.select_option("#preset", "quick")
+        page.fill("#max-iterations", "1")
+        page.fill("#max-requirements", "1")
+        page.select_option("#backend", "embedded")
+        page.click("#start")
+        page.wait_for_selector("#approval:not([hidden])", timeout=FINISHED_MS)
+        assert page.inner_text("#start-error") == "" and page.locator("#req-edit li").count() == 1
+        run_id = page.evaluate("state.runId")
+        page.click("#approve")
+        page.wait_for_selector("#report-box:not([hidden])", timeout=FINISHED_MS)
+        status, shown = page.inner_text("#run-status"), page.inner_text("#report")
+        ingested, failed = int(page.inner_text("#n-ingested")), int(page.inner_text("#n-failed"))
+        cites = page.locator("#report a.cite").count()
+        page.close()
     finally:
         server.stop()
     assert errors == [] and status == "finished" and (ingested, failed) == (4, 0)
