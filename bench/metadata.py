@@ -11,6 +11,7 @@ hand from each first page and checked against the folder's SOURCE.md):
 * **first author**: the truth's surname is in the first author's name;
 * **year**: equal, where the paper prints one (a paper that prints none is "not printed": any year is counted
   apart, as "year, none printed");
+* **venue**: the name equal (as for titles) and its kind (journal / conference) too;
 * **DOI**, **arXiv id**: equal; a value where the paper prints none is **wrong** (a cited work's DOI taken for
   the paper's), none where it prints one is **missing**.
 
@@ -30,7 +31,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 TRUTH = REPO / "tests" / "data" / "shared_pdfs_metadata.json"
-FIELDS = ("title", "first author", "year", "doi", "arxiv id")
+FIELDS = ("title", "first author", "year", "doi", "arxiv id", "venue")
 
 
 def norm(text: str | None) -> str:
@@ -49,6 +50,7 @@ def grade(expected: object, got: object, same: bool) -> str:
 def judge(truth: dict, parsed) -> dict[str, str]:  # noqa: ANN001 - a ParsedDocument
     first = parsed.authors[0] if parsed.authors else None
     doi, arxiv_id = getattr(parsed, "doi", None), getattr(parsed, "arxiv_id", None)  # older parsers read neither
+    venue = getattr(parsed, "venue", None)
     year = grade(truth["year"], parsed.year, parsed.year == truth["year"])
     if truth["year"] is None and parsed.year is not None:
         year = "not printed, read"  # e.g. the file's creation year: neither right nor known wrong
@@ -59,6 +61,8 @@ def judge(truth: dict, parsed) -> dict[str, str]:  # noqa: ANN001 - a ParsedDocu
         "year": year,
         "doi": grade(truth["doi"], doi, (doi or "").lower() == (truth["doi"] or "").lower()),
         "arxiv id": grade(truth["arxiv_id"], arxiv_id, arxiv_id == truth["arxiv_id"]),
+        "venue": grade(truth.get("venue"), venue, norm(venue) == norm(truth.get("venue"))
+                       and getattr(parsed, "venue_kind", "") == truth.get("venue_kind")),
     }
 
 
@@ -79,7 +83,7 @@ def main() -> int:
         shown = ", ".join(f"{f}: {g}" for f, g in rows[name].items() if g not in ("right", "not printed"))
         print(f"{name:45} {shown or 'all right'}")
         print(f"{'':45} read: {parsed.title!r:.60} | {(parsed.authors or ('-',))[0]} | {parsed.year} | "
-              f"{getattr(parsed, 'doi', None)} | {getattr(parsed, 'arxiv_id', None)}")
+              f"{getattr(parsed, 'doi', None)} | {getattr(parsed, 'arxiv_id', None)} | {getattr(parsed, 'venue', None)}")
     print(f"\nparser {parser.name} (revision {getattr(parser, 'revision', '1')}), {len(rows)} papers")
     print(f"{'field':14} {'printed':>8} {'right':>6} {'wrong':>6} {'missing':>8}")
     for field in FIELDS:

@@ -23,7 +23,8 @@ from rich.live import Live
 from rich.table import Table
 
 from actors.steps.run.rundir import find_run_dir
-from gateway import cli_ask, cli_eval, cli_library, cli_privacy, cli_report, cli_runs, cli_serve, cli_store
+from gateway import (cli_ask, cli_eval, cli_library, cli_metadata, cli_privacy, cli_report, cli_runs, cli_serve,
+                     cli_store)
 from gateway.cli_base import ProgressView, app, console, err, eval_app, one_line, run_settings
 from infra.errors import ConfigError, ForageError
 from infra.settings import EMBEDDED_WINDOW, PresetName, Settings, settings_for_run
@@ -455,7 +456,7 @@ def show_retrieval(results: dict[str, Any]) -> None:
 
 
 # -- the command groups kept in their own modules (each adds its commands to the shared apps) -------------
-for _module in (cli_report, cli_ask, cli_eval, cli_privacy, cli_runs, cli_library, cli_store, cli_serve):
+for _module in (cli_report, cli_ask, cli_eval, cli_privacy, cli_runs, cli_library, cli_metadata, cli_store, cli_serve):
     _module.register(app)
 
 

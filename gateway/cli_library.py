@@ -5,8 +5,11 @@
     forage library add csv FILE [--store PATH]                              a Zotero CSV export
     forage library list [--json] [--store PATH]                             documents in the store
     forage library remove DOC... [--store PATH]                             documents by id or unique id prefix
-    forage library fix-metadata DOC [--title T] [--author A]... [--year Y] [--doi D] [--arxiv ID]
+    forage library fix-metadata DOC [--title T] [--author A]... [--year Y] [--doi D] [--arxiv ID] [--venue V]
                                                                             correct what a PDF's page 1 gave
+    forage library match [DOC...] [--yes]                                   fill missing fields from OpenAlex,
+                                                                            after showing every lookup
+                                                                            (gateway/cli_metadata.py)
     forage library stats [--json] [--store PATH]                            counts, parsers, flags, size on disk
     forage library allow DIR / disallow DIR / allowed                       folders runs started through the
                                                                             gateway may read (gateway/allowed.py)
@@ -70,8 +73,7 @@ def register(app: typer.Typer) -> None:
     add_app.command(FILES)(add_files)
     add_app.command("zotero")(add_zotero)
     add_app.command("csv")(add_csv)
-    for name, command in (("list", list_documents), ("remove", remove_documents), ("fix-metadata", fix_metadata),
-                          ("stats", stats),
+    for name, command in (("list", list_documents), ("remove", remove_documents), ("stats", stats),
                           ("allow", allow_folder), ("disallow", disallow_folder), ("allowed", allowed_folders)):
         if not any(c.name == name for c in base.library_app.registered_commands):
             base.library_app.command(name)(command)
@@ -119,7 +121,8 @@ def _status(result: Any, pulled: str = "new") -> tuple[str, str]:
     return pulled, f"{result.n_chunks} chunks"
 
 
-STYLE = {"new": "green", "changed": "yellow", "unchanged": "dim", "skipped": "dim", "failed": "red"}
+STYLE = {"new": "green", "changed": "yellow", "unchanged": "dim", "skipped": "dim", "failed": "red",
+         "filled": "green", "no match": "yellow"}
 SOURCE_STATUSES = ("new", "changed", "unchanged", "failed")
 FILE_STATUSES = ("new", "changed", "skipped", "failed")
 
@@ -131,7 +134,7 @@ def show_outcomes(title: str, rows: list[tuple[str, str, str, str]],
     table = Table(title=title)
     for col in ("status", "title", "year", "detail"):
         table.add_column(col, max_width=70 if col in ("title", "detail") else None)
-    order = {"new": 0, "changed": 1, "failed": 2, "unchanged": 3, "skipped": 3}
+    order = {"new": 0, "changed": 1, "filled": 1, "no match": 2, "failed": 2, "unchanged": 3, "skipped": 3}
     for status, name, year, detail in sorted(rows, key=lambda r: order[r[0]]):
         table.add_row(f"[{STYLE[status]}]{status}[/]", name, year, detail)
     counts = {s: sum(r[0] == s for r in rows) for s in statuses}
@@ -314,7 +317,7 @@ def _open_store(settings: Settings) -> Any:
 def _document_json(doc: Any) -> dict[str, Any]:
     return {"doc_id": doc.doc_id, "key": doc.key, "title": doc.title, "authors": list(doc.authors),
             "year": doc.year, "n_chunks": doc.n_chunks, "parser": doc.parser, "flags": list(doc.flags),
-            "origin": doc.origin}
+            "origin": doc.origin, "venue": doc.venue, "venue_kind": doc.venue_kind}
 
 
 ID_WIDTH = 12  # the doc_id prefix `library list` shows (sha256 hex)
@@ -410,53 +413,6 @@ def remove_documents(
     console.print(f"[dim]{len(chosen)} removed from {settings.store.path} ({remaining} chunks left); runs keep their "
                   f"reports and evidence.jsonl{'; Zotero state updated: ' + ', '.join(map(str, noted)) if noted else ''}"
                   "[/dim]", highlight=False)
-
-
-def fix_metadata(
-    doc: Annotated[str, typer.Argument(metavar="DOC", help="Document id as `forage library list` shows it, or a "
-                                       "unique prefix.", show_default=False)],
-    title: Annotated[str | None, typer.Option(help="The paper's title.")] = None,
-    author: Annotated[list[str] | None, typer.Option(
-        "--author", help="An author, in order; repeat for each (replaces the whole list).")] = None,
-    year: Annotated[int | None, typer.Option(min=1000, max=2999, help="Year of publication.")] = None,
-    doi: Annotated[str | None, typer.Option(help="The paper's DOI ('10.…', 'doi:10.…' or a doi.org link); "
-                                            "'' removes it.")] = None,
-    arxiv: Annotated[str | None, typer.Option(help="The paper's arXiv id ('2302.07302'); '' removes it.")] = None,
-    store: Annotated[Path | None, typer.Option(help="Store folder (default: settings).")] = None,
-) -> None:
-    """Correct a document's title, authors, year, DOI or arXiv id where its PDF's page 1 misled the parser.
-
-    Reports and BibTeX/RIS exports written from then on use the corrected values (a run's own report keeps
-    what it was written with until `forage export` renders it again); the document keeps its chunks and
-    vectors, and searches match its new title."""
-    from actors.steps.ingest.step import with_identifiers
-    from infra.store.base import update_metadata
-
-    changes: dict[str, Any] = {}
-    if title is not None:
-        if not title.strip():
-            raise _fail("--title is empty: give the paper's title")
-        changes["title"] = " ".join(title.split())
-    if author is not None:
-        names = [" ".join(a.split()) for a in author if a.strip()]
-        if not names:
-            raise _fail("--author is empty: give each author's name")
-        changes["authors"] = tuple(names)
-    if year is not None:
-        changes["year"] = year
-    try:
-        settings = _settings(store)
-        library = _open_store(settings)
-        (chosen,) = _resolve_ids(library.list_documents(), [doc], unchanged="nothing was changed")
-        if doi is not None or arxiv is not None:
-            changes["origin"] = with_identifiers(chosen.origin or chosen.key, doi, arxiv)
-        if not changes:
-            raise _fail("nothing to change: give --title, --author, --year, --doi or --arxiv")
-        fixed = update_metadata(library, chosen.doc_id, changes)
-    except (ForageError, ValueError) as exc:
-        raise _fail(str(exc), 1) from None
-    console.print(f"[green]fixed[/green] {fixed.doc_id[:ID_WIDTH]}  {', '.join(fixed.authors) or 'Anonymous'} "
-                  f"({fixed.year or 'n.d.'}) {fixed.title}. {fixed.origin}", highlight=False)
 
 
 def _page_counts(store: Any, documents: Sequence[Any], batch_chunks: int = 2000) -> dict[str, int]:

@@ -9,6 +9,10 @@ from pydantic import Field
 from messages.base import Frozen, Message
 from messages.plan import Requirement, SearchQuery
 
+VenueKind = Literal["", "journal", "conference"]
+"""Where a paper appeared, as BibTeX and RIS need it: a journal (@article, JOUR), a conference's proceedings
+(@inproceedings, CONF), or '' when not known (a preprint server is not a venue: its id is kept apart)."""
+
 
 class SearchRequest(Message):
     """Ask for up to ``max_results`` documents not offered before in this run."""
@@ -40,7 +44,8 @@ class Candidate(Frozen):
     arxiv_id: str | None = Field(default=None, description="arXiv id without version (2101.00001).")
     openalex_id: str | None = Field(default=None, description="OpenAlex work id (W123...).")
     abstract: str | None = None
-    venue: str | None = None
+    venue: str | None = Field(default=None, description="Journal or proceedings the work appeared in.")
+    venue_kind: VenueKind = Field(default="", description="What ``venue`` is: 'journal', 'conference' or ''.")
     pdf_urls: tuple[str, ...] = Field(default=(), description="Open-access PDF locations, best first.")
     landing_url: str | None = None
     found_by: str | None = Field(default=None, description="Search string, 'snowball:<id>' or 'library'.")

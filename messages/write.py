@@ -9,6 +9,7 @@ from pydantic import Field
 from messages.base import Frozen, Message
 from messages.forage import RequirementCoverage
 from messages.plan import ResearchQuery
+from messages.search import VenueKind
 
 
 class WriteRequest(Message):
@@ -30,6 +31,8 @@ class SourceRef(Frozen):
     authors: tuple[str, ...] = ()
     year: int | None = None
     origin: str = Field(default="", description="File name, DOI or URL.")
+    venue: str = Field(default="", description="The journal or proceedings it appeared in ('' when not known).")
+    venue_kind: VenueKind = Field(default="", description="'journal', 'conference' or ''.")
     chunk_ids: tuple[str, ...] = ()
 
 

@@ -7,6 +7,8 @@ from typing import Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from messages.search import VenueKind
+
 
 class ParsedDocument(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -21,6 +23,8 @@ class ParsedDocument(BaseModel):
     doi: str | None = Field(default=None, description="The paper's own DOI, bare and lower case, when page 1 or "
                                                       "the file's metadata names one with a DOI label.")
     arxiv_id: str | None = Field(default=None, description="The arXiv id printed on page 1, without version.")
+    venue: str | None = Field(default=None, description="The journal or proceedings page 1 names, when it does.")
+    venue_kind: VenueKind = Field(default="", description="'journal', 'conference', or '' when not known.")
     n_pages: int = 0
     parser: str
     flags: tuple[str, ...] = Field(default=(), description="'repaired', 'truncated_pages:<n>', ...")

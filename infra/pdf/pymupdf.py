@@ -48,8 +48,9 @@ from infra import privacy
 
 from infra.errors import PDFError
 from infra.pdf.base import ParsedDocument
+from messages.search import VenueKind
 
-REVISION = "2"  # bump when what parse() derives from the same pymupdf4llm output changes (metadata, ids)
+REVISION = "3"  # bump when what parse() derives from the same pymupdf4llm output changes (metadata, ids)
 PDF_MAGIC = b"%PDF-"
 MAGIC_WINDOW = 1024  # readers accept the header anywhere in the first KiB
 EOF_WINDOW = 2048  # %%EOF must sit near the end of a complete file
@@ -75,6 +76,18 @@ _MARKERS = str.maketrans("", "", "*∗†‡§¶#⋄□◇○•♯♭‖⊥☯�
 _SPLIT_NAMES = re.compile(r"\s*(?:,|;|\band\b|&)\s*")
 _LABELLED_DOI = re.compile(r"(?:\bdoi\s*:?\s*|doi\.org/)(10\.\d{4,9}/[^\s\"<>,;]+)", re.IGNORECASE)
 _ARXIV_STAMP = re.compile(r"\barXiv:\s*(\d{4}\.\d{4,5}|[a-z][a-z.\-]*/\d{7})(?:v\d+)?", re.IGNORECASE)
+# a venue as page 1 prints it: "[In] Proceedings of the …" (a conference), "Journal of …", or a journal's
+# citation line ("Clinical Science (2014) 126, 305–313") or its running footer ("PLOS ONE | https://doi.org/…")
+# (at a line's start, or after "In" / "et al.": a name inside a sentence may be a cited work's venue)
+_PROCEEDINGS = re.compile(r"^(?:(?:In|Published in|Appeared in):? )?(Proceedings of (?:the )?[A-Z0-9][^,;()\n]*)")
+_NAME_CHAIN = r"[A-Z][\w’'.-]*(?: (?:&|and|of|in|for|on|the|[A-Z][\w’'.-]*))*"
+_JOURNAL_OF = re.compile(r"^(?:[^.]{0,60}\bet al\.? )?((?:The )?Journal of " + _NAME_CHAIN + ")")
+_CITATION_LINE = re.compile(r"^(" + _NAME_CHAIN + r") \((?:19|20)\d{2}\) \d+, \d+")
+_DOI_FOOTER = re.compile(r"^([A-Z][A-Za-z]+(?: [A-Z][A-Za-z]+){0,4}) \| https?://(?:dx\.)?doi\.org/")
+# journals whose name starts "Proceedings of" (a conference's proceedings are the rule)
+_JOURNAL_PROCEEDINGS = re.compile(r"^Proceedings of the (?:National Academy of Sciences|Royal Society|IEEE$|"
+                                  r"American Mathematical Society|Japan Academy|VLDB Endowment)")
+_VENUE_JOINERS = frozenset({"of", "on", "in", "for", "and", "the", "&"})
 _FRONT_END_HEADINGS = re.compile(r"^\W*(\d+\.?\s*|[ivx]+\.\s*)?(abstract|summary|introduction|background|keywords)\b",
                                  re.IGNORECASE)
 
@@ -205,9 +218,10 @@ class PyMuPDFParser:
         authors = (_choose_authors(_metadata_authors(meta.get("author") or ""), _authors_under_title(boxes1, title))
                    or _names_in_lines_under(first_page, title))
         doi, arxiv_id = page_one_ids(page1_raw, meta)
+        venue, venue_kind = page_one_venue(page1_raw, meta)
         return ParsedDocument(markdown=markdown, page_spans=tuple(spans), title=title or None,
                               authors=tuple(authors), year=_pick_year(meta, page1_text), doi=doi, arxiv_id=arxiv_id,
-                              n_pages=n_pages, parser=self.name, flags=tuple(flags))
+                              venue=venue, venue_kind=venue_kind, n_pages=n_pages, parser=self.name, flags=tuple(flags))
 
 
 # ---------------------------------------------------------------------- helpers (module level, testable)
@@ -396,6 +410,40 @@ def page_one_ids(page1_text: str, meta: dict[str, Any]) -> tuple[str | None, str
             break
     stamp = _ARXIV_STAMP.search(page1_text)
     return doi, (stamp.group(1) if stamp else None)
+
+
+def page_one_venue(page1_text: str, meta: dict[str, Any]) -> tuple[str | None, VenueKind]:
+    """(venue, kind) printed on page 1: kind 'conference' for "[In] Proceedings of …" (a name broken over two
+    lines is joined), 'journal' for "Journal of …" (also in the file's subject metadata), a journal citation
+    line ("Clinical Science (2014) 126, 305–313") or a "PLOS ONE | https://doi.org/…" footer; (None, '') when
+    none of these is printed (an abbreviation such as "PLDI’09" alone is not read)."""
+    lines = [" ".join(line.split()) for line in page1_text.splitlines()]
+    lines = [line for line in lines if line]
+    for i, line in enumerate(lines):
+        found = _PROCEEDINGS.search(line)
+        if not found:
+            continue
+        name = found.group(1).strip()
+        last = name.split()[-1]
+        if found.end() == len(line) and i + 1 < len(lines) and not _YEAR.fullmatch(last) and (
+                last[:1].isupper() or last in _VENUE_JOINERS):
+            rest = re.match(r"[^,;()]*", lines[i + 1])
+            more = rest.group(0).strip() if rest else ""
+            if more and len(more.split()) <= 4 and more[:1].isupper():
+                name = f"{name} {more}"
+        name = re.sub(r"\s*(?:,?\s*pages?\b.*|\d+\s*[–-]\s*\d+)$", "", name).strip(" .")
+        if len(name.split()) >= 3:
+            return name, "journal" if _JOURNAL_PROCEEDINGS.match(name) else "conference"
+    for text in (*lines, meta.get("subject") or ""):
+        for pattern in (_JOURNAL_OF, _CITATION_LINE, _DOI_FOOTER):
+            found = pattern.search(text)
+            if found:
+                words = found.group(1).split()
+                while words and (words[-1] in _VENUE_JOINERS or _YEAR.fullmatch(words[-1])):
+                    words.pop()
+                if len(words) >= 2:
+                    return " ".join(words), "journal"
+    return None, ""
 
 
 def _names_in_lines_under(lines: list[tuple[float, float, str]], title: str) -> list[str]:

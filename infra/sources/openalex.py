@@ -32,10 +32,12 @@ from infra.settings import NetSettings, SearchSettings
 from infra.sources.keys import normalize_arxiv_id, normalize_doi, normalize_openalex_id, primary_key
 from infra.sources.retry import RetryableStatus, is_retryable_status, retry_after, retry_kwargs
 from messages.plan import SearchQuery
-from messages.search import Candidate
+from messages.search import Candidate, VenueKind
 
 PYALEX_BASE = "https://api.openalex.org"
 _OR_CHUNK = 50  # ids per openalex_id:W1|W2 filter (OpenAlex allows up to 100)
+# OpenAlex source types that are a venue in a bibliography (a repository such as arXiv or PMC is not)
+_VENUE_KINDS: dict[str, VenueKind] = {"journal": "journal", "conference": "conference"}
 _VENUE_SOURCES = 10  # sources of a venue's name asked for, and the most ids put in the filter
 
 
@@ -125,6 +127,14 @@ class OpenAlexSource:
         wid = _require_id(openalex_id)
         return to_candidate(self._get_json(self._url(pyalex.Works(wid))), found_by=f"openalex:{wid}")
 
+    def by_doi(self, doi: str) -> Candidate | None:
+        """The work with this DOI (``/works/https://doi.org/<doi>``); None when OpenAlex has none (404)."""
+        clean = normalize_doi(doi)
+        if clean is None:
+            raise SourceError(f"not a DOI: {doi!r}", retryable=False)
+        data = self._get_json(self._url(pyalex.Works(f"https://doi.org/{clean}")), missing_ok=True)
+        return to_candidate(data, found_by=f"doi:{clean}") if data else None
+
     def references(self, openalex_id: str, limit: int) -> list[Candidate]:
         """Works the given work cites (its ``referenced_works``), fetched by id in OR-filter batches."""
         wid = _require_id(openalex_id)
@@ -210,7 +220,8 @@ class OpenAlexSource:
             raise SourceError(f"pyalex built an unexpected URL: {url}")
         return self._base + url[len(PYALEX_BASE):]
 
-    def _get_json(self, url: str) -> dict[str, Any]:
+    def _get_json(self, url: str, *, missing_ok: bool = False) -> dict[str, Any]:
+        """The JSON body at ``url`` (retried on 429/5xx/network errors); {} for a 404 when ``missing_ok``."""
         if self.search_settings.mailto and "mailto=" not in url:
             url += ("&" if "?" in url else "?") + str(httpx.QueryParams({"mailto": self.search_settings.mailto}))
         try:
@@ -225,6 +236,8 @@ class OpenAlexSource:
         except httpx.TransportError as exc:
             raise SourceError(f"OpenAlex unreachable after {self.net.retries + 1} tries "
                               f"({type(exc).__name__}: {exc}): {url}", retryable=True) from exc
+        if response.status_code == 404 and missing_ok:
+            return {}
         if response.status_code >= 400:
             raise SourceError(f"OpenAlex refused the request (HTTP {response.status_code}: "
                               f"{_error_text(response)}): {url}", retryable=False)
@@ -313,12 +326,14 @@ def to_candidate(data: dict[str, Any], *, found_by: str) -> Candidate:
     title = work.get("display_name") or work.get("title")
     year = work.get("publication_year")
     primary = work.get("primary_location") or {}
-    venue = (primary.get("source") or {}).get("display_name")
+    source = primary.get("source") or {}
+    venue = source.get("display_name")
+    venue_kind = _VENUE_KINDS.get(source.get("type") or "", "")
     landing = primary.get("landing_page_url") or (f"https://doi.org/{doi}" if doi else None)
     abstract = work["abstract"] if work.get("abstract_inverted_index") else None
     return Candidate(
         key=primary_key(doi=doi, arxiv_id=arxiv_id, openalex_id=wid, title=title,
                         first_author=authors[0] if authors else None, year=year),
         source="openalex", title=title, authors=authors, year=year, doi=doi, arxiv_id=arxiv_id,
-        openalex_id=wid, abstract=abstract, venue=venue, pdf_urls=pdf_locations(work), landing_url=landing,
+        openalex_id=wid, abstract=abstract, venue=venue, venue_kind=venue_kind, pdf_urls=pdf_locations(work), landing_url=landing,
         url=landing, found_by=found_by)

@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from infra.errors import StoreError
 from infra.store.meta import LibraryMeta
+from messages.search import VenueKind
 
 SectionKind = Literal["title", "abstract", "body", "references", "caption"]
 RRF_K = 60  # the usual constant of reciprocal-rank fusion (the LanceDB store's hybrid, the Forager's paper ranking)
@@ -54,6 +55,8 @@ class DocumentRecord(_Record):
     flags: tuple[str, ...] = ()
     n_chunks: int = 0
     origin: str = Field(default="", description="File name, DOI or URL shown in the report.")
+    venue: str = Field(default="", description="The journal or proceedings it appeared in ('' when not known).")
+    venue_kind: VenueKind = Field(default="", description="'journal', 'conference' or '' (see messages.search).")
     references: tuple[str, ...] = Field(
         default=(), description="The paper's reference list, one entry per cited work, as printed (kept apart: "
                                 "never evidence, for later citation use).")
@@ -251,11 +254,11 @@ def documents_named(store: Store, doc_ids: Sequence[str] | None) -> list[Documen
     return [doc for doc_id in doc_ids if (doc := store.get_document(doc_id)) is not None]
 
 
-METADATA_FIELDS = frozenset({"title", "authors", "year", "origin"})
+METADATA_FIELDS = frozenset({"title", "authors", "year", "origin", "venue", "venue_kind"})
 
 
 def update_metadata(store: Store, doc_id: str, changes: dict[str, object]) -> DocumentRecord:
-    """Rewrite a stored document's bibliographic fields (``title``, ``authors``, ``year``, ``origin``) by
+    """Rewrite a stored document's bibliographic fields (:data:`METADATA_FIELDS`) by
     writing it back with its own chunks and vectors through :meth:`Store.upsert_document` (one atomic
     write; the chunks' search text, which holds the title, follows). The vectors are kept: their context
     line read the old title. StoreError when the document is not stored or a field is not one of these."""

@@ -135,11 +135,14 @@ DOCUMENT_SCHEMA = pa.schema([
     pa.field("n_chunks", pa.int32()),
     pa.field("origin", pa.string()),
     pa.field("references", pa.list_(pa.string())),
+    pa.field("venue", pa.string()),
+    pa.field("venue_kind", pa.string()),
 ])
 # columns added after the first release: an older table gains them (all null) when opened
 ADDED_COLUMNS: dict[str, tuple[pa.Field, ...]] = {
     "chunks": (pa.field("context", pa.string()),),
-    "documents": (pa.field("references", pa.list_(pa.string())),),
+    "documents": (pa.field("references", pa.list_(pa.string())), pa.field("venue", pa.string()),
+                  pa.field("venue_kind", pa.string())),
 }
 
 
@@ -508,6 +511,7 @@ class LanceStore(Store):
     def _to_doc(row: dict[str, Any]) -> DocumentRecord:
         data = {name: row[name] for name in _DOC_COLUMNS}
         data["references"] = tuple(data["references"] or ())
+        data["venue"], data["venue_kind"] = data["venue"] or "", data["venue_kind"] or ""
         return DocumentRecord(**data)
 
     # ------------------------------------------------------------------ documents and the registry

@@ -65,7 +65,9 @@ _CHUNK_FIELDS = list(ChunkRecord.model_fields)
 ADDED_PROPERTIES: dict[str, list[Property]] = {
     "chunks": [Property(name="context", data_type=DataType.TEXT, index_searchable=False, index_filterable=False)],
     "documents": [Property(name="references", data_type=DataType.TEXT_ARRAY, index_searchable=False,
-                           index_filterable=False)],
+                           index_filterable=False),
+                  *(Property(name=n, data_type=DataType.TEXT, index_searchable=False, index_filterable=False)
+                    for n in ("venue", "venue_kind"))],
 }
 _DOC_FIELDS = list(DocumentRecord.model_fields)
 
@@ -116,7 +118,7 @@ def to_doc(props: dict[str, Any]) -> DocumentRecord:
     data: dict[str, Any] = {name: props.get(name) for name in _DOC_FIELDS}
     for name in ("authors", "sections", "flags", "references"):
         data[name] = tuple(props.get(name) or ())
-    for name in ("abstract", "markdown", "parser", "origin", "title"):
+    for name in ("abstract", "markdown", "parser", "origin", "title", "venue", "venue_kind"):
         data[name] = props.get(name) or ""
     data["n_chunks"] = props.get("n_chunks") or 0
     return DocumentRecord.model_validate(data)

@@ -51,32 +51,36 @@ def test_batch_write_keeps_context_and_references(store: Store) -> None:
 
 
 def test_lance_store_written_before_context_and_references_gains_them(tmp_path: Path) -> None:
-    """Tables created without the ``context`` / ``references`` columns (an older Forage) read back
-    their rows with the defaults and take new writes with both fields."""
+    """Tables created without the ``context`` / ``references`` / ``venue`` / ``venue_kind`` columns (an older
+    Forage) read back their rows with the defaults and take new writes with those fields."""
     import lancedb
 
     from infra.store.lancedb import DOCUMENT_SCHEMA, LanceStore, chunk_schema
 
     path = tmp_path / "old"
     old_chunks = chunk_schema(384).remove(chunk_schema(384).get_field_index("context"))
-    old_docs = DOCUMENT_SCHEMA.remove(DOCUMENT_SCHEMA.get_field_index("references"))
+    old_docs = DOCUMENT_SCHEMA
+    for name in ("references", "venue", "venue_kind"):
+        old_docs = old_docs.remove(old_docs.get_field_index(name))
     db = lancedb.connect(str(path))
     old_doc, old_rows = make_doc("a" * 64, ["written by an older forage"])
     chunk_row = {**old_rows[0].model_dump(exclude={"context"}), "pages": list(old_rows[0].pages),
                  "vector": hash_vec(old_rows[0].text), "search_text": "A title\nwritten by an older forage"}
     db.create_table("chunks", data=[chunk_row], schema=old_chunks)
-    doc_row = {**old_doc.model_dump(exclude={"references"}), "n_chunks": 1}
+    doc_row = {**old_doc.model_dump(exclude={"references", "venue", "venue_kind"}), "n_chunks": 1}
     for name in ("authors", "sections", "flags"):
         doc_row[name] = list(doc_row[name])
     db.create_table("documents", data=[doc_row], schema=old_docs)
 
     store = LanceStore(path)
-    assert store.get_document(old_doc.doc_id).references == ()  # type: ignore[union-attr]
+    old = store.get_document(old_doc.doc_id)
+    assert old is not None and old.references == () and (old.venue, old.venue_kind) == ("", "")
     assert store.get_chunk(old_rows[0].chunk_id).context == ""  # type: ignore[union-attr]
     new_doc, new_chunks = make_doc("b" * 64, ["written now"])
-    new_doc = new_doc.model_copy(update={"references": REFS})
+    new_doc = new_doc.model_copy(update={"references": REFS, "venue": "PLOS ONE", "venue_kind": "journal"})
     new_chunks = [new_chunks[0].model_copy(update={"context": "A fresh context about lampreys."})]
     put(store, new_doc, new_chunks)
-    assert store.get_document(new_doc.doc_id).references == REFS  # type: ignore[union-attr]
+    assert store.get_document(new_doc.doc_id) == new_doc.model_copy(update={"n_chunks": 1})
     assert ids(store.bm25("lampreys", 5)) == [new_chunks[0].chunk_id]
-    assert {f.name for f in lancedb.connect(str(path)).open_table("documents").schema} >= {"references"}
+    assert {f.name for f in lancedb.connect(str(path)).open_table("documents").schema} >= {"references", "venue",
+                                                                                        "venue_kind"}

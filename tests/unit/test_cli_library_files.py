@@ -200,9 +200,25 @@ def test_the_dvt_paper_is_named_by_its_doi_and_fix_metadata_corrects_a_paper(lib
     assert fixed is not None and fixed.title == "How to make words with vectors" and fixed.year == 2014
     assert fixed.origin == f"{PHRASE}, doi:10.3115/v1/p14-1059" and fixed.n_chunks == phrase.n_chunks
     assert lance.count_chunks(phrase.doc_id) == phrase.n_chunks
+    # the venue page 1 prints (ACL's proceedings): a conference paper, @inproceedings with its booktitle
+    assert (fixed.venue, fixed.venue_kind) == ("Proceedings of the 52nd Annual Meeting of the Association for "
+                                               "Computational Linguistics", "conference")
     [entry] = to_bibtex([SourceRef(n=1, doc_id=fixed.doc_id, title=fixed.title, authors=fixed.authors,
-                                   year=fixed.year, origin=fixed.origin)]).split("\n\n")[:1]
-    assert entry.startswith("@article{dinu2014,") and "doi = {10.3115/v1/p14-1059}" in entry
+                                   year=fixed.year, origin=fixed.origin, venue=fixed.venue,
+                                   venue_kind=fixed.venue_kind)]).split("\n\n")[:1]
+    assert entry.startswith("@inproceedings{dinu2014,") and "doi = {10.3115/v1/p14-1059}" in entry
+    assert "booktitle = {Proceedings of the 52nd Annual Meeting" in entry
+    # --venue keeps the kind it had; a first venue needs its kind; '' removes both
+    result, _ = invoke(["library", "fix-metadata", phrase.doc_id, "--venue", "ACL 2014", "--store", str(store)],
+                       tmp_path)
+    assert result.exit_code == 0 and (build_store(settings_for(store)).get_document(phrase.doc_id).venue_kind
+                                      == "conference")
+    result, _ = invoke(["library", "fix-metadata", phrase.doc_id, "--venue", "", "--store", str(store)], tmp_path)
+    gone = build_store(settings_for(store)).get_document(phrase.doc_id)
+    assert result.exit_code == 0 and (gone.venue, gone.venue_kind) == ("", "")
+    result, text = invoke(["library", "fix-metadata", phrase.doc_id, "--venue", "ACL 2014", "--store", str(store)],
+                          tmp_path)
+    assert result.exit_code == 2 and "--venue needs --venue-kind" in text
     # --doi '' drops it again; a wrong DOI, an unknown id or nothing to change is one clear error
     result, _ = invoke(["library", "fix-metadata", phrase.doc_id, "--doi", "", "--store", str(store)], tmp_path)
     assert result.exit_code == 0 and build_store(settings_for(store)).get_document(phrase.doc_id).origin == PHRASE

@@ -42,7 +42,7 @@ from infra.pdf.base import ParsedDocument, PDFParser
 from infra.settings import Settings
 from infra.store.base import ChunkRecord, DocumentRecord, Store
 from messages.ingest import IngestRequest, IngestResult
-from messages.search import Candidate
+from messages.search import Candidate, VenueKind
 from messages.status import Stage
 
 log = logging.getLogger(__name__)
@@ -96,6 +96,14 @@ def with_identifiers(origin: str, doi: str | None, arxiv_id: str | None) -> str:
                          old_arxiv if arxiv_id is None else arxiv_id or None)
 
 
+def known_venue(candidate: Candidate) -> dict[str, str]:
+    """The venue a search result names, as document fields ({} when it names none of a known kind: a
+    repository such as arXiv is not a venue, and page 1 may then say more)."""
+    if candidate.venue and candidate.venue_kind:
+        return {"venue": " ".join(candidate.venue.split()), "venue_kind": candidate.venue_kind}
+    return {}
+
+
 def text_markdown(title: str, text: str) -> str:
     """The Markdown a text document is stored as: ``# <title>`` (whitespace collapsed), a blank line, the text.
 
@@ -118,6 +126,8 @@ class TextDocument:
     year: int | None = None
     origin: str = ""
     flags: tuple[str, ...] = ()
+    venue: str = ""
+    venue_kind: VenueKind = ""
 
 
 @dataclass(slots=True)
@@ -163,7 +173,7 @@ class IngestStep:
             # no PDF could be had: the title and abstract still carry evidence (flagged abstract_only)
             document = TextDocument(key=candidate.key, title=candidate.title or "", text=candidate.abstract,
                                     authors=candidate.authors, year=candidate.year, origin=candidate.key,
-                                    flags=("abstract_only",))
+                                    flags=("abstract_only",), **known_venue(candidate))
             return self.ingest_texts(request.run_id, [document])[0]
         started = perf_counter()
         timings: dict[str, float] = {}
@@ -231,7 +241,8 @@ class IngestStep:
             title=candidate.title or parsed.title, fallback_title=path.stem, page_spans=parsed.page_spans,
             authors=candidate.authors or parsed.authors, year=candidate.year or parsed.year,
             parser=parsed.parser, flags=parsed.flags,
-            origin=source_origin(path.name, candidate.doi or parsed.doi, candidate.arxiv_id or parsed.arxiv_id))
+            origin=source_origin(path.name, candidate.doi or parsed.doi, candidate.arxiv_id or parsed.arxiv_id),
+            **(known_venue(candidate) or {"venue": parsed.venue or "", "venue_kind": parsed.venue_kind}))
 
     # ------------------------------------------------------------------ text
 
@@ -338,7 +349,8 @@ class IngestStep:
         item = self._prepare(doc_id, document.key, markdown, outline_title=title or None, title=title or None,
                              fallback_title=document.origin or document.key, page_spans=(),
                              authors=document.authors, year=document.year, parser=TEXT_PARSER,
-                             flags=document.flags, origin=document.origin or document.key)
+                             flags=document.flags, origin=document.origin or document.key,
+                             venue=document.venue, venue_kind=document.venue_kind)
         return item, previous
 
     # ------------------------------------------------------------------ the shared path
@@ -355,7 +367,8 @@ class IngestStep:
 
     def _prepare(self, doc_id: str, key: str, markdown: str, *, outline_title: str | None, title: str | None,
                  fallback_title: str, page_spans: Sequence[tuple[int, int, int]], authors: Sequence[str],
-                 year: int | None, parser: str, flags: Sequence[str], origin: str) -> _Prepared:
+                 year: int | None, parser: str, flags: Sequence[str], origin: str, venue: str = "",
+                 venue_kind: VenueKind = "") -> _Prepared:
         """Outline → chunks → the embedder's inputs (context line + chunk text) and the DocumentRecord."""
         t = perf_counter()
         tree = outline(markdown, outline_title)
@@ -378,7 +391,7 @@ class IngestStep:
         doc = DocumentRecord(
             doc_id=doc_id, key=key, title=title, authors=tuple(authors), year=year, abstract=tree.abstract,
             sections=tree.paths, markdown=markdown, parser=parser, flags=flags, n_chunks=len(chunks),
-            origin=origin, references=tree.references)
+            origin=origin, references=tree.references, venue=venue, venue_kind=venue_kind)
         return _Prepared(doc, chunks, inputs, timings)
 
     def _contextualize(self, title: str, abstract: str, chunks: list[ChunkRecord], flags: tuple[str, ...],

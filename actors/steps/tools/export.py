@@ -3,8 +3,10 @@
 HTML is rendered with markdown-it (raw HTML in the report is not passed through) and made
 self-contained: every image the report links inside its run folder (the charts) is inlined as a data
 URI, any other image source is dropped, and the style sheet is inline, so the file reads offline and
-asks nothing of the network. BibTeX and RIS come from the report's sources (title, authors, year,
-DOI or URL when the origin names one).
+asks nothing of the network. BibTeX and RIS come from the report's sources (title, authors, year, venue,
+DOI or URL when the origin names one); the entry type follows the venue's kind: a conference paper is
+``@inproceedings`` / ``CONF`` with its proceedings as ``booktitle`` / ``T2``, a journal article ``@article`` /
+``JOUR`` with its ``journal`` / ``T2``.
 """
 
 from __future__ import annotations
@@ -136,6 +138,9 @@ def bib_key(source: SourceRef, used: set[str]) -> str:
     return key
 
 
+_BIB_CONTAINER = {"conference": "booktitle", "journal": "journal"}
+
+
 def to_bibtex(sources: list[SourceRef] | tuple[SourceRef, ...]) -> str:
     used: set[str] = set()
     entries = []
@@ -146,6 +151,9 @@ def to_bibtex(sources: list[SourceRef] | tuple[SourceRef, ...]) -> str:
             fields.append(("author", " and ".join(_bib_value(a) for a in s.authors)))
         if s.year:
             fields.append(("year", str(s.year)))
+        venue = _bib_value(s.venue)
+        if venue and s.venue_kind in _BIB_CONTAINER:
+            fields.append((_BIB_CONTAINER[s.venue_kind], venue))
         if doi:
             fields.append(("doi", doi))
         if arxiv_id:  # arXiv's own BibTeX: eprint + archivePrefix (BibLaTeX and natbib styles link them)
@@ -155,7 +163,8 @@ def to_bibtex(sources: list[SourceRef] | tuple[SourceRef, ...]) -> str:
         if s.origin and not doi and not url:
             fields.append(("note", _bib_value(s.origin)))
         fields.append(("annote", f"Forage source [{s.n}], document {s.doc_id}"))
-        kind = "article" if doi else "misc"
+        kind = ("inproceedings" if venue and s.venue_kind == "conference" else
+                "article" if doi or (venue and s.venue_kind == "journal") else "misc")
         body = ",\n".join(f"  {k} = {{{v}}}" for k, v in fields)
         entries.append(f"@{kind}{{{bib_key(s, used)},\n{body}\n}}\n")
     return "\n".join(entries)
@@ -166,11 +175,16 @@ def to_ris(sources: list[SourceRef] | tuple[SourceRef, ...]) -> str:
     out = []
     for s in sources:
         doi, url = doi_of(s), url_of(s)
-        kind = "JOUR" if doi else "UNPB" if arxiv_of(s) else "GEN"  # UNPB: how reference managers file a preprint
+        venue = " ".join(s.venue.split())
+        kind = ("CONF" if venue and s.venue_kind == "conference" else
+                "JOUR" if doi or (venue and s.venue_kind == "journal") else
+                "UNPB" if arxiv_of(s) else "GEN")  # UNPB: how reference managers file a preprint
         lines = [f"TY  - {kind}", f"TI  - {' '.join(s.title.split()) or 'Untitled'}"]
         lines += [f"AU  - {' '.join(a.split())}" for a in s.authors if a.strip()]
         if s.year:
             lines.append(f"PY  - {s.year}")
+        if venue and s.venue_kind:  # T2: the journal, or the proceedings (also C3, the proceedings title)
+            lines += [f"T2  - {venue}", *([f"C3  - {venue}"] if s.venue_kind == "conference" else [])]
         if doi:
             lines.append(f"DO  - {doi}")
         if url:

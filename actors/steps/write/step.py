@@ -63,6 +63,7 @@ from infra.llm.base import LLM, ChatMessage
 from infra.settings import Settings
 from infra.store.base import ChunkRecord, Store
 from messages.forage import Evidence, RequirementCoverage
+from messages.search import VenueKind
 from messages.status import Stage
 from messages.write import CitedChunk, Comparison, Figure, Report, SectionSources, SourceRef, WriteRequest
 
@@ -235,7 +236,8 @@ def first_sentence(text: str, limit: int = QUOTE_CHARS) -> str:
 
 
 def harvard(source: SourceRef) -> str:
-    """'[n] Authors (Year) *Title*. origin.' with 'Anonymous' and 'n.d.' when unknown."""
+    """'[n] Authors (Year) *Title*. Venue. origin.' with 'Anonymous' and 'n.d.' when unknown (no venue when
+    not known)."""
     names = [" ".join(a.split()) for a in source.authors if a.strip()]
     if not names:
         authors = "Anonymous"
@@ -248,7 +250,9 @@ def harvard(source: SourceRef) -> str:
     year = str(source.year) if source.year else "n.d."
     title = escape_md(source.title).rstrip(".") or "Untitled"
     origin = escape_md(source.origin).rstrip(".")
-    return f"[{source.n}] {escape_md(authors)} ({year}) *{title}*." + (f" {origin}." if origin else "")
+    venue = escape_md(" ".join(source.venue.split())).rstrip(".")
+    return (f"[{source.n}] {escape_md(authors)} ({year}) *{title}*." + (f" {venue}." if venue else "")
+            + (f" {origin}." if origin else ""))
 
 
 # -- the step --------------------------------------------------------------------------------------------
@@ -259,6 +263,8 @@ class _Source:
     authors: tuple[str, ...] = ()
     year: int | None = None
     origin: str = ""
+    venue: str = ""
+    venue_kind: VenueKind = ""
     chunk_ids: list[str] = field(default_factory=list)
     n: int | None = None
 
@@ -370,7 +376,8 @@ class WriteStep:
         doc = self.store.get_document(ev.doc_id)
         if doc is None:
             return _Source(ev.doc_id, ev.title)
-        return _Source(ev.doc_id, doc.title or ev.title, tuple(doc.authors), doc.year, doc.origin)
+        return _Source(ev.doc_id, doc.title or ev.title, tuple(doc.authors), doc.year, doc.origin, doc.venue,
+                       doc.venue_kind)
 
     def _chunk(self, chunk_id: str, cache: dict[str, ChunkRecord | None]) -> ChunkRecord | None:
         if chunk_id not in cache:
@@ -718,7 +725,7 @@ class WriteStep:
 
 def _ref(src: _Source) -> SourceRef:
     return SourceRef(n=src.n, doc_id=src.doc_id, title=src.title, authors=src.authors, year=src.year,  # type: ignore[arg-type]
-                     origin=src.origin, chunk_ids=tuple(src.chunk_ids))
+                     origin=src.origin, venue=src.venue, venue_kind=src.venue_kind, chunk_ids=tuple(src.chunk_ids))
 
 
 def _coverage_word(coverage: float) -> str:

@@ -1,0 +1,167 @@
+"""Matching stored documents against OpenAlex, to fill the bibliographic fields their PDFs left out.
+
+Online and only with the researcher's approval (``forage library match`` shows every lookup before sending
+any, as search strings are shown before a run). Per document one lookup: by its DOI when it has one (the
+paper's own, printed with a DOI label on page 1), else by its title (OpenAlex's ``title.search`` filter).
+
+A work is taken as the document's only when the evidence agrees, never on OpenAlex's ranking alone:
+
+* titles equal once case, accents, punctuation and spacing are set aside, or nearly equal (a similarity of at
+  least :data:`TITLE_SIMILARITY`, for a subtitle's punctuation or a hyphen) — a DOI lookup is held to the same
+  test, so a mistyped DOI naming another work changes nothing;
+* the first author's surname, when the document has authors, among the work's authors;
+* the year, when the document has one, within a year of the work's (a preprint and its publication).
+
+Of several works that pass, the closest title wins, then a journal or conference version over a preprint. A
+match fills only what is **missing** (authors, year, DOI, arXiv id, venue); what differs from OpenAlex is
+reported, never overwritten (`forage library fix-metadata` corrects a field by hand). The title is never
+changed. An arXiv DataCite DOI (10.48550/arxiv.…) is not taken as the paper's DOI: the arXiv id says it.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+import unicodedata
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from actors.steps.ingest.step import with_identifiers
+from infra.store.base import DocumentRecord
+from messages.search import Candidate
+
+TITLE_SIMILARITY = 0.92
+YEAR_SLACK = 1
+_ARXIV_DOI = re.compile(r"^10\.48550/arxiv\.", re.IGNORECASE)
+_DOI_PART = re.compile(r"(?:^|,\s*)doi:(\S+?)(?=,|$)", re.IGNORECASE)
+_ARXIV_PART = re.compile(r"(?:^|,\s*)arxiv:(\S+?)(?=,|$)", re.IGNORECASE)
+
+
+@dataclass(frozen=True, slots=True)
+class Lookup:
+    """One request to OpenAlex for one document: what leaves the machine is ``text``."""
+
+    doc_id: str
+    kind: Literal["doi", "title"]
+    text: str
+
+    def shown(self) -> str:
+        return f"doi {self.text}" if self.kind == "doi" else f"title \"{self.text}\""
+
+
+@dataclass(slots=True)
+class Outcome:
+    """What a lookup gave for a document: the changes to write, the differences left alone, or why none."""
+
+    doc_id: str
+    work: Candidate | None = None
+    changes: dict[str, Any] = field(default_factory=dict)
+    differences: list[str] = field(default_factory=list)
+    reason: str = ""
+
+
+def document_doi(doc: DocumentRecord) -> str | None:
+    found = _DOI_PART.search(doc.origin)
+    return found.group(1).lower() if found else None
+
+
+def document_arxiv(doc: DocumentRecord) -> str | None:
+    found = _ARXIV_PART.search(doc.origin)
+    return found.group(1) if found else None
+
+
+def missing_fields(doc: DocumentRecord) -> list[str]:
+    """The bibliographic fields a document lacks (what a match could fill)."""
+    missing = [name for name, absent in (("authors", not doc.authors), ("year", doc.year is None),
+                                         ("doi", document_doi(doc) is None), ("venue", not doc.venue)) if absent]
+    return missing
+
+
+def lookup_for(doc: DocumentRecord) -> Lookup | None:
+    """The one lookup for ``doc``: its DOI, else its title; None when it has neither worth sending."""
+    doi = document_doi(doc)
+    if doi:
+        return Lookup(doc.doc_id, "doi", doi)
+    title = " ".join(doc.title.split())
+    if len(normalized(title).split()) >= 3:  # two words would match too much, and say little
+        return Lookup(doc.doc_id, "title", title)
+    return None
+
+
+def normalized(text: str | None) -> str:
+    """Lower case, accents and punctuation dropped, hyphens as spaces, one space between words."""
+    text = unicodedata.normalize("NFKD", text or "").encode("ascii", "ignore").decode("ascii").casefold()
+    return " ".join(re.findall(r"[a-z0-9]+", text))
+
+
+def title_similarity(a: str | None, b: str | None) -> float:
+    left, right = normalized(a), normalized(b)
+    if not left or not right:
+        return 0.0
+    return 1.0 if left == right else difflib.SequenceMatcher(None, left, right).ratio()
+
+
+def _surname(name: str) -> str:
+    name = name.strip()
+    words = normalized(name.split(",")[0] if "," in name else name).split()
+    return words[-1] if words else ""
+
+
+def agrees(doc: DocumentRecord, work: Candidate) -> tuple[bool, str]:
+    """(whether ``work`` is ``doc``, and why not when it is not)."""
+    similarity = title_similarity(doc.title, work.title)
+    if similarity < TITLE_SIMILARITY:
+        return False, f"title differs ({similarity:.2f}): \"{work.title}\""
+    if doc.authors and work.authors:
+        surname = _surname(doc.authors[0])
+        if surname and not any(surname in normalized(a).split() for a in work.authors):
+            return False, f"first author {doc.authors[0]!r} is not among its authors"
+    if doc.year is not None and work.year is not None and abs(doc.year - work.year) > YEAR_SLACK:
+        return False, f"year {work.year} is not {doc.year}"
+    return True, ""
+
+
+def best_match(doc: DocumentRecord, works: Sequence[Candidate]) -> tuple[Candidate | None, str]:
+    """The work that is ``doc`` among ``works`` (see the module docstring), or (None, why none is)."""
+    passing = [w for w in works if agrees(doc, w)[0]]
+    if not passing:
+        if not works:
+            return None, "OpenAlex has no work by that title" if lookup_kind(doc) == "title" else \
+                "OpenAlex does not know that DOI"
+        nearest = max(works, key=lambda w: title_similarity(doc.title, w.title))
+        return None, f"no work agrees (nearest: {agrees(doc, nearest)[1]})"
+    return max(passing, key=lambda w: (round(title_similarity(doc.title, w.title), 2), bool(w.venue_kind),
+                                       w.year is not None)), ""
+
+
+def lookup_kind(doc: DocumentRecord) -> str:
+    return "doi" if document_doi(doc) else "title"
+
+
+def outcome(doc: DocumentRecord, works: Sequence[Candidate]) -> Outcome:
+    """What matching ``doc`` against what its lookup returned gives: only missing fields are filled."""
+    work, why = best_match(doc, works)
+    result = Outcome(doc.doc_id, work, reason=why)
+    if work is None:
+        return result
+    if not doc.authors and work.authors:
+        result.changes["authors"] = tuple(" ".join(a.split()) for a in work.authors)
+    elif doc.authors and work.authors and _surname(doc.authors[0]) != _surname(work.authors[0]):
+        result.differences.append(f"first author: {doc.authors[0]} here, {work.authors[0]} in OpenAlex")
+    if doc.year is None and work.year is not None:
+        result.changes["year"] = work.year
+    elif doc.year is not None and work.year is not None and doc.year != work.year:
+        result.differences.append(f"year: {doc.year} here, {work.year} in OpenAlex")
+    if not doc.venue and work.venue and work.venue_kind:
+        result.changes["venue"], result.changes["venue_kind"] = " ".join(work.venue.split()), work.venue_kind
+    elif doc.venue and work.venue and work.venue_kind and normalized(doc.venue) != normalized(work.venue):
+        result.differences.append(f"venue: {doc.venue} here, {work.venue} in OpenAlex")
+    doi = work.doi if work.doi and not _ARXIV_DOI.match(work.doi) else None
+    new_doi = doi if doi and document_doi(doc) is None else None
+    new_arxiv = work.arxiv_id if work.arxiv_id and document_arxiv(doc) is None else None
+    if doi and document_doi(doc) and doi.lower() != document_doi(doc):
+        result.differences.append(f"DOI: {document_doi(doc)} here, {doi} in OpenAlex")
+    if new_doi or new_arxiv:
+        result.changes["origin"] = with_identifiers(doc.origin or doc.key, new_doi, new_arxiv)
+    return result
