@@ -2,7 +2,8 @@
 
     FORAGE_INGEST__CACHE_DIR=… .venv/bin/python bench/search_scale.py                  # 10k and 100k
     FORAGE_INGEST__CACHE_DIR=… .venv/bin/python bench/search_scale.py --sizes 1000000  # a lab library
-    .venv/bin/python bench/search_scale.py --index ivf_pq --out bench/results/search-scale.json
+    .venv/bin/python bench/search_scale.py --index IVF_HNSW_SQ,IVF_PQ --search "default;ef=200;refine=4"
+    .venv/bin/python bench/search_scale.py --sizes 1000000 --keep /data/scale --reuse ...   # measure a kept store again
 
 The texts and vectors are real where they can be: the 5,183 SciFact abstracts are chunked and embedded by the
 product's own ingestion (MiniLM; the ingest cache makes a second run free), and their chunks are repeated to the
@@ -13,7 +14,9 @@ queries are the SciFact test claims, embedded by the same model.
 Per size it prints: the load time (documents written through ``upsert_documents`` in batches, then the store's own
 ``optimize``: BM25 index), the exact (flat) vector / BM25 / hybrid latency p50 and p95 over the queries (top 20),
 the index build time (``LanceStore.build_vector_index``), the same latencies with the index, and **recall@20** of
-the indexed vector and hybrid searches against the flat ones (the share of the flat top 20 found). A filtered
+the indexed vector and hybrid searches against the flat ones (the share of the flat top 20 found), for each index
+type of ``--index`` and each search-time setting of ``--search`` (HNSW ``ef``, re-rank ``refine`` factor, IVF
+``nprobes``). A filtered
 search (the query's own top document excluded by ``doc_ids``) checks that filters stay exact with the index.
 """
 
@@ -125,6 +128,29 @@ def recall(exact: list[list[str]], approx: list[list[str]]) -> float:
                  / max(1, len(exact)), 4)
 
 
+def search_configs(text: str) -> list[dict[str, int]]:
+    """'default;ef=100;ef=200,refine=2' → [{}, {'ef': 100}, {'ef': 200, 'refine': 2}] (store ann_* settings)."""
+    configs = []
+    for part in text.split(";"):
+        part = part.strip()
+        config: dict[str, int] = {}
+        if part and part != "default":
+            for item in part.split(","):
+                name, _, value = item.partition("=")
+                if name.strip() not in ("ef", "refine", "nprobes"):
+                    raise SystemExit(f"unknown search setting {name!r}: use ef, refine or nprobes")
+                config[name.strip()] = int(value)
+        configs.append(config)
+    return configs
+
+
+def configured(store, config: dict[str, int]) -> str:  # noqa: ANN001
+    """Set the store's search-time ANN settings; a label for them."""
+    store.ann_ef, store.ann_refine = config.get("ef"), config.get("refine")
+    store.ann_nprobes = config.get("nprobes", 20)
+    return ",".join(f"{k}={v}" for k, v in config.items()) or "default"
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--beir", type=Path, default=REPO.parent / "shared" / "data" / "beir-scifact")
@@ -132,7 +158,18 @@ def main() -> int:
     ap.add_argument("--queries", type=int, default=200)
     ap.add_argument("--out", type=Path)
     ap.add_argument("--keep", type=Path, help="build the stores under this folder and keep them")
+    ap.add_argument("--reuse", action="store_true",
+                    help="with --keep: use a kept store of the size asked for (and its index when of the type "
+                         "asked for) instead of building it again")
+    ap.add_argument("--index", default="IVF_HNSW_SQ", help="index types to build in turn: IVF_HNSW_SQ,IVF_PQ")
+    ap.add_argument("--search", default="default",
+                    help="search-time settings measured on each index, ';'-separated: "
+                         "'default;ef=100;ef=200,refine=2' (ef: HNSW list, refine: re-rank factor, nprobes)")
     args = ap.parse_args()
+    if args.reuse and not args.keep:
+        ap.error("--reuse needs --keep DIR")
+    configs = search_configs(args.search)
+    kinds = [k.strip().upper() for k in args.index.split(",") if k.strip()]
 
     settings = Settings.load()
     cache = settings.ingest.cache_dir
@@ -145,38 +182,62 @@ def main() -> int:
     root = args.keep or Path(tempfile.mkdtemp(prefix="forage-scale-"))
     try:
         for size in (int(s) for s in args.sizes.split(",")):
+            from infra.store.lancedb import LanceStore
+
             path = root / f"store-{size}"
-            shutil.rmtree(path, ignore_errors=True)
-            store, load_s = build(path, size, docs, chunks, rng)
+            store = LanceStore(path, dim=384, auto_optimize_rows=None) if args.reuse and path.exists() else None
+            if store is not None and store.count_chunks() == size:
+                load_s = None
+                print(f"\n{size:,} chunks: reusing {path}")
+            else:
+                shutil.rmtree(path, ignore_errors=True)
+                store, load_s = build(path, size, docs, chunks, rng)
             flat = measure(store, claims, vectors, settings.store.hybrid_alpha)
-            t = time.perf_counter()
-            index = store.build_vector_index(force=True)
-            build_s = time.perf_counter() - t
-            ann = measure(store, claims, vectors, settings.store.hybrid_alpha)
-            # filters stay exact with the index: each query's own best document excluded
-            leaks = 0
-            for claim, vector, top in zip(claims[:50], vectors[:50], flat["vector"]["results"][:50], strict=True):
-                banned = top[0].split(":")[0] if top else ""
+            print(f"\n{store.count_chunks():,} chunks" + (f": loaded in {load_s:.1f}s" if load_s else " (reused)"))
+            print(f"{'':30} {'vector p50/p95 ms':>18} {'bm25 p50/p95':>14} {'hybrid p50/p95':>16} "
+                  f"{'recall@20 vector / hybrid':>26}")
+            line = "{:30} {:>8} / {:<8} {:>6} / {:<6} {:>7} / {:<7} {:>12} / {:<12}"
+            print(line.format("flat (exact scan)", flat["vector"]["p50_ms"], flat["vector"]["p95_ms"],
+                              flat["bm25"]["p50_ms"], flat["bm25"]["p95_ms"], flat["hybrid"]["p50_ms"],
+                              flat["hybrid"]["p95_ms"], 1.0, 1.0))
+            row = {"chunks": store.count_chunks(), "load_s": None if load_s is None else round(load_s, 1),
+                   "flat": {k: {m: v[m] for m in ("p50_ms", "p95_ms")} for k, v in flat.items()}, "indexes": []}
+            for kind in kinds:
+                current = store.vector_index()
+                store.vector_index_type = kind
+                if args.reuse and current is not None and current.get("type") == kind:
+                    index, build_s = current, None
+                else:
+                    t = time.perf_counter()
+                    index = store.build_vector_index(force=True)
+                    build_s = time.perf_counter() - t
+                print(f"index {index}" + (f" built in {build_s:.1f}s" if build_s is not None else " (reused)"))
+                entry = {"index": index, "build_s": None if build_s is None else round(build_s, 1), "search": []}
+                for config in configs:
+                    label = configured(store, config)
+                    ann = measure(store, claims, vectors, settings.store.hybrid_alpha)
+                    recall_v = recall(flat["vector"]["results"], ann["vector"]["results"])
+                    recall_h = recall(flat["hybrid"]["results"], ann["hybrid"]["results"])
+                    print(line.format(f"{kind} {label}", ann["vector"]["p50_ms"], ann["vector"]["p95_ms"],
+                                      ann["bm25"]["p50_ms"], ann["bm25"]["p95_ms"], ann["hybrid"]["p50_ms"],
+                                      ann["hybrid"]["p95_ms"], recall_v, recall_h))
+                    entry["search"].append({"settings": label, **{k: {m: v[m] for m in ("p50_ms", "p95_ms")}
+                                                                  for k, v in ann.items()},
+                                            "recall_at_20_vector": recall_v, "recall_at_20_hybrid": recall_h})
+                configured(store, {})
+                # filters stay exact with the index: each query's own best document excluded
                 from infra.store import ChunkFilter
 
-                keep = [d for d in store.document_ids(ChunkFilter()) if not d.startswith(banned)][:2000]
-                hits = store.vector(vector, K, ChunkFilter(doc_ids=tuple(keep)))
-                leaks += sum(h.chunk.doc_id not in set(keep) for h in hits)
-            row = {"chunks": store.count_chunks(), "load_s": round(load_s, 1), "index": index,
-                   "index_build_s": round(build_s, 1),
-                   "flat": {k: {m: v[m] for m in ("p50_ms", "p95_ms")} for k, v in flat.items()},
-                   "indexed": {k: {m: v[m] for m in ("p50_ms", "p95_ms")} for k, v in ann.items()},
-                   "recall_at_20_vector": recall(flat["vector"]["results"], ann["vector"]["results"]),
-                   "recall_at_20_hybrid": recall(flat["hybrid"]["results"], ann["hybrid"]["results"]),
-                   "filtered_results_outside_filter": leaks}
+                leaks = 0
+                for vector, top in zip(vectors[:50], flat["vector"]["results"][:50], strict=True):
+                    banned = top[0].split(":")[0] if top else ""
+                    keep = [d for d in store.document_ids(ChunkFilter()) if not d.startswith(banned)][:2000]
+                    hits = store.vector(vector, K, ChunkFilter(doc_ids=tuple(keep)))
+                    leaks += sum(h.chunk.doc_id not in set(keep) for h in hits)
+                entry["filtered_results_outside_filter"] = leaks
+                print(f"results outside a doc_ids filter: {leaks}")
+                row["indexes"].append(entry)
             rows.append(row)
-            print(f"\n{row['chunks']:,} chunks: loaded in {load_s:.1f}s; index {index} built in {build_s:.1f}s")
-            print(f"{'':8} {'flat p50/p95 ms':>18} {'indexed p50/p95 ms':>20}")
-            for name in ("vector", "bm25", "hybrid"):
-                f, a = flat[name], ann[name]
-                print(f"{name:8} {f['p50_ms']:>8} / {f['p95_ms']:<8} {a['p50_ms']:>9} / {a['p95_ms']:<8}")
-            print(f"recall@20 vs flat: vector {row['recall_at_20_vector']}, hybrid {row['recall_at_20_hybrid']}; "
-                  f"results outside a doc_ids filter: {leaks}")
             if not args.keep:
                 shutil.rmtree(path, ignore_errors=True)
     finally:

@@ -127,6 +127,9 @@ class StoreSettings(Section):
     ann_nprobes: int = Field(default=20, ge=1, description="IVF partitions an indexed vector search visits.")
     ann_refine: int | None = Field(default=None, ge=1, description="Re-rank this many times k candidates of an "
                                                                    "indexed search with the full vectors (IVF_PQ).")
+    ann_ef: int | None = Field(default=None, ge=1, le=4096,
+                               description="HNSW candidate list of an indexed search (IVF_HNSW_SQ; None: LanceDB's "
+                                           "default). Larger: better recall, slower (bench/search_scale.py).")
     hybrid_fusion: Literal["relative_score", "rrf"] = Field(
         default="relative_score", description="How hybrid search fuses BM25 and vector ranks (Weaviate store).")
     weaviate_host: str = Field(default="127.0.0.1", description="Weaviate host: the head node's lab address.")
@@ -142,6 +145,16 @@ class StoreSettings(Section):
     weaviate_hybrid: Literal["forage", "weaviate"] = Field(
         default="forage", description="'forage': fuse Weaviate's BM25 and vector results in Forage (same scores "
                                       "as LanceDB); 'weaviate': Weaviate's own hybrid query.")
+    weaviate_hnsw_max_connections: int | None = Field(
+        default=None, ge=4, le=256, description="HNSW graph edges per node of the chunks collection (Weaviate's "
+                                                "maxConnections; None: the server's default, 64 in 1.26+). Set "
+                                                "when the collection is created; it cannot change after.")
+    weaviate_hnsw_ef_construction: int | None = Field(
+        default=None, ge=8, le=2048, description="HNSW candidate list while building (efConstruction; None: "
+                                                 "the server's 128). Set when the collection is created.")
+    weaviate_hnsw_ef: int | None = Field(
+        default=None, ge=-1, le=4096, description="HNSW candidate list while searching (ef; None or -1: Weaviate's "
+                                                  "dynamic ef, between 100 and 500 by the limit asked for).")
 
 
 class IngestSettings(Section):

@@ -49,7 +49,8 @@ def build_store(settings: Settings, dim: int | None = None) -> Store:
         cfg = settings.store
         return LanceStore(cfg.path, dim=dim or embedding_dim(settings), embed_model=embedding_name(settings),
                           vector_index_rows=cfg.vector_index_rows, vector_index_type=cfg.vector_index_type,
-                          ann_nprobes=cfg.ann_nprobes, ann_refine=cfg.ann_refine)
+                          ann_nprobes=cfg.ann_nprobes, ann_refine=cfg.ann_refine,
+                          ann_ef=cfg.ann_ef)
     if backend == "weaviate":
         from infra.store.weaviate import WeaviateStore
 
@@ -58,7 +59,10 @@ def build_store(settings: Settings, dim: int | None = None) -> Store:
                              http_port=cfg.weaviate_http_port, grpc_port=cfg.weaviate_grpc_port,
                              secure=cfg.weaviate_secure, api_key=cfg.weaviate_api_key,
                              embed_model=embedding_name(settings), timeout_s=cfg.weaviate_timeout_s,
-                             fusion=cfg.hybrid_fusion, hybrid=cfg.weaviate_hybrid)
+                             fusion=cfg.hybrid_fusion, hybrid=cfg.weaviate_hybrid,
+                             hnsw={"max_connections": cfg.weaviate_hnsw_max_connections,
+                                   "ef_construction": cfg.weaviate_hnsw_ef_construction,
+                                   "ef": cfg.weaviate_hnsw_ef})
     raise ConfigError(f"unknown store backend {backend!r}; available: 'lancedb', 'weaviate'")
 
 

@@ -289,9 +289,9 @@ class LanceStore(Store):
     nearest-neighbour index on the vectors (``vector_index_type``, cosine; :meth:`build_vector_index`), and trains
     it again when the table has grown fourfold since; rows added in between are folded into it by ``optimize``
     and found by an exact scan until then. Filters (doc ids, kinds, sections) are applied before the index is
-    searched, so they stay exact. None: never (every vector search scans every row). ``ann_nprobes`` and
-    ``ann_refine``: how many IVF partitions a query visits and by what factor it re-ranks candidates with the
-    full vectors (recall against speed; bench/search_scale.py measures both).
+    searched, so they stay exact. None: never (every vector search scans every row). ``ann_nprobes``,
+    ``ann_refine`` and ``ann_ef``: how many IVF partitions a query visits, by what factor it re-ranks candidates
+    with the full vectors, and the HNSW candidate list (recall against speed; bench/search_scale.py measures them).
     """
 
     name = "lancedb"
@@ -300,7 +300,7 @@ class LanceStore(Store):
                  read_consistency: timedelta = timedelta(0), hybrid_candidates: int = 4,
                  auto_optimize_rows: int | None = 2000, embed_model: str | None = None,
                  vector_index_rows: int | None = VECTOR_INDEX_ROWS, vector_index_type: VectorIndexType = "IVF_HNSW_SQ",
-                 ann_nprobes: int = 20, ann_refine: int | None = None) -> None:
+                 ann_nprobes: int = 20, ann_refine: int | None = None, ann_ef: int | None = None) -> None:
         if dim <= 0:
             raise StoreError(f"vector dimension must be positive, got {dim}", retryable=False)
         self.path = Path(path)
@@ -312,6 +312,7 @@ class LanceStore(Store):
         self.vector_index_type: VectorIndexType = vector_index_type
         self.ann_nprobes = ann_nprobes
         self.ann_refine = ann_refine
+        self.ann_ef = ann_ef
         self._read_consistency = read_consistency
         _owner_only(self.path)
         try:
@@ -326,7 +327,7 @@ class LanceStore(Store):
         options = {"read_consistency": self._read_consistency, "hybrid_candidates": self.hybrid_candidates,
                    "auto_optimize_rows": self.auto_optimize_rows, "embed_model": self.embed_model,
                    "vector_index_rows": self.vector_index_rows, "vector_index_type": self.vector_index_type,
-                   "ann_nprobes": self.ann_nprobes, "ann_refine": self.ann_refine}
+                   "ann_nprobes": self.ann_nprobes, "ann_refine": self.ann_refine, "ann_ef": self.ann_ef}
         return (_reopen, (self.path, self.dim, options))
 
     def __repr__(self) -> str:
@@ -830,6 +831,8 @@ class LanceStore(Store):
             q = q.nprobes(self.ann_nprobes)  # ignored without an ANN index (an exact scan)
             if self.ann_refine:
                 q = q.refine_factor(self.ann_refine)
+            if self.ann_ef:
+                q = q.ef(self.ann_ef)
             if where:
                 q = q.where(where, prefilter=True)
             return q.select([*_CHUNK_COLUMNS, "_distance"]).limit(k).to_list()

@@ -72,6 +72,15 @@ ADDED_PROPERTIES: dict[str, list[Property]] = {
 _DOC_FIELDS = list(DocumentRecord.model_fields)
 
 
+def hnsw_config(options: dict[str, int]) -> Any:
+    """The chunks collection's HNSW index: cosine, with the settings' ``max_connections``, ``ef_construction``
+    and ``ef`` where given (``store.weaviate_hnsw_*``; the server's defaults otherwise)."""
+    unknown = set(options) - {"max_connections", "ef_construction", "ef"}
+    if unknown:
+        raise StoreError(f"unknown HNSW setting(s): {', '.join(sorted(unknown))}", retryable=False)
+    return Configure.VectorIndex.hnsw(distance_metric=VectorDistances.COSINE, **options)
+
+
 def stem_text(text: str) -> str:
     """Lower-cased, Snowball-stemmed words joined by spaces: what BM25 indexes and queries."""
     return " ".join(_STEM.stemWords(re.findall(r"\w+", text.lower())))
@@ -188,7 +197,8 @@ class WeaviateStore(Store):
                  http_port: int = 8080, grpc_port: int = 50051, secure: bool = False,
                  api_key: str | None = None, embed_model: str | None = None, timeout_s: float = 30.0,
                  fusion: Fusion = "relative_score", hybrid: Literal["forage", "weaviate"] = "forage",
-                 hybrid_candidates: int = 4, batch_size: int = 500) -> None:
+                 hybrid_candidates: int = 4, batch_size: int = 500,
+                 hnsw: dict[str, int] | None = None) -> None:
         if dim <= 0:
             raise StoreError(f"vector dimension must be positive, got {dim}", retryable=False)
         if not re.fullmatch(r"[A-Z][A-Za-z0-9_]*", library):
@@ -199,6 +209,7 @@ class WeaviateStore(Store):
         self.timeout_s, self.fusion, self.hybrid_mode = timeout_s, fusion, hybrid
         self.hybrid_candidates, self.batch_size = max(1, hybrid_candidates), max(1, batch_size)
         self._api_key = api_key
+        self.hnsw = {k: v for k, v in (hnsw or {}).items() if v is not None}  # Configure.VectorIndex.hnsw(...)
         self._client: WeaviateClient | None = None
         self._ready: dict[str, bool] = {}
 
@@ -295,7 +306,7 @@ class WeaviateStore(Store):
                                index_filterable=False),
                       *ADDED_PROPERTIES["chunks"]]
             vectors = Configure.Vectors.self_provided(
-                vector_index_config=Configure.VectorIndex.hnsw(distance_metric=VectorDistances.COSINE))
+                vector_index_config=hnsw_config(self.hnsw))
             description = LibraryMeta(embed_model=self.embed_model, dim=self.dim).dumps()
         else:
             props = [Property(name=n, data_type=DataType.TEXT, tokenization=field, index_searchable=False)

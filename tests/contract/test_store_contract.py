@@ -742,6 +742,17 @@ def test_lance_builds_an_ann_index_at_its_size_keeps_filters_exact_and_finds_row
     assert built is not None and built["type"] == kind and built["rows"] == 1600
     for query, before in exact.items():  # the index finds what the scan found (its top hits at least)
         assert before[0] in ids(store.vector(hash_vec(query), 10))
+    # the search-time settings reach the query: a wider HNSW list and a re-rank with full vectors find all of
+    # the scan's top 10 here (recall against speed: bench/search_scale.py)
+    # (scores compared, not ids: the hashed vectors tie often)
+    store.ann_ef, store.ann_refine = 200, 4
+    rows = [hash_vec(c.text) for _, chunks in docs + more for c in chunks]
+    for query in exact:
+        q = hash_vec(query)
+        best = sorted((sum(a * b for a, b in zip(q, row, strict=True)) for row in rows), reverse=True)[:10]
+        got = [h.score for h in store.vector(q, 10)]
+        assert got == pytest.approx(best, abs=1e-4)
+    store.ann_ef = store.ann_refine = None
     # filters stay exact with the index: only the documents asked for, whatever the vectors say
     wanted = (docs[3][0].doc_id, more[2][0].doc_id)
     hits = store.vector(hash_vec("topic3 word5"), 30, ChunkFilter(doc_ids=wanted))

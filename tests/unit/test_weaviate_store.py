@@ -20,7 +20,7 @@ from infra.store import build_store, embedding_name
 from infra.store.base import ChunkFilter, ChunkRecord, DocumentRecord
 from infra.store.meta import LibraryMeta
 from infra.store.weaviate import (WeaviateStore, build_doc_filter, build_filter, chunk_object, chunk_uuid, doc_object,
-                                  doc_uuid, matches, stem_text, to_chunk, to_doc)
+                                  doc_uuid, hnsw_config, matches, stem_text, to_chunk, to_doc)
 
 CHUNK = ChunkRecord(chunk_id="abcdef0123456789:3", doc_id="d" * 64, ordinal=3, text="Households were surveyed.",
                     section_path="Methods > Data", char_start=10, char_end=35, token_count=4, pages=(2, 3))
@@ -127,6 +127,22 @@ def test_settings_build_a_weaviate_store(tmp_path: Path) -> None:
                                                                             store.embed_model, "rrf")
     with pytest.raises(ValueError, match="weaviate_library"):
         Settings.load(store={"weaviate_library": "lower case"})
+
+
+def test_hnsw_settings_reach_the_chunks_index() -> None:
+    """The HNSW parameters are the settings' where given and the server's defaults (left unset) elsewhere."""
+    tuned = build_store(Settings.load(store={"backend": "weaviate", "weaviate_hnsw_max_connections": 32,
+                                             "weaviate_hnsw_ef_construction": 256}))
+    assert tuned.hnsw == {"max_connections": 32, "ef_construction": 256}
+    config = hnsw_config(tuned.hnsw)._to_dict()
+    assert (config["maxConnections"], config["efConstruction"], config["distance"]) == (32, 256, "cosine")
+    assert "ef" not in config
+    plain = hnsw_config(build_store(Settings.load(store={"backend": "weaviate"})).hnsw)._to_dict()
+    assert not {"maxConnections", "efConstruction", "ef"} & set(plain)
+    with pytest.raises(StoreError, match="unknown HNSW setting"):
+        hnsw_config({"m": 16})
+    with pytest.raises(ValueError, match="weaviate_hnsw_max_connections"):
+        Settings.load(store={"weaviate_hnsw_max_connections": 1})
 
 
 def test_from_url() -> None:
