@@ -23,7 +23,9 @@ Foragers run at once and each LLM call is made by the node's LLM endpoint actor,
 requirement first and summaries nothing waits for last, ``fifo`` the order calls reach the endpoint. Printed: wall time, LLM calls per requirement,
 the critical-path bound (LLM calls of the longest requirement × delay), the slot bound
 (max(critical path, all calls × delay / slots): no schedule on that many slots can be faster), and
-the speed-up over 1 slot. Goals (issue 5): wall ≤ 1.15 × the critical path (printed as wall/critical; with fewer
+the speed-up over 1 slot; then where the time between calls goes: when the first call arrived, the gap between a
+requirement's dependent calls (p50, p90), and the machine's CPU seconds per LLM call by process role (Foragers,
+the LLM endpoint, the status hub, Ray's daemons, the driver with the stand-in). Goals (issue 5): wall ≤ 1.15 × the critical path (printed as wall/critical; with fewer
 slots than requirements the slot bound is the reachable floor, printed as wall/bound); ≥ 3.5× over 1 slot at 4 slots.
 """
 
@@ -56,6 +58,48 @@ def words(text: str) -> set[str]:
 
 
 ARRIVALS: list[tuple[float, str]] = []  # (time.perf_counter() at arrival, requirement text) of each chat call
+
+
+def cpu_by_role() -> dict[str, float]:
+    """CPU seconds (user + system) used so far by each kind of process on this machine: Ray actors by their
+    process title (``ray::Forager``, ``ray::LLMEndpoint``, ...), Ray's own daemons, this process (the driver and
+    the LLM stand-in), and everything else."""
+    import os
+
+    import psutil
+
+    out: dict[str, float] = {}
+    for proc in psutil.process_iter(["pid", "name", "cmdline", "cpu_times"]):
+        times = proc.info["cpu_times"]
+        if times is None:
+            continue
+        cmd = " ".join(proc.info["cmdline"] or []) or proc.info["name"] or "?"
+        if proc.info["pid"] == os.getpid():
+            role = "driver + stand-in"
+        elif cmd.startswith("ray::"):
+            role = cmd.split()[0].split(".")[0]
+        elif any(d in cmd for d in ("gcs_server", "raylet", "dashboard", "log_monitor", "runtime_env", "monitor.py")):
+            role = "ray daemons"
+        else:
+            role = "other"
+        out[role] = out.get(role, 0.0) + times.user + times.system
+    return out
+
+
+def gaps(requirements: list[Requirement], delay: float) -> list[float]:
+    """Per chat call: seconds between the end of the requirement's previous call (its answer sent: arrival +
+    delay) and this call's arrival — the Forager's work between dependent calls plus the hops to and from the
+    endpoint. Calls that overlap their requirement's previous one (a batch sent together) count as 0."""
+    out = []
+    last: dict[str, float] = {}
+    for at, text in sorted(ARRIVALS):
+        rid = next((r.id for r in requirements if text and r.text.startswith(text[:60])), None)
+        if rid is None:
+            continue
+        if rid in last:
+            out.append(max(0.0, at - last[rid]))
+        last[rid] = max(last.get(rid, 0.0), at + delay)
+    return out
 
 
 def responder(messages: list[dict[str, str]], fmt: object) -> dict:
@@ -129,13 +173,26 @@ async def one_run(settings: Settings, requirements: list[Requirement], slots: in
         await asyncio.gather(*(e.handle.stats.remote() for e in endpoints))
         requests = [ForageRequest(run_id=f"bench-{slots}", iteration=1, requirement=r) for r in requirements]
         ARRIVALS.clear()
+        cpu_before = cpu_by_role()
         started = time.perf_counter()
         coverages = await crew.forage(requests)
         wall = time.perf_counter() - started
+        cpu_after = cpu_by_role()
         schedule = tail(requirements, started, wall, delay) + "; "
         stats = [await e.handle.stats.remote() for e in endpoints]
         schedule += "endpoint: " + ", ".join(f"{s['queued']}/{s['admitted']} calls waited, peak {s['max_in_use']}"
                                              for s in stats)
+        used = {role: cpu_after.get(role, 0.0) - cpu_before.get(role, 0.0) for role in cpu_after}
+        n_calls = max(1, len(ARRIVALS))
+        between = sorted(gaps(requirements, delay))
+        first = min(at for at, _ in ARRIVALS) - started if ARRIVALS else 0.0
+        schedule += (f"\n{'':>8} per call: first call {first:.2f} s after the start; between a requirement's "
+                     f"dependent calls p50 {1000 * between[len(between) // 2]:.0f} ms, p90 "
+                     f"{1000 * between[int(0.9 * (len(between) - 1))]:.0f} ms" if between else "")
+        schedule += (f"\n{'':>8} CPU {sum(used.values()):.1f} s in {wall:.1f} s wall "
+                     f"({1000 * sum(used.values()) / n_calls:.0f} ms per call): " + ", ".join(
+                         f"{role} {1000 * sec / n_calls:.0f}" for role, sec in sorted(used.items(), key=lambda x: -x[1])
+                         if sec >= 0.05) + " ms per call")
     finally:
         await crew.close()
     failed = [c.error for c in coverages if c.status != "ok"]

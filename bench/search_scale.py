@@ -145,9 +145,12 @@ def search_configs(text: str) -> list[dict[str, int]]:
 
 
 def configured(store, config: dict[str, int]) -> str:  # noqa: ANN001
-    """Set the store's search-time ANN settings; a label for them."""
-    store.ann_ef, store.ann_refine = config.get("ef"), config.get("refine")
-    store.ann_nprobes = config.get("nprobes", 20)
+    """Set the store's search-time ANN settings (the product's defaults where ``config`` names none; refine=0: no
+    re-rank); a label for them."""
+    defaults = Settings().store
+    store.ann_ef = config.get("ef", defaults.ann_ef)
+    store.ann_refine = config.get("refine", defaults.ann_refine) or None
+    store.ann_nprobes = config.get("nprobes", defaults.ann_nprobes)
     return ",".join(f"{k}={v}" for k, v in config.items()) or "default"
 
 
@@ -164,7 +167,8 @@ def main() -> int:
     ap.add_argument("--index", default="IVF_HNSW_SQ", help="index types to build in turn: IVF_HNSW_SQ,IVF_PQ")
     ap.add_argument("--search", default="default",
                     help="search-time settings measured on each index, ';'-separated: "
-                         "'default;ef=100;ef=200,refine=2' (ef: HNSW list, refine: re-rank factor, nprobes)")
+                         "'default;ef=100;ef=200,refine=2' (ef: HNSW list, refine: re-rank factor, 0 for none, "
+                         "nprobes); 'default' is the product's settings")
     args = ap.parse_args()
     if args.reuse and not args.keep:
         ap.error("--reuse needs --keep DIR")
@@ -192,7 +196,16 @@ def main() -> int:
             else:
                 shutil.rmtree(path, ignore_errors=True)
                 store, load_s = build(path, size, docs, chunks, rng)
-            flat = measure(store, claims, vectors, settings.store.hybrid_alpha)
+            cached = path.with_name(f"{path.name}.flat-{len(claims)}.json")  # a kept store's exact results
+            if load_s is None and cached.exists():
+                flat = json.loads(cached.read_text())
+                print(f"exact results and timings read from {cached}")
+            else:
+                store.exact_vector = True  # the reference: every row scanned, even where a kept store has an index
+                flat = measure(store, claims, vectors, settings.store.hybrid_alpha)
+                store.exact_vector = False
+                if args.keep:
+                    cached.write_text(json.dumps(flat))
             print(f"\n{store.count_chunks():,} chunks" + (f": loaded in {load_s:.1f}s" if load_s else " (reused)"))
             print(f"{'':30} {'vector p50/p95 ms':>18} {'bm25 p50/p95':>14} {'hybrid p50/p95':>16} "
                   f"{'recall@20 vector / hybrid':>26}")

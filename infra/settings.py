@@ -125,8 +125,11 @@ class StoreSettings(Section):
         default="IVF_HNSW_SQ", description="LanceDB ANN index: HNSW graphs over scalar-quantized vectors, or IVF "
                                            "with product quantization (bench/search_scale.py compares them).")
     ann_nprobes: int = Field(default=20, ge=1, description="IVF partitions an indexed vector search visits.")
-    ann_refine: int | None = Field(default=None, ge=1, description="Re-rank this many times k candidates of an "
-                                                                   "indexed search with the full vectors (IVF_PQ).")
+    ann_refine: int | None = Field(
+        default=10, ge=1, description="Re-rank this many times k candidates of an indexed search with the full "
+                                      "vectors (the index holds quantized ones): at 1M chunks 10 gave recall@20 0.99 "
+                                      "(vector) / 1.00 (hybrid) against 0.71 / 0.90 without (docs/retrieval.md). "
+                                      "None: no re-rank.")
     ann_ef: int | None = Field(default=None, ge=1, le=4096,
                                description="HNSW candidate list of an indexed search (IVF_HNSW_SQ; None: LanceDB's "
                                            "default). Larger: better recall, slower (bench/search_scale.py).")

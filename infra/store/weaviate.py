@@ -78,7 +78,9 @@ def hnsw_config(options: dict[str, int]) -> Any:
     unknown = set(options) - {"max_connections", "ef_construction", "ef"}
     if unknown:
         raise StoreError(f"unknown HNSW setting(s): {', '.join(sorted(unknown))}", retryable=False)
-    return Configure.VectorIndex.hnsw(distance_metric=VectorDistances.COSINE, **options)
+    return Configure.VectorIndex.hnsw(distance_metric=VectorDistances.COSINE,
+                                      max_connections=options.get("max_connections"),
+                                      ef_construction=options.get("ef_construction"), ef=options.get("ef"))
 
 
 def stem_text(text: str) -> str:

@@ -752,6 +752,8 @@ def test_lance_builds_an_ann_index_at_its_size_keeps_filters_exact_and_finds_row
         best = sorted((sum(a * b for a, b in zip(q, row, strict=True)) for row in rows), reverse=True)[:10]
         got = [h.score for h in store.vector(q, 10)]
         assert got == pytest.approx(best, abs=1e-4)
+    store.ann_ef = 8  # shorter than the k × refine candidates asked for: widened to them, not an error
+    assert len(store.vector(hash_vec("topic3 word5"), 10)) == 10
     store.ann_ef = store.ann_refine = None
     # filters stay exact with the index: only the documents asked for, whatever the vectors say
     wanted = (docs[3][0].doc_id, more[2][0].doc_id)
