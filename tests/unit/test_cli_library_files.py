@@ -120,7 +120,10 @@ def test_list_shows_ids_and_json_has_every_field(library: Library) -> None:
     listed = json.loads(result.output)
     assert {d["doc_id"] for d in listed} == {d.doc_id for d in documents}
     assert {d["origin"] for d in listed} == {f"{DVT}, doi:10.1186/1752-2897-4-1", PHRASE}  # the file, then its DOI
-    assert set(listed[0]) == {"doc_id", "key", "title", "authors", "year", "n_chunks", "parser", "flags", "origin"}
+    assert set(listed[0]) == {"doc_id", "key", "title", "authors", "year", "n_chunks", "parser", "flags", "origin",
+                              "venue", "venue_kind"}
+    venues = {d["origin"].split(", ")[0]: (d["venue"], d["venue_kind"]) for d in listed}
+    assert venues[DVT] == ("Journal of Trauma Management & Outcomes", "journal")  # page 1's running header
 
 
 def test_stats_counts_documents_chunks_pages_parsers_and_flags(library: Library, tmp_path: Path) -> None:
