@@ -117,9 +117,10 @@ def match_metadata(
     documents = library.list_documents()
     chosen = (_resolve_ids(documents, docs, unchanged="nothing was sent") if docs
               else [d for d in documents if missing_fields(d)])
-    lookups = [(d, lookup) for d in chosen if (lookup := lookup_for(d)) is not None]
+    planned = [(d, lookup_for(d)) for d in chosen]
+    lookups = [(d, lookup) for d, lookup in planned if lookup is not None]
     rows = [("unchanged", d.title, str(d.year or ""), "no DOI, and a title too short to look up")
-            for d in chosen if lookup_for(d) is None]
+            for d, lookup in planned if lookup is None]
     if not lookups:
         console.print("Nothing to look up: " + ("every document has authors, year, DOI and venue."
                                                  if not chosen else "no DOI or title worth sending."))

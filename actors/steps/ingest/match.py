@@ -27,15 +27,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from actors.steps.ingest.step import with_identifiers
+from actors.steps.ingest.step import origin_identifiers, with_identifiers
 from infra.store.base import DocumentRecord
 from messages.search import Candidate
 
 TITLE_SIMILARITY = 0.92
 YEAR_SLACK = 1
 _ARXIV_DOI = re.compile(r"^10\.48550/arxiv\.", re.IGNORECASE)
-_DOI_PART = re.compile(r"(?:^|,\s*)doi:(\S+?)(?=,|$)", re.IGNORECASE)
-_ARXIV_PART = re.compile(r"(?:^|,\s*)arxiv:(\S+?)(?=,|$)", re.IGNORECASE)
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,20 +60,18 @@ class Outcome:
 
 
 def document_doi(doc: DocumentRecord) -> str | None:
-    found = _DOI_PART.search(doc.origin)
-    return found.group(1).lower() if found else None
+    doi = origin_identifiers(doc.origin)[0]
+    return doi.lower() if doi else None
 
 
 def document_arxiv(doc: DocumentRecord) -> str | None:
-    found = _ARXIV_PART.search(doc.origin)
-    return found.group(1) if found else None
+    return origin_identifiers(doc.origin)[1]
 
 
 def missing_fields(doc: DocumentRecord) -> list[str]:
     """The bibliographic fields a document lacks (what a match could fill)."""
-    missing = [name for name, absent in (("authors", not doc.authors), ("year", doc.year is None),
-                                         ("doi", document_doi(doc) is None), ("venue", not doc.venue)) if absent]
-    return missing
+    return [name for name, absent in (("authors", not doc.authors), ("year", doc.year is None),
+                                      ("doi", document_doi(doc) is None), ("venue", not doc.venue)) if absent]
 
 
 def lookup_for(doc: DocumentRecord) -> Lookup | None:
@@ -127,16 +123,12 @@ def best_match(doc: DocumentRecord, works: Sequence[Candidate]) -> tuple[Candida
     passing = [w for w in works if agrees(doc, w)[0]]
     if not passing:
         if not works:
-            return None, "OpenAlex has no work by that title" if lookup_kind(doc) == "title" else \
-                "OpenAlex does not know that DOI"
+            return None, "OpenAlex does not know that DOI" if document_doi(doc) else \
+                "OpenAlex has no work by that title"
         nearest = max(works, key=lambda w: title_similarity(doc.title, w.title))
         return None, f"no work agrees (nearest: {agrees(doc, nearest)[1]})"
     return max(passing, key=lambda w: (round(title_similarity(doc.title, w.title), 2), bool(w.venue_kind),
                                        w.year is not None)), ""
-
-
-def lookup_kind(doc: DocumentRecord) -> str:
-    return "doi" if document_doi(doc) else "title"
 
 
 def outcome(doc: DocumentRecord, works: Sequence[Candidate]) -> Outcome:

@@ -75,13 +75,19 @@ _ARXIV_GIVEN = re.compile(r"^(?:arxiv:\s*|https?://arxiv\.org/abs/)?(\d{4}\.\d{4
                           re.IGNORECASE)
 
 
+def origin_identifiers(origin: str) -> tuple[str | None, str | None]:
+    """(DOI, arXiv id) an origin names (what :func:`source_origin` wrote), None for each it does not."""
+    parts = [p.strip() for p in origin.split(", ")]
+    return (next((p[4:] for p in parts if p.lower().startswith("doi:")), None),
+            next((p[6:] for p in parts if p.lower().startswith("arxiv:")), None))
+
+
 def with_identifiers(origin: str, doi: str | None, arxiv_id: str | None) -> str:
     """``origin`` with its DOI and/or arXiv id replaced (None: keep the one it has; "": drop it). ValueError
     for a DOI or arXiv id that is not one."""
     parts = [p for p in (p.strip() for p in origin.split(", ")) if p]
     name = ", ".join(p for p in parts if not _ID_PARTS.match(p))
-    old_doi = next((p[4:] for p in parts if p.lower().startswith("doi:")), None)
-    old_arxiv = next((p[6:] for p in parts if p.lower().startswith("arxiv:")), None)
+    old_doi, old_arxiv = origin_identifiers(origin)
     if doi:
         found = _DOI_GIVEN.match(doi.strip())
         if not found:
@@ -96,12 +102,12 @@ def with_identifiers(origin: str, doi: str | None, arxiv_id: str | None) -> str:
                          old_arxiv if arxiv_id is None else arxiv_id or None)
 
 
-def known_venue(candidate: Candidate) -> dict[str, str]:
-    """The venue a search result names, as document fields ({} when it names none of a known kind: a
-    repository such as arXiv is not a venue, and page 1 may then say more)."""
+def known_venue(candidate: Candidate) -> tuple[str, VenueKind]:
+    """(venue, kind) a search result names; ("", "") when it names none of a known kind (a repository such as
+    arXiv is not a venue, and page 1 may then say more)."""
     if candidate.venue and candidate.venue_kind:
-        return {"venue": " ".join(candidate.venue.split()), "venue_kind": candidate.venue_kind}
-    return {}
+        return " ".join(candidate.venue.split()), candidate.venue_kind
+    return "", ""
 
 
 def text_markdown(title: str, text: str) -> str:
@@ -171,9 +177,10 @@ class IngestStep:
         candidate = request.candidate
         if not candidate.path and candidate.abstract_only and candidate.abstract and candidate.abstract.strip():
             # no PDF could be had: the title and abstract still carry evidence (flagged abstract_only)
+            venue, venue_kind = known_venue(candidate)
             document = TextDocument(key=candidate.key, title=candidate.title or "", text=candidate.abstract,
                                     authors=candidate.authors, year=candidate.year, origin=candidate.key,
-                                    flags=("abstract_only",), **known_venue(candidate))
+                                    flags=("abstract_only",), venue=venue, venue_kind=venue_kind)
             return self.ingest_texts(request.run_id, [document])[0]
         started = perf_counter()
         timings: dict[str, float] = {}
@@ -236,13 +243,16 @@ class IngestStep:
     def prepare_parsed(self, doc_id: str, candidate: Candidate, path: Path, parsed: ParsedDocument) -> _Prepared:
         """A parsed PDF as a document record, its chunks and the embedder's inputs (nothing embedded or
         stored yet). Also used by bench/ingest.py to time embedding alone."""
+        venue, venue_kind = known_venue(candidate)
+        if not venue:  # the search result names none: what page 1 prints
+            venue, venue_kind = parsed.venue or "", parsed.venue_kind
         return self._prepare(
             doc_id, candidate.key, parsed.markdown, outline_title=parsed.title or candidate.title,
             title=candidate.title or parsed.title, fallback_title=path.stem, page_spans=parsed.page_spans,
             authors=candidate.authors or parsed.authors, year=candidate.year or parsed.year,
             parser=parsed.parser, flags=parsed.flags,
             origin=source_origin(path.name, candidate.doi or parsed.doi, candidate.arxiv_id or parsed.arxiv_id),
-            **(known_venue(candidate) or {"venue": parsed.venue or "", "venue_kind": parsed.venue_kind}))
+            venue=venue, venue_kind=venue_kind)
 
     # ------------------------------------------------------------------ text
 
