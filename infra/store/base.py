@@ -202,8 +202,17 @@ class Store(ABC):
         """Store many documents as :meth:`upsert_document` does, in one write. All or nothing: a bad item
         (:meth:`checked_batch`) raises before anything is written, and a failed write registers none of them."""
 
+    def open(self) -> None:
+        """Connect and open the tables now rather than on first use (an actor does it before its first request);
+        a store with nothing stored yet opens nothing."""
+        self.count_chunks()
+
     @abstractmethod
     def get_document(self, doc_id: str) -> DocumentRecord | None: ...
+    @abstractmethod
+    def get_documents(self, doc_ids: Sequence[str]) -> list[DocumentRecord]:
+        """The registered documents of ``doc_ids`` in that order, each once (unknown ids left out): one
+        read for all of them."""
     @abstractmethod
     def document_by_key(self, key: str) -> DocumentRecord | None: ...
     @abstractmethod
@@ -251,7 +260,7 @@ def documents_named(store: Store, doc_ids: Sequence[str] | None) -> list[Documen
     """The registered documents of ``doc_ids`` in that order (unknown ids left out); all of them for None."""
     if doc_ids is None:
         return store.list_documents()
-    return [doc for doc_id in doc_ids if (doc := store.get_document(doc_id)) is not None]
+    return store.get_documents(doc_ids)
 
 
 METADATA_FIELDS = frozenset({"title", "authors", "year", "origin", "venue", "venue_kind"})

@@ -350,6 +350,10 @@ class LanceStore(Store):
             return table
         if not create and name not in self._db:
             return None
+        table = self._ready_table(name)
+        if table is not None:  # nothing to add or create: no lock, so readers opening a store never queue
+            self._tables[name] = table
+            return table
         with self._lock_files(["tables.lock"], what=f"table {name}"):
             try:
                 if name in self._db:
@@ -366,6 +370,34 @@ class LanceStore(Store):
                 self._ensure_fts(table)
             self._ensure_scalar_indexes(name, table)
         self._tables[name] = table
+        return table
+
+    def _ready_table(self, name: str) -> Table | None:
+        """The existing table ``name`` opened without the tables lock when it needs nothing (columns, indexes,
+        the library record) from :meth:`_table`'s set-up; None when it does, or cannot be opened yet (another
+        process still creating it)."""
+        if name not in self._db:
+            return None
+        try:
+            table = self._db.open_table(name)
+            names = set(table.schema.names)
+            indexed = {(ix.index_type.upper(), col) for ix in table.list_indices() for col in ix.columns}
+        except Exception:  # noqa: BLE001 - the locked path opens it again and says what failed
+            return None
+        if any(f.name not in names for f in ADDED_COLUMNS.get(name, ())):
+            return None
+        if any(("BTREE", column) not in indexed for column in SCALAR_INDEXES[name]):
+            return None
+        if any(("BITMAP", column) not in indexed for column in BITMAP_INDEXES[name] if column in names):
+            return None
+        if name == CHUNKS:
+            if not any(kind == "FTS" for kind, _ in indexed):
+                return None
+            recorded = self.library_meta()
+            if recorded is None or (self.embed_model and not recorded.embed_model):
+                return None  # the record is written under the lock
+            self._check_dim(table)
+            check_meta(recorded, self.embed_model, self.dim, str(self.path))
         return table
 
     def _add_missing_columns(self, name: str, table: Table) -> None:
@@ -599,11 +631,24 @@ class LanceStore(Store):
         except Exception:  # noqa: BLE001
             log.exception("could not delete chunks where %s in %s; remove_orphans() cleans them up", where, self.path)
 
+    def open(self) -> None:
+        for name in (CHUNKS, DOCUMENTS):
+            self._table(name, create=False)
+
     def get_document(self, doc_id: str) -> DocumentRecord | None:
         return self._one_doc(f"doc_id = {sql_str(doc_id)}")
 
     def document_by_key(self, key: str) -> DocumentRecord | None:
         return self._one_doc(f"key = {sql_str(key)}")
+
+    def get_documents(self, doc_ids: Sequence[str]) -> list[DocumentRecord]:
+        wanted = list(dict.fromkeys(doc_ids))
+        if not wanted:
+            return []
+        where = f"doc_id IN {_sql_list(wanted)}"
+        rows = self._read(DOCUMENTS, where, lambda t: t.search().where(where).limit(len(wanted)).to_list(), [])
+        found = {d.doc_id: d for d in map(self._to_doc, rows)}
+        return [found[d] for d in wanted if d in found]
 
     def _one_doc(self, where: str) -> DocumentRecord | None:
         rows = self._read(DOCUMENTS, where, lambda t: t.search().where(where).limit(1).to_list(), [])

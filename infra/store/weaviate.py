@@ -453,6 +453,17 @@ class WeaviateStore(Store):
     def document_by_key(self, key: str) -> DocumentRecord | None:
         return self._one_doc(Filter.by_property("key").equal(key))
 
+    def get_documents(self, doc_ids: Sequence[str]) -> list[DocumentRecord]:
+        wanted = list(dict.fromkeys(doc_ids))
+        collection = self._docs()
+        if collection is None or not wanted:
+            return []
+        found: dict[str, DocumentRecord] = {}
+        for start in range(0, len(wanted), MAX_RESULTS):
+            where = Filter.by_property("doc_id").contains_any(wanted[start:start + MAX_RESULTS])
+            found.update((d.doc_id, d) for d in self._run("read", lambda w=where: self._fetch_docs(collection, w)))
+        return [found[d] for d in wanted if d in found]
+
     def document_ids(self, flt: ChunkFilter) -> list[str]:
         """Ids of the registered documents meeting the filter's document conditions (doc_ids,
         years, sources), sorted. Filtered in Weaviate; when that reaches the result limit, every

@@ -161,6 +161,18 @@ def test_upsert_then_read_back(store: Store) -> None:
     assert store.chunks(ChunkFilter(doc_ids=(doc.doc_id,))) == chunks
 
 
+def test_get_documents_reads_many_in_the_order_asked(store: Store) -> None:
+    docs = [make_doc(letter * 64, [f"{letter} text"], title=f"Paper {letter}")[0] for letter in "abc"]
+    assert store.get_documents([d.doc_id for d in docs]) == []  # nothing stored yet: no table
+    for letter in "abc":
+        put(store, *make_doc(letter * 64, [f"{letter} text"], title=f"Paper {letter}"))
+    stored = {d.doc_id: store.get_document(d.doc_id) for d in docs}
+    asked = ["c" * 64, "f" * 64, "a" * 64, "c" * 64]  # an unknown id and a repeated one
+    assert store.get_documents(asked) == [stored["c" * 64], stored["a" * 64]]
+    assert store.get_documents([]) == []
+    assert [d.title for d in store.get_documents(["b" * 64, "O'Brien's"])] == ["Paper b"]
+
+
 def test_upsert_with_no_year_and_no_pages(store: Store) -> None:
     doc, chunks = make_doc("e" * 64, ["only chunk"])
     doc = doc.model_copy(update={"year": None, "authors": (), "flags": ()})

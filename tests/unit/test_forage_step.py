@@ -531,6 +531,53 @@ def test_papers_first_then_their_chunks(tmp_path, embedder):
     assert len(ids_) == len(set(ids_)) and cid(leaf, 2) in ids_ and cov.coverage == 1.0
 
 
+def test_each_top_paper_gives_its_best_chunks_from_one_search(tmp_path, embedder):
+    from infra.store.base import ChunkFilter
+    from infra.store.lancedb import LanceStore
+
+    class CountingStore(LanceStore):
+        searches = 0
+
+        def hybrid(self, *args, **kwargs):
+            CountingStore.searches += 1
+            return super().hybrid(*args, **kwargs)
+
+    store = CountingStore(tmp_path / "store", dim=384)
+    # "many" has thirty chunks on the query: a search over all three papers at once (k = 2 x 3 x 4 = 24) is
+    # filled with them
+    many = make_doc("many", "Chlorophyll fluorescence", [
+        ("Results", "body", f"Electron transport in leaves measured by chlorophyll fluorescence, plot {i}.")
+        for i in range(30)])
+    few = make_doc("few", "Wheat", [
+        ("Abstract", "abstract", "Grain prices in European markets."),
+        ("Results", "body", "Leaves were sampled at noon."),
+        ("Methods", "body", "Transport of grain by rail."),
+    ])
+    single = make_doc("single", "Bread", [("Body", "body", "Leaves of bread dough rise overnight.")])
+    for doc in (many, few, single):
+        add(store, embedder, doc)
+    step = ForageStep(settings(paper_k=3, paper_chunks=2), store, embedder, FunctionLLM(Oracle({})))
+    query = "electron transport in leaves"
+    vector = embedder.embed([query])[0]
+    papers = [many[0].doc_id, few[0].doc_id, single[0].doc_id]
+    alone = {d: [h.chunk.chunk_id for h in store.hybrid(query, vector, 2, 0.4, ChunkFilter(doc_ids=(d,)))]
+             for d in papers}
+    CountingStore.searches = 0
+    got = step._chunks_of_papers(query, vector, papers, ChunkFilter(), 0.4)
+    assert [h.chunk.doc_id for h in got] == [many[0].doc_id] * 2 + [few[0].doc_id] * 2 + [single[0].doc_id]
+    by_paper = {d: [h.chunk.chunk_id for h in got if h.chunk.doc_id == d] for d in papers}
+    assert by_paper[few[0].doc_id] == alone[few[0].doc_id]  # crowded out of the joint search: searched alone
+    assert by_paper[single[0].doc_id] == [cid(single, 0)]  # crowded out too: its own search finds its one chunk
+    assert set(by_paper[many[0].doc_id]) <= {c.chunk_id for c in many[1]}
+    assert CountingStore.searches == 3  # the joint search, then each crowded-out paper's own
+    # when every paper fits, one search
+    CountingStore.searches = 0
+    assert [h.chunk.doc_id for h in step._chunks_of_papers(query, vector, papers[1:], ChunkFilter(), 0.4)] == (
+        [few[0].doc_id] * 2 + [single[0].doc_id])
+    assert CountingStore.searches == 1
+    assert step._chunks_of_papers(query, vector, [], ChunkFilter(), 0.4) == []
+
+
 class CountingEmbedder:
     """The real embedder, remembering every text it embedded."""
 

@@ -228,6 +228,14 @@ class ForageStep:
                               if self.cfg.relevance_check and isinstance(self.relevance, EmbeddingSimilarity) else None)
         self.overruled = 0  # verdicts the relevance check overruled, all iterations
 
+    async def warm(self) -> None:
+        """Open what the first iteration reads before it starts: the store's tables, and the LLM's way to its
+        server where it has one to prepare (a slotted LLM's endpoint actors)."""
+        await asyncio.to_thread(self.store.open)
+        warm = getattr(self.llm, "warm", None)
+        if warm is not None:
+            await warm()
+
     # -- the iteration ------------------------------------------------------------------------------
     async def forage(self, request: ForageRequest) -> RequirementCoverage:
         """One iteration for ``request.requirement``; returns the cumulative coverage."""
@@ -427,9 +435,7 @@ class ForageStep:
                 by_summary = self._papers_by_summary(summaries, vector)
                 papers = fuse_papers(list(dict.fromkeys(h.chunk.doc_id for h in found)), by_summary,
                                      self.cfg.paper_k)
-                for doc_id in papers:
-                    hits += self.store.hybrid(query, vector, self.cfg.paper_chunks, alpha,
-                                              flt.model_copy(update={"doc_ids": (doc_id,)}))
+                hits += self._chunks_of_papers(query, vector, papers, flt, alpha)
             if self.cfg.bm25_k > 0:
                 hits += self.store.bm25(query, self.cfg.bm25_k, flt)
             if self.cfg.vector_k > 0 and vector is not None:
@@ -449,6 +455,29 @@ class ForageStep:
                   candidates=len(found), new_chunks=len(fresh))
         return list(fresh.values())
 
+    def _chunks_of_papers(self, query: str, vector: list[float], papers: Sequence[str], flt: ChunkFilter,
+                          alpha: float) -> list[Hit]:
+        """The best ``forage.paper_chunks`` chunks of each paper, in paper order: one hybrid search over all the
+        papers, each paper's chunks taken in the fused order; a paper that search left short while it was cut off
+        at its k is searched alone."""
+        n = self.cfg.paper_chunks
+        if not papers or n <= 0:
+            return []
+        k = n * len(papers) * 4
+        found = self.store.hybrid(query, vector, k, alpha, flt.model_copy(update={"doc_ids": tuple(papers)}))
+        by_paper: dict[str, list[Hit]] = {d: [] for d in papers}
+        for hit in found:
+            best = by_paper.get(hit.chunk.doc_id)
+            if best is not None and len(best) < n:
+                best.append(hit)
+        out: list[Hit] = []
+        for doc_id in papers:
+            best = by_paper[doc_id]
+            if len(best) < n and len(found) >= k:  # crowded out by the other papers' chunks, not out of chunks
+                best = self.store.hybrid(query, vector, n, alpha, flt.model_copy(update={"doc_ids": (doc_id,)}))
+            out += best
+        return out
+
     def _papers_by_summary(self, summaries: dict[str, str], vector: Sequence[float]) -> list[str]:
         """The papers this requirement has summarized, most similar summary to the query first (each summary
         embedded once, when first needed)."""
@@ -464,7 +493,8 @@ class ForageStep:
         """Judge ``chunks`` in batches of ``forage.judge_batch`` (one LLM call per batch). The batches
         are independent, so with an LLM that queues calls their calls run concurrently (see
         :meth:`_together`); judgements are recorded in chunk order whatever order the answers come in."""
-        relevance = await self._relevance(req, chunks)
+        relevance, _ = await asyncio.gather(self._relevance(req, chunks),
+                                            self._load_docs([c.doc_id for c in chunks]))
         off_topic = [c for c in chunks if relevance.get(c.chunk_id, 1.0) < self._floors[1]]
         # the judge sees the closest passages first (a weak model does best at the start of its prompt)
         shown = sorted((c for c in chunks if c not in off_topic), key=lambda c: -relevance.get(c.chunk_id, 0.0))
@@ -651,11 +681,8 @@ class ForageStep:
 
     async def _summarize(self, req: Requirement, doc_id: str, it: _Iteration) -> None:
         doc = self._doc(doc_id)
-        context_label, context = "ABSTRACT", doc.abstract.strip()
-        if not context:
-            first = self._intro_chunk(doc)
-            context_label, context = "INTRODUCTION", first.text if first else ""
-        sections = "\n".join(f"- {p}" for p in self._sections(doc)[:MAX_SECTIONS_SHOWN]) or "(none)"
+        context_label, context, paths = await asyncio.to_thread(self._summary_context, doc)
+        sections = "\n".join(f"- {p}" for p in paths[:MAX_SECTIONS_SHOWN]) or "(none)"
         user = (f"Title: {doc.title}\n\n{block(context_label, _clip(context, CONTEXT_CHARS))}\n\n"
                 f"{block('SECTIONS', sections)}\n\n"
                 "Summarize what this document is about in two or three sentences.")
@@ -666,6 +693,15 @@ class ForageStep:
             {"role": "user", "content": user}], DocumentGist, f"summarize {doc_id[:16]}", it)
         if gist is not None:
             self._summaries[doc_id] = " ".join(gist.summary.split())
+
+    def _summary_context(self, doc: _Doc) -> tuple[str, str, list[str]]:
+        """What a summary reads besides the title (store reads: called in a thread): the abstract, else the
+        introduction's first chunk, with its label; the section paths."""
+        context_label, context = "ABSTRACT", doc.abstract.strip()
+        if not context:
+            first = self._intro_chunk(doc)
+            context_label, context = "INTRODUCTION", first.text if first else ""
+        return context_label, context, self._sections(doc)
 
     def _intro_chunk(self, doc: _Doc) -> ChunkRecord | None:
         """The first chunk of the introduction, else the document's first chunk."""
@@ -719,7 +755,7 @@ class ForageStep:
             self._dived.add(doc_id)
             return []
 
-        available = self._sections(doc)
+        available = await asyncio.to_thread(self._sections, doc)
         n_sections = min(self.cfg.deep_dive_sections, MAX_SECTIONS_CHOSEN)
         chosen: list[str] = []
         ignored: list[str] = []
@@ -738,11 +774,16 @@ class ForageStep:
                 return []  # the gate's answer is kept; the choice is tried again next iteration
             chosen, ignored = self._valid_sections(choice.sections, available, n_sections)
 
-        picked: dict[str, ChunkRecord] = {}
-        for path in chosen:
-            for chunk in self._section_chunks(doc_id, path, self.cfg.deep_dive_chunks,
-                                              exclude=tuple(self._judgements)):
-                picked.setdefault(chunk.chunk_id, chunk)
+        exclude = tuple(self._judgements)
+
+        def pick() -> dict[str, ChunkRecord]:
+            picked: dict[str, ChunkRecord] = {}
+            for path in chosen:
+                for chunk in self._section_chunks(doc_id, path, self.cfg.deep_dive_chunks, exclude=exclude):
+                    picked.setdefault(chunk.chunk_id, chunk)
+            return picked
+
+        picked = await asyncio.to_thread(pick) if chosen else {}
         with rounds_ahead(DIVE_ROUNDS - 3 + it.follow):
             judged = await self._judge_all(req, list(picked.values()), "deep_dive", it, record=False)
         answers = sum(1 for j in judged if j.tag == "answers")
@@ -797,6 +838,14 @@ class ForageStep:
             self.emit(Stage.FORAGE, "step_failed", reason, iteration=it.number,
                       requirement_id=self.requirement.id if self.requirement else None, step=step)
             return None
+
+    async def _load_docs(self, doc_ids: Sequence[str]) -> None:
+        """Read the documents of ``doc_ids`` not known yet in one store read, in a thread: the event loop,
+        which other steps of this requirement share, never waits on the store for a title."""
+        missing = [d for d in dict.fromkeys(doc_ids) if d not in self._docs]
+        if missing:
+            for record in await asyncio.to_thread(self.store.get_documents, missing):
+                self._docs.setdefault(record.doc_id, _Doc(record.doc_id, record.title, record.abstract))
 
     def _doc(self, doc_id: str) -> _Doc:
         doc = self._docs.get(doc_id)
