@@ -64,7 +64,8 @@ class Forager:
     def pid(self) -> int:
         return os.getpid()
 
-    def ready(self) -> int:
-        """Build the step (store, embedder, LLM client) now rather than on the first forage; the pid."""
-        self._ensure()
+    async def ready(self) -> int:
+        """Build the step (store, embedder, LLM client) and open what its first iteration reads now rather than
+        on the first forage; the pid."""
+        await self._ensure().warm()
         return os.getpid()

@@ -39,11 +39,14 @@ class LLMEndpoint:
         self.gate = PriorityGate(slots)
 
     async def call(self, llm: LLM, messages: Sequence[ChatMessage], schema: type[T],
-                   hosts: dict[str, str] | None = None, priority: float = 0.0) -> tuple[T, int]:
+                   hosts: dict[str, str] | None = None, priority: float = 0.0, chain: str | None = None,
+                   hold_s: float = 0.0) -> tuple[T, int]:
         """One structured call of ``llm`` (pointed at this node's endpoint by ``hosts``) once a place is
-        free; the answer and how many calls this endpoint holds or queues after it (the caller's hint for
-        choosing among endpoints). The LLM's own errors reach the caller as themselves."""
-        async with self.gate.held(priority):
+        free (at once when ``chain``'s place was kept for it); the answer and how many calls this endpoint
+        holds or queues after it (the caller's hint for choosing among endpoints). ``hold_s`` > 0: the place
+        is kept that long for ``chain``'s next call (:class:`infra.llm.gate.PriorityGate`). The LLM's own
+        errors reach the caller as themselves."""
+        async with self.gate.held(priority, chain, hold_s):
             if hosts:
                 from infra.cluster import on_this_node
 
@@ -115,7 +118,7 @@ def with_slots(llm: Any, settings: Any) -> Any:
     if not settings.ray.llm_slots:
         return llm
     slotted = SlottedLLM(llm, lambda: llm_endpoints(settings), hosts=dict(settings.ray.ollama_hosts),
-                         order=settings.ray.llm_order)
+                         order=settings.ray.llm_order, hold_s=settings.ray.llm_hold_s)
     ray = sys.modules.get("ray")
     if ray is not None and ray.is_initialized():
         slotted.endpoints()  # looked up now, while the actor is built, not on its first call

@@ -180,7 +180,8 @@ async def one_run(settings: Settings, requirements: list[Requirement], slots: in
         cpu_after = cpu_by_role()
         schedule = tail(requirements, started, wall, delay) + "; "
         stats = [await e.handle.stats.remote() for e in endpoints]
-        schedule += "endpoint: " + ", ".join(f"{s['queued']}/{s['admitted']} calls waited, peak {s['max_in_use']}"
+        schedule += "endpoint: " + ", ".join(f"{s['queued']}/{s['admitted']} calls waited, peak {s['max_in_use']}, "
+                                             f"{s['claimed']}/{s['kept']} kept slots taken by the next call"
                                              for s in stats)
         used = {role: cpu_after.get(role, 0.0) - cpu_before.get(role, 0.0) for role in cpu_after}
         n_calls = max(1, len(ARRIVALS))
@@ -208,6 +209,10 @@ def main() -> int:
     parser.add_argument("--slots", type=int, nargs="+", default=[1, 2, 4])
     parser.add_argument("--order", nargs="+", choices=["chain", "fifo"], default=["chain", "fifo"],
                         help="who gets a freed slot (ray.llm_order); each order runs every slot count")
+    parser.add_argument("--hold", type=float, nargs="+", default=None,
+                        help="seconds an endpoint keeps a finished call's slot for its requirement's next call "
+                             "(ray.llm_hold_s; 'chain' order only); each value runs every slot count "
+                             "(default: the setting's default)")
     parser.add_argument("--requirements", type=int, default=8)
     parser.add_argument("--docs", type=int, default=80)
     parser.add_argument("--num-cpus", type=int, default=2, help="CPUs of the local Ray")
@@ -234,12 +239,14 @@ def main() -> int:
         requirements = build_store(base, args.beir, args.docs, args.requirements)
         print(f"{len(requirements)} requirements, {args.docs} abstracts, stand-in delay {args.delay:.2f} s per call, "
               f"Ray with {args.num_cpus} CPUs\n")
-        print(f"{'order':>8} {'slots':>5} {'wall s':>8} {'calls/req':>22} {'critical path s':>16} {'slot bound s':>13} "
+        holds = args.hold if args.hold is not None else [base.ray.llm_hold_s]
+        print(f"{'order':>8} {'hold s':>6} {'slots':>5} {'wall s':>8} {'calls/req':>22} {'critical path s':>16} {'slot bound s':>13} "
               f"{'wall/bound':>10} {'wall/critical':>13} {'speed-up':>9}  schedule")
-        for order in args.order:
+        for order, hold in [(o, h) for o in args.order for h in (holds if o == "chain" else [0.0])]:
             first_wall = None
             for slots in args.slots:
-                settings = base.updated(ray={"llm_slots": slots, "num_cpus": args.num_cpus, "llm_order": order})
+                settings = base.updated(ray={"llm_slots": slots, "num_cpus": args.num_cpus, "llm_order": order,
+                                             "llm_hold_s": hold})
                 start_ray(num_cpus=args.num_cpus, quiet=True, resources=llm_slot_resources(settings))
                 try:
                     server.requests.clear()
@@ -249,7 +256,7 @@ def main() -> int:
                 critical = max(calls) * args.delay
                 bound = max(critical, sum(calls) * args.delay / slots)
                 first_wall = first_wall or wall
-                print(f"{order:>8} {slots:>5} {wall:>8.2f} {' '.join(map(str, calls)):>22} {critical:>16.2f} "
+                print(f"{order:>8} {hold:>6.2f} {slots:>5} {wall:>8.2f} {' '.join(map(str, calls)):>22} {critical:>16.2f} "
                       f"{bound:>13.2f} {wall / bound:>10.3f} {wall / critical:>13.3f} {first_wall / wall:>8.2f}x  {schedule}",
                       flush=True)
     return 0

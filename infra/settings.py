@@ -354,6 +354,11 @@ class RayOptions(Section):
                     "(actors/llm_endpoint.py). 'chain': the call with the most rounds of dependent calls still ahead "
                     "of its requirement first, background calls (summaries nothing waits for) last, then arrival. "
                     "'fifo': arrival only. docs/foraging.md has both measured.")
+    llm_hold_s: float = Field(
+        default=0.05, ge=0, le=5,
+        description="With llm_order 'chain': seconds a node's LLM endpoint keeps a finished call's slot for the same "
+                    "caller's next call when more dependent calls of its requirement follow, so a requirement's chain "
+                    "does not wait a whole call for a slot each round (0: never; bench/forage_parallel.py --hold).")
     lab_network: str | None = Field(
         default=None, description="Multi-node cluster: the lab network (CIDR, e.g. '10.0.0.0/24'); each node's Ray "
                                   "binds to its address in it (`python -m infra.cluster`, ray_cluster.yaml). None: "

@@ -28,10 +28,12 @@ task error is also an instance of the original exception class).
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import contextvars
 import sys
 import time
+import uuid
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -72,8 +74,10 @@ class SlottedLLM:
     queues_calls = True  # a call waits for a slot before it reaches a server: callers may issue many at once
 
     def __init__(self, inner: LLM, find: Callable[[], list[Any]], hosts: dict[str, str] | None = None,
-                 order: str = "chain", refresh_s: float = 30.0) -> None:
+                 order: str = "chain", refresh_s: float = 30.0, hold_s: float = 0.0) -> None:
         self.inner = inner
+        self.hold_s = hold_s  # "chain" order: an endpoint keeps a place this long for this caller's next call
+        self.chain = uuid.uuid4().hex[:16]  # this caller (one Forager: one requirement) at the endpoints
         self.find = find
         self.hosts = dict(hosts or {})  # node name or IP -> endpoint (ray.ollama_hosts)
         self.order = order
@@ -106,6 +110,9 @@ class SlottedLLM:
 
         self.calls += 1
         priority = _priority.get() if self.order == "chain" else 0.0
+        # a call that more dependent calls of this caller follow (rounds ahead >= 2) has its place kept for the next
+        hold_s = self.hold_s if priority <= -2 else 0.0
+        chain = self.chain if priority < BACKGROUND else None  # a background call never takes a kept place
         again = False
         for _ in range(3):  # an endpoint that is gone: look them up again and try another
             endpoints = self.endpoints(again=again)
@@ -116,7 +123,7 @@ class SlottedLLM:
             endpoint.mine += 1
             try:
                 answer, endpoint.load = await endpoint.handle.call.remote(
-                    self.inner, list(messages), schema, self.hosts or None, priority)
+                    self.inner, list(messages), schema, self.hosts or None, priority, chain, hold_s)
                 return answer
             except (ray.exceptions.RayActorError, ray.exceptions.ActorUnschedulableError):
                 self._endpoints = [e for e in self._endpoints if e is not endpoint]
@@ -125,6 +132,10 @@ class SlottedLLM:
             finally:
                 endpoint.mine -= 1
         raise LLMUnavailable("every LLM endpoint tried was gone (their nodes left the cluster)", retryable=True)
+
+    async def warm(self) -> None:
+        """Look the endpoints up and reach each once, so the first call does not pay for it."""
+        await asyncio.gather(*(e.handle.load.remote() for e in self.endpoints()))
 
     async def check(self) -> None:
         await self.inner.check()

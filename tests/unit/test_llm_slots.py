@@ -73,7 +73,52 @@ def test_never_more_holders_than_capacity() -> None:
     gate = asyncio.run(main())
     assert asyncio.run(gate.idle(0.01))  # nobody holds a place
     assert gate.stats() == {"in_use": 0, "waiting": 0, "admitted": 40, "queued": 37, "max_in_use": 3,
-                            "capacity": 3}
+                            "capacity": 3, "kept": 0, "claimed": 0}
+
+
+def test_a_place_is_kept_for_the_chains_next_call_then_handed_out() -> None:
+    async def main() -> None:
+        gate = PriorityGate(1)
+        await gate.acquire(-3, "a")
+        other = asyncio.create_task(gate.acquire(-9, "b"))  # more rounds ahead than "a"'s next call
+        await asyncio.sleep(0)
+        gate.release("a", hold_s=60.0)  # "a" goes on: its place is kept for it
+        await asyncio.sleep(0)
+        assert not other.done() and gate.in_use == 0 and gate.waiting() == 1
+        await gate.acquire(-1, "a")  # "a"'s next call takes it at once, ahead of "b"
+        assert gate.in_use == 1 and not other.done()
+        gate.release("a")  # no hold asked: the place goes to "b"
+        await other
+        assert gate.stats()["kept"] == 1 and gate.stats()["claimed"] == 1
+
+        # a kept place nobody claims goes to the queue when its time is up
+        gate.release("b", hold_s=0.01)
+        late = asyncio.create_task(gate.acquire(0.0, "c"))
+        await asyncio.wait_for(late, 5.0)
+        assert gate.in_use == 1 and gate.stats()["kept"] == 2 and gate.stats()["claimed"] == 1
+
+        # the chain's next call already queued takes the place at once
+        queued = [asyncio.create_task(gate.acquire(-5, "x")), asyncio.create_task(gate.acquire(0.0, "c"))]
+        await asyncio.sleep(0)
+        gate.release("c", hold_s=60.0)
+        await asyncio.sleep(0)
+        assert not queued[0].done() and queued[1].done()  # "c"'s own queued call, though "x" ranks higher
+        gate.release()
+        await queued[0]
+        assert gate.waiting() == 0 and gate.stats()["claimed"] == 2
+
+        # a call without a chain (a background call) never takes a kept place
+        gate.release("x", hold_s=60.0)
+        background = asyncio.create_task(gate.acquire(1e9, None))
+        await asyncio.sleep(0)
+        assert not background.done() and gate.in_use == 0
+        await gate.acquire(-1, "x")
+        gate.release()
+        await background
+        gate.release()
+        assert await gate.idle(1.0)
+
+    asyncio.run(main())
 
 
 def test_a_cancelled_waiter_or_holder_leaks_no_place() -> None:
@@ -219,11 +264,13 @@ def test_the_chain_order_serves_more_rounds_ahead_first_and_background_last() ->
     async def run(order: str) -> tuple[list[str], list[float]]:
         endpoint = LLMEndpoint(1)
         seen: list[float] = []
+        holds.clear()
         original = endpoint.call
 
-        async def call(llm, messages, schema, hosts, priority):
+        async def call(llm, messages, schema, hosts, priority, chain, hold_s):
             seen.append(priority)
-            return await original(llm, messages, schema, hosts, priority)
+            holds.append((chain, hold_s))
+            return await original(llm, messages, schema, hosts, priority, chain, hold_s)
 
         handle = SimpleNamespace(call=SimpleNamespace(remote=call))
         go = asyncio.Event()
@@ -234,7 +281,8 @@ def test_the_chain_order_serves_more_rounds_ahead_first_and_background_last() ->
             answered.append(messages[-1]["content"])
             return {"summary": "ok"}
 
-        llm = SlottedLLM(FunctionLLM(answer), lambda: [Endpoint(handle, 1, "n")], order=order)
+        llm = SlottedLLM(FunctionLLM(answer), lambda: [Endpoint(handle, 1, "n")], order=order, hold_s=0.5)
+        mine.append(llm.chain)
 
         async def ask(text: str, rounds: int | None) -> None:
             if rounds is None:
@@ -257,11 +305,16 @@ def test_the_chain_order_serves_more_rounds_ahead_first_and_background_last() ->
         await asyncio.gather(*tasks)
         return answered, seen
 
+    holds: list[tuple[str | None, float]] = []
+    mine: list[str] = []
     answered, seen = asyncio.run(run("chain"))
     assert answered == ["first", "long", "middle", "short", "leaf"]  # "first" already held the slot
     assert seen == [-1.0, BACKGROUND, -1.0, -6.0, -3.0]
+    # a place is kept only after a call that others of its chain follow; a background call has no chain
+    assert holds == [(mine[0], 0.0), (None, 0.0), (mine[0], 0.0), (mine[0], 0.5), (mine[0], 0.5)]
     answered, seen = asyncio.run(run("fifo"))
     assert answered == ["first", "leaf", "short", "long", "middle"] and seen == [0.0] * 5
+    assert all(hold == 0.0 for _, hold in holds)  # arrival order keeps no place
 
 
 def test_a_call_to_an_endpoint_that_is_gone_is_made_on_another() -> None:
