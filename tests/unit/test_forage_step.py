@@ -578,6 +578,20 @@ def test_each_top_paper_gives_its_best_chunks_from_one_search(tmp_path, embedder
     assert step._chunks_of_papers(query, vector, [], ChunkFilter(), 0.4) == []
 
 
+def test_warm_opens_the_store_before_the_first_iteration(tmp_path, embedder):
+    from infra.store.lancedb import LanceStore
+
+    path = tmp_path / "store"
+    add(LanceStore(path, dim=384), embedder, BREAD)
+    store = LanceStore(path, dim=384)  # another process's view: nothing opened yet
+    assert store._tables == {}
+    asyncio.run(ForageStep(settings(), store, embedder, FunctionLLM(Oracle({}))).warm())
+    assert set(store._tables) == {"chunks", "documents"}
+    fresh = LanceStore(tmp_path / "empty", dim=384)
+    asyncio.run(ForageStep(settings(), fresh, embedder, FunctionLLM(Oracle({}))).warm())  # nothing stored yet
+    assert fresh._tables == {} and not (tmp_path / "empty" / "chunks.lance").exists()
+
+
 class CountingEmbedder:
     """The real embedder, remembering every text it embedded."""
 

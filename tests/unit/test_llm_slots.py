@@ -360,6 +360,8 @@ def test_slotted_calls_through_the_session_rays_endpoint(ray_cluster) -> None:
     assert first[0].handle._actor_id == second[0].handle._actor_id == named._actor_id  # one per node, shared
 
     llm = with_slots(ScriptedLLM([{"summary": "About leaves."}]), settings)
+    asyncio.run(llm.warm())  # what Forager.ready does: the endpoints looked up and reached before the first call
+    assert [e.node_id for e in llm.endpoints()] == [node] and llm.calls == 0
 
     async def many() -> list[DocumentGist]:
         return list(await asyncio.gather(*(llm.structured(ASK, DocumentGist) for _ in range(5))))
