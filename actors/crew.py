@@ -18,6 +18,7 @@ from actors.steps.events import Emit
 from infra.settings import Settings
 from messages.forage import ForageRequest, RequirementCoverage
 from messages.ingest import IngestRequest, IngestResult
+from messages.plan import Requirement
 from messages.search import SearchRequest, SearchResults
 from messages.status import Stage
 from messages.write import Report, WriteRequest
@@ -82,6 +83,12 @@ class LocalCrew:
 
     def forage_each(self, requests: Sequence[ForageRequest]) -> AsyncGenerator[RequirementCoverage, None]:
         return _as_completed([self.foragers[r.requirement.id].forage(r) for r in requests])
+
+    async def start_foragers(self, requirements: Sequence[Requirement]) -> None:
+        for r in requirements:
+            warm = getattr(self.foragers.get(r.id), "warm", None)
+            if warm is not None:
+                await warm(r)
 
     async def write(self, request: WriteRequest) -> Report:
         return await self.writer.write(request)
@@ -226,9 +233,9 @@ class RayCrew:
             except Exception:  # noqa: BLE001 - already gone
                 pass
 
-    async def start_foragers(self, requirement_ids: Sequence[str]) -> None:
-        """Create the Foragers of these requirements and build their steps now (not on first use)."""
-        await asyncio.gather(*(self._forager(rid).ready.remote() for rid in requirement_ids))
+    async def start_foragers(self, requirements: Sequence[Requirement]) -> None:
+        """Create the Foragers of these requirements and build and warm their steps now (not on first use)."""
+        await asyncio.gather(*(self._forager(r.id).ready.remote(r) for r in requirements))
 
     async def forage(self, requests: Sequence[ForageRequest]) -> list[RequirementCoverage]:
         for r in requests:

@@ -9,6 +9,7 @@ from typing import Any
 from actors.status_hub import HubEmit
 from infra.settings import Settings
 from messages.forage import ForageRequest, RequirementCoverage
+from messages.plan import Requirement
 from messages.status import Stage
 
 
@@ -64,8 +65,8 @@ class Forager:
     def pid(self) -> int:
         return os.getpid()
 
-    async def ready(self) -> int:
-        """Build the step (store, embedder, LLM client) and open what its first iteration reads now rather than
-        on the first forage; the pid."""
-        await self._ensure().warm()
+    async def ready(self, requirement: Requirement | None = None) -> int:
+        """Build the step (store, embedder, LLM client) and open what its first iteration reads (with
+        ``requirement``: its embedding too) now rather than on the first forage; the pid."""
+        await self._ensure().warm(requirement)
         return os.getpid()

@@ -24,6 +24,8 @@ The logic lives in :class:`Orchestrator`, a plain class that talks to its worker
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import time
 from collections.abc import Sequence
 from contextlib import aclosing
@@ -48,6 +50,8 @@ from messages.run_state import Replan, RunState
 from messages.search import SearchRequest
 from messages.status import RunSummary, Stage
 from messages.write import WriteRequest
+
+log = logging.getLogger(__name__)
 
 
 class RunCancelled(Exception):
@@ -137,11 +141,13 @@ class Orchestrator:
         offered: list[str] = list(record.s.documents)
         reason = record.resume_stop(coverages, s.min_coverage, s.max_iterations) if resumed else ""
         iteration = record.iterations_done()
+        warming: asyncio.Future[None] | None = None
         try:
             while not reason:
                 self._check_cancel()
                 iteration += 1
                 self.emit(Stage.RUN, "iteration", f"iteration {iteration}", iteration=iteration)
+                warming = self._start_foragers(crew, plan.requirements)  # beside the search and the ingest
                 results = (record.already_ingested(iteration) or record.follow_up_start(iteration)
                            or record.already_searched(iteration))
                 if results is None:
@@ -157,6 +163,7 @@ class Orchestrator:
                 ingested = await crew.ingest([IngestRequest(run_id=self.run_id, candidate=c)
                                               for c in results.candidates])
                 record.record_ingest(iteration, results, ingested)
+                await self._started(warming)
                 coverages = await self._forage(crew, iteration, plan.requirements)
                 mean = record.record_iteration(iteration, coverages)
                 self.emit(Stage.RUN, "coverage", f"iteration {iteration}: mean coverage {mean:.2f}",
@@ -205,6 +212,9 @@ class Orchestrator:
             return RunSummary(run_id=self.run_id, status="failed", iterations=iteration, stop_reason=reason,
                               mean_coverage=mean_coverage(coverages), run_dir=str(self.rundir.path))
         finally:
+            if warming is not None and not warming.done():  # the run ended before it foraged
+                warming.cancel()
+                await asyncio.gather(warming, return_exceptions=True)
             await crew.close()
 
     def _check_cancel(self) -> None:
@@ -274,6 +284,25 @@ class Orchestrator:
                     done[cov.requirement.id] = cov
                     self.record.record_foraged(cov)
         return [done[r.id] for r in requirements]
+
+    @staticmethod
+    def _start_foragers(crew: Crew, requirements: Sequence[Requirement]) -> asyncio.Future[None] | None:
+        """Start the requirements' Foragers (processes, store, clients, each requirement's embedding) in the
+        background, where the crew can (``start_foragers``): the search and the ingest run meanwhile, and the
+        iteration's foraging starts at once. Foragers already started are only warmed again."""
+        start = getattr(crew, "start_foragers", None)
+        return asyncio.ensure_future(start(requirements)) if start is not None else None
+
+    @staticmethod
+    async def _started(warming: asyncio.Future[None] | None) -> None:
+        """Wait for :meth:`_start_foragers`. A Forager that could not start is not an error here: its
+        requirement's foraging fails and says why."""
+        if warming is None:
+            return
+        try:
+            await warming
+        except Exception:  # noqa: BLE001 - reported by the forage call of that requirement
+            log.debug("starting the Foragers ahead failed", exc_info=True)
 
     @staticmethod
     def _nothing_new(coverages: Sequence[RequirementCoverage]) -> bool:

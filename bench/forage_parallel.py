@@ -14,7 +14,9 @@ others (``--docs`` in all) are ingested through the product's text ingestion int
 LanceDB folder (vectors from the stand-in's ``/api/embed``).
 
 For each slot count a fresh local Ray is started declaring that many ``llm_slot`` resources
-(``ray.llm_slots``), fresh Forager actors are created and warmed up (store, clients), then ONE
+(``ray.llm_slots``), fresh Forager actors are created and warmed up (store tables, clients, the endpoint
+actors reached, each requirement's embedding: what the Orchestrator does while an iteration searches and
+ingests), then ONE
 forage iteration of all 8 requirements runs through :class:`actors.orchestrator.RayCrew`: all
 Foragers run at once and each LLM call is made by the node's LLM endpoint actor, which holds the
 ``llm_slot`` units (:class:`infra.llm.slotted.SlottedLLM`, :mod:`actors.llm_endpoint`), so at most
@@ -168,7 +170,7 @@ async def one_run(settings: Settings, requirements: list[Requirement], slots: in
 
     crew = RayCrew(settings, f"bench-{slots}", hub=None)
     try:
-        await crew.start_foragers([r.id for r in requirements])
+        await crew.start_foragers(requirements)  # as the Orchestrator does while an iteration searches and ingests
         endpoints = llm_endpoints(settings)  # the endpoint actor that makes every LLM call, started before the clock
         await asyncio.gather(*(e.handle.stats.remote() for e in endpoints))
         requests = [ForageRequest(run_id=f"bench-{slots}", iteration=1, requirement=r) for r in requirements]

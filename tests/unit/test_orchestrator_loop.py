@@ -96,6 +96,48 @@ def test_stops_when_coverage_reaches_the_goal(tmp_path) -> None:
     assert emit.kinds()[-1] == "finished"
 
 
+class StartingCrew(RecordingCrew):
+    """Also starts its Foragers ahead (``start_foragers``), recording what was under way meanwhile; one start fails."""
+
+    def __init__(self, *args, fail_start: bool = False, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.fail_start = fail_start
+        self.events: list[str] = []
+
+    async def start_foragers(self, requirements: Sequence[Requirement]) -> None:
+        self.events.append("start " + " ".join(r.id for r in requirements))
+        await asyncio.sleep(0)  # the search goes on meanwhile
+        if self.fail_start:
+            raise RuntimeError("no worker process")
+        self.events.append("started")
+
+    async def search(self, request: SearchRequest) -> SearchResults:
+        self.events.append("search")
+        for _ in range(3):  # waits on its sources, as a real search does
+            await asyncio.sleep(0)
+        self.events.append("searched")
+        return await super().search(request)
+
+    async def forage(self, requests: Sequence[ForageRequest]) -> list[RequirementCoverage]:
+        self.events.append("forage")
+        return await super().forage(requests)
+
+
+def test_foragers_start_while_the_iteration_searches_and_before_it_forages(tmp_path) -> None:
+    crew = StartingCrew([2, 2], [{"R1": 0.5, "R2": 0.5}, {"R1": 1.0, "R2": 1.0}])
+    summary, _, _ = run(crew, tmp_path)
+    assert summary.status == "finished" and summary.iterations == 2
+    first, second = crew.events[:crew.events.index("forage") + 1], crew.events[crew.events.index("forage") + 1:]
+    for events in (first, second):
+        assert sorted(events) == ["forage", "search", "searched", "start R1 R2", "started"]
+        assert events.index("start R1 R2") < events.index("searched")  # under way while the search waits
+        assert events.index("started") < events.index("forage")  # and done before foraging
+    # a Forager that cannot start is its requirement's failure at foraging time, not the run's
+    crew = StartingCrew([2], [{"R1": 1.0, "R2": 1.0}], fail_start=True)
+    summary, _, _ = run(crew, tmp_path / "again")
+    assert summary.status == "finished" and "started" not in crew.events and crew.events[-1] == "forage"
+
+
 def test_stops_at_the_iteration_limit(tmp_path) -> None:
     crew = RecordingCrew([2] * 10, [{"R1": 0.5, "R2": 0.5}])
     summary, state, _ = run(crew, tmp_path, max_iterations=4)

@@ -228,13 +228,16 @@ class ForageStep:
                               if self.cfg.relevance_check and isinstance(self.relevance, EmbeddingSimilarity) else None)
         self.overruled = 0  # verdicts the relevance check overruled, all iterations
 
-    async def warm(self) -> None:
-        """Open what the first iteration reads before it starts: the store's tables, and the LLM's way to its
-        server where it has one to prepare (a slotted LLM's endpoint actors)."""
+    async def warm(self, requirement: Requirement | None = None) -> None:
+        """Open what the first iteration reads before it starts: the store's tables, the LLM's way to its server
+        where it has one to prepare (a slotted LLM's endpoint actors), and with ``requirement`` (this step's from
+        now on) its embedding."""
         await asyncio.to_thread(self.store.open)
         warm = getattr(self.llm, "warm", None)
         if warm is not None:
             await warm()
+        if requirement is not None:
+            await self._requirement_vector(self._bind(requirement))
 
     # -- the iteration ------------------------------------------------------------------------------
     async def forage(self, request: ForageRequest) -> RequirementCoverage:
