@@ -9,8 +9,10 @@ A call whose chain goes on (more dependent calls of the same caller follow it) m
 **kept** for ``hold_s`` seconds after it ends: the caller's next call, which comes a hop and a little work
 later, takes the kept place at once instead of finding it given to a call with fewer rounds ahead and waiting
 a whole call for the next one (anticipatory scheduling, as disk schedulers wait briefly for the process
-that just read). A kept place nobody claims in time goes to the queue. A plain asyncio object, unit-tested
-without Ray.
+that just read). Keeping never starves a call that ranks before the chain: a place is not kept while a call
+ranking as high as the finished one waits (a chain's next call never ranks higher than its last), and a next
+call that finds a higher-ranked call waiting queues behind it, its kept place handed out. A kept place nobody
+claims in time goes to the queue. A plain asyncio object, unit-tested without Ray.
 """
 
 from __future__ import annotations
@@ -52,9 +54,11 @@ class PriorityGate:
         """Wait for a place (by ``priority``, then arrival); at once when ``chain``'s place was kept for it."""
         if chain is not None and chain in self._kept:
             self._kept.pop(chain).cancel()
-            self.claimed += 1
-            self._admit()
-            return
+            if not self._ranked_before(priority, strictly=True):
+                self.claimed += 1
+                self._admit()
+                return
+            self._hand_out()  # a call that ranks before this one waits: it gets the kept place, this one queues
         while self._waiting and self._waiting[0][2].done():  # callers admitted or cancelled while queued
             heapq.heappop(self._waiting)
         if not self._waiting and self._room():
@@ -70,22 +74,25 @@ class PriorityGate:
                 self.release()
             raise
 
-    def release(self, chain: str | None = None, hold_s: float = 0.0) -> None:
-        """Give a place back; with ``chain`` and ``hold_s`` > 0 it is kept for that chain's next call for
-        ``hold_s`` seconds (one kept place per chain), then handed out."""
+    def release(self, chain: str | None = None, hold_s: float = 0.0, priority: float = 0.0) -> None:
+        """Give a place back. With ``chain`` and ``hold_s`` > 0 it is kept ``hold_s`` seconds for that chain's
+        next call (one kept place per chain), then handed out; not kept when a call of the chain already waits
+        (it is served by rank like any other) or a call ranking as high as the finished one (``priority``) waits."""
         self.in_use -= 1
-        if chain is not None and hold_s > 0 and chain not in self._kept:
+        if (chain is not None and hold_s > 0 and chain not in self._kept
+                and not any(w[3] == chain for w in self._live()) and not self._ranked_before(priority)):
             self.kept += 1
-            queued = min((w for w in self._waiting if w[3] == chain and not w[2].done()), default=None)
-            if queued is not None:  # the chain's next call is already here: it takes the place now
-                self.claimed += 1
-                self._admit()
-                queued[2].set_result(None)  # its heap entry is skipped as done
-            else:
-                self._kept[chain] = asyncio.get_running_loop().call_later(hold_s, self._expire, chain)
+            self._kept[chain] = asyncio.get_running_loop().call_later(hold_s, self._expire, chain)
         self._hand_out()
         if self.in_use == 0:
             self._idle.set()
+
+    def _live(self) -> list[tuple[float, int, asyncio.Future[None], str | None]]:
+        return [w for w in self._waiting if not w[2].done()]
+
+    def _ranked_before(self, priority: float, *, strictly: bool = False) -> bool:
+        """A live waiter ranks before (``strictly``) or as high as ``priority``."""
+        return any(w[0] < priority or (not strictly and w[0] == priority) for w in self._live())
 
     def _expire(self, chain: str) -> None:
         if self._kept.pop(chain, None) is not None:
@@ -114,10 +121,10 @@ class PriorityGate:
         try:
             yield
         finally:
-            self.release(chain, hold_s)
+            self.release(chain, hold_s, priority)
 
     def waiting(self) -> int:
-        return sum(1 for w in self._waiting if not w[2].done())
+        return len(self._live())
 
     def stats(self) -> dict[str, int]:
         return {"in_use": self.in_use, "waiting": self.waiting(), "admitted": self.admitted, "queued": self.queued,

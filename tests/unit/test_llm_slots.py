@@ -79,44 +79,64 @@ def test_never_more_holders_than_capacity() -> None:
 def test_a_place_is_kept_for_the_chains_next_call_then_handed_out() -> None:
     async def main() -> None:
         gate = PriorityGate(1)
-        await gate.acquire(-3, "a")
-        other = asyncio.create_task(gate.acquire(-9, "b"))  # more rounds ahead than "a"'s next call
+        await gate.acquire(-5, "a")
+        lower = asyncio.create_task(gate.acquire(-2, "b"))  # fewer rounds ahead than "a"
         await asyncio.sleep(0)
-        gate.release("a", hold_s=60.0)  # "a" goes on: its place is kept for it
+        gate.release("a", hold_s=60.0, priority=-5)  # "a" goes on: its place is kept for it
         await asyncio.sleep(0)
-        assert not other.done() and gate.in_use == 0 and gate.waiting() == 1
-        await gate.acquire(-1, "a")  # "a"'s next call takes it at once, ahead of "b"
-        assert gate.in_use == 1 and not other.done()
-        gate.release("a")  # no hold asked: the place goes to "b"
-        await other
-        assert gate.stats()["kept"] == 1 and gate.stats()["claimed"] == 1
+        assert not lower.done() and gate.in_use == 0 and gate.waiting() == 1
+        await gate.acquire(-4, "a")  # "a"'s next call takes it at once, ahead of "b"
+        assert gate.in_use == 1 and not lower.done()
+        gate.release("a", priority=-4)  # no hold asked: the place goes to "b"
+        await lower
+        assert (gate.stats()["kept"], gate.stats()["claimed"]) == (1, 1)
 
         # a kept place nobody claims goes to the queue when its time is up
-        gate.release("b", hold_s=0.01)
+        gate.release("b", hold_s=0.01, priority=-2)
         late = asyncio.create_task(gate.acquire(0.0, "c"))
         await asyncio.wait_for(late, 5.0)
-        assert gate.in_use == 1 and gate.stats()["kept"] == 2 and gate.stats()["claimed"] == 1
+        assert gate.in_use == 1 and (gate.stats()["kept"], gate.stats()["claimed"]) == (2, 1)
 
-        # the chain's next call already queued takes the place at once
-        queued = [asyncio.create_task(gate.acquire(-5, "x")), asyncio.create_task(gate.acquire(0.0, "c"))]
+        # never kept while a call that ranks as high as the finished one waits: it gets the place
+        higher = asyncio.create_task(gate.acquire(-7, "d"))
         await asyncio.sleep(0)
-        gate.release("c", hold_s=60.0)
+        gate.release("c", hold_s=60.0, priority=-7)
+        await higher
+        assert gate.stats()["kept"] == 2
+
+        # a next call that finds a higher-ranked call waiting queues behind it; the kept place goes to that call
+        gate.release("d", hold_s=60.0, priority=-7)
+        assert gate.stats()["kept"] == 3
+        first = asyncio.create_task(gate.acquire(-6, "e"))  # no room: the place is kept for "d"
         await asyncio.sleep(0)
-        assert not queued[0].done() and queued[1].done()  # "c"'s own queued call, though "x" ranks higher
-        gate.release()
+        assert not first.done()
+        follow = asyncio.create_task(gate.acquire(-3, "d"))  # "d"'s next call ranks after "e"
+        for _ in range(2):  # "d"'s call arrives and hands the place out; "e" resumes
+            await asyncio.sleep(0)
+        assert first.done() and not follow.done() and gate.stats()["claimed"] == 1  # refused, not claimed
+        gate.release("e", priority=-6)
+        await follow
+
+        # a chain whose next call already waits keeps nothing: the call is served by rank
+        queued = [asyncio.create_task(gate.acquire(-5, "x")), asyncio.create_task(gate.acquire(-1, "d"))]
+        await asyncio.sleep(0)
+        gate.release("d", hold_s=60.0, priority=-3)
         await queued[0]
-        assert gate.waiting() == 0 and gate.stats()["claimed"] == 2
+        assert not queued[1].done() and gate.stats()["kept"] == 3
+        gate.release("x", priority=-5)
+        await queued[1]
 
         # a call without a chain (a background call) never takes a kept place
-        gate.release("x", hold_s=60.0)
+        gate.release("d", hold_s=60.0, priority=-3)
         background = asyncio.create_task(gate.acquire(1e9, None))
         await asyncio.sleep(0)
         assert not background.done() and gate.in_use == 0
-        await gate.acquire(-1, "x")
+        await gate.acquire(-2, "d")
         gate.release()
         await background
         gate.release()
-        assert await gate.idle(1.0)
+        assert await gate.idle(1.0) and gate.waiting() == 0
+        assert (gate.stats()["kept"], gate.stats()["claimed"]) == (4, 2)
 
     asyncio.run(main())
 
