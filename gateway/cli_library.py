@@ -81,7 +81,7 @@ def register(app: typer.Typer) -> None:
 
 # ------------------------------------------------------------------------------------------- helpers
 
-def _settings(store: Path | None, **zotero: Any) -> Settings:
+def library_settings(store: Path | None, **zotero: Any) -> Settings:
     settings = Settings.load()
     changes: dict[str, dict[str, Any]] = {}
     if store is not None:
@@ -92,7 +92,7 @@ def _settings(store: Path | None, **zotero: Any) -> Settings:
     return settings.updated(**changes) if changes else settings
 
 
-def _fail(message: str, code: int = 2) -> typer.Exit:
+def fail(message: str, code: int = 2) -> typer.Exit:
     err.print(f"[red]error:[/red] {' '.join(message.split())}", highlight=False)
     return typer.Exit(code)
 
@@ -170,13 +170,13 @@ def add_zotero(
     from infra.net import Egress, EgressLedger
     from infra.sources.zotero import ZoteroLibrary
 
-    settings = _settings(store, local=True if local else None)
+    settings = library_settings(store, local=True if local else None)
     stamp = time.strftime("%Y%m%d-%H%M%S")
     ledger = EgressLedger(settings.run.runs_dir / f"library-{stamp}" / "egress.jsonl")
     try:
         library = ZoteroLibrary(settings.zotero, Egress(settings.net, ledger))
     except ForageError as exc:
-        raise _fail(str(exc)) from None
+        raise fail(str(exc)) from None
     slug = library.library.replace("/", "-") + ("-local" if settings.zotero.local else "")
     state = state or Path(f"{settings.store.path}.zotero-{slug}.json")
     files = files or settings.search.papers_dir / "zotero" / slug
@@ -201,7 +201,7 @@ def add_zotero(
                     done.append(item.attachment_key)
             library.commit(pulled, state, keys=done)
     except ForageError as exc:
-        raise _fail(str(exc), 1 if exc.retryable else 2) from None
+        raise fail(str(exc), 1 if exc.retryable else 2) from None
     rows += _skipped_rows(pulled.failed)
     where = f"collection {collection!r}" if collection else "the whole library"
     counts = show_outcomes(f"Zotero {library.library} · {where} → {settings.store.path}", rows)
@@ -217,12 +217,12 @@ def add_csv(
     """Ingest the PDFs listed in a Zotero CSV export; files already in the store are skipped."""
     from infra.sources.zotero import read_zotero_csv
 
-    settings = _settings(store)
+    settings = library_settings(store)
     try:
         export = read_zotero_csv(file)
         results = ingest_candidates(settings, f"library-{time.strftime('%Y%m%d-%H%M%S')}", export.candidates)
     except ForageError as exc:
-        raise _fail(str(exc), 1 if exc.retryable else 2) from None
+        raise fail(str(exc), 1 if exc.retryable else 2) from None
     rows = []
     for candidate, result in zip(export.candidates, results, strict=True):
         status, detail = _status(result)
@@ -238,7 +238,7 @@ def _collect_pdfs(paths: Sequence[Path]) -> list[Path]:
 
     missing = [str(p) for p in paths if not p.expanduser().exists()]
     if missing:
-        raise _fail(f"no such file or folder: {', '.join(missing)}")
+        raise fail(f"no such file or folder: {', '.join(missing)}")
     found: dict[Path, None] = {}
     for given in paths:
         path = given.expanduser().resolve()
@@ -250,7 +250,7 @@ def _collect_pdfs(paths: Sequence[Path]) -> list[Path]:
         else:
             found[path] = None  # a file named on the command line is tried whatever its suffix
     if not found:
-        raise _fail(f"no PDFs found in {', '.join(str(p) for p in paths)}")
+        raise fail(f"no PDFs found in {', '.join(str(p) for p in paths)}")
     return list(found)
 
 
@@ -274,7 +274,7 @@ def add_files(
     from actors.steps.search.library import file_key
     from infra.store import build_store
 
-    settings = _settings(store)
+    settings = library_settings(store)
     files = _collect_pdfs(paths)
     candidates = [Candidate(key=file_key(p), source="library", path=str(p), found_by="library add") for p in files]
     try:
@@ -284,7 +284,7 @@ def add_files(
         stored = build_store(settings)
         years = {r.doc_id: d.year for r in results if r.doc_id and (d := stored.get_document(r.doc_id))}
     except ForageError as exc:
-        raise _fail(str(exc), 1 if exc.retryable else 2) from None
+        raise fail(str(exc), 1 if exc.retryable else 2) from None
     rows = []
     for path, result in zip(files, results, strict=True):
         status, detail = _status(result)
@@ -298,13 +298,13 @@ def add_files(
     raise typer.Exit(1 if counts["failed"] else 0)
 
 
-def _open_store(settings: Settings) -> Any:
+def open_library_store(settings: Settings) -> Any:
     """The configured store, opened for the embedding model it records (reading, counting and deleting
     need no embedder), or exit 2 when a LanceDB folder does not exist."""
     from infra.store import build_store
 
     if settings.store.backend == "lancedb" and not Path(settings.store.path).exists():
-        raise _fail(f"no store at {settings.store.path}: add papers first (forage library add …)")
+        raise fail(f"no store at {settings.store.path}: add papers first (forage library add …)")
     store: Any = build_store(settings)
     meta = store.library_meta() if hasattr(store, "library_meta") else None
     if meta is not None and (meta.dim != getattr(store, "dim", meta.dim)
@@ -329,11 +329,11 @@ def list_documents(
 ) -> None:
     """List the documents in the store: id, title, year, chunks, where they came from."""
 
-    settings = _settings(store)
+    settings = library_settings(store)
     try:
-        documents = _open_store(settings).list_documents()
+        documents = open_library_store(settings).list_documents()
     except ForageError as exc:
-        raise _fail(str(exc), 1) from None
+        raise fail(str(exc), 1) from None
     documents = sorted(documents, key=lambda d: ((d.title or "").casefold(), d.doc_id))
     if as_json:
         typer.echo(json.dumps([_document_json(d) for d in documents], ensure_ascii=False, indent=2))
@@ -346,7 +346,7 @@ def list_documents(
     console.print(table)
 
 
-def _resolve_ids(documents: Sequence[Any], wanted: Sequence[str],
+def resolve_ids(documents: Sequence[Any], wanted: Sequence[str],
                  unchanged: str = "nothing was removed") -> list[Any]:
     """The documents named by full ids or unique prefixes (case-insensitive), each once, in the order
     given; exit 2 naming every unknown or ambiguous one (and ``unchanged``: nothing was done)."""
@@ -365,7 +365,7 @@ def _resolve_ids(documents: Sequence[Any], wanted: Sequence[str],
         else:
             chosen.setdefault(matches[0].doc_id, matches[0])
     if problems:
-        raise _fail("; ".join(problems) + f" — see forage library list; {unchanged}")
+        raise fail("; ".join(problems) + f" — see forage library list; {unchanged}")
     return list(chosen.values())
 
 
@@ -396,10 +396,10 @@ def remove_documents(
 ) -> None:
     """Remove documents and their chunks from the store (runs keep their reports and evidence files)."""
 
-    settings = _settings(store)
+    settings = library_settings(store)
     try:
-        library = _open_store(settings)
-        chosen = _resolve_ids(library.list_documents(), docs)
+        library = open_library_store(settings)
+        chosen = resolve_ids(library.list_documents(), docs)
         for doc in chosen:
             library.delete_document(doc.doc_id)
             if library.get_document(doc.doc_id) is not None:
@@ -408,7 +408,7 @@ def remove_documents(
                           f"({doc.n_chunks} chunks; {doc.origin or doc.key})", highlight=False)
         remaining = library.count_chunks()
     except ForageError as exc:
-        raise _fail(str(exc), 1) from None
+        raise fail(str(exc), 1) from None
     noted = _forget_in_zotero_state(settings, {d.doc_id for d in chosen})
     console.print(f"[dim]{len(chosen)} removed from {settings.store.path} ({remaining} chunks left); runs keep their "
                   f"reports and evidence.jsonl{'; Zotero state updated: ' + ', '.join(map(str, noted)) if noted else ''}"
@@ -456,7 +456,7 @@ def library_stats(settings: Settings) -> dict[str, Any]:
     """What ``forage library stats`` shows, as plain data."""
     from infra.store import embedding_name
 
-    store = _open_store(settings)
+    store = open_library_store(settings)
     documents = store.list_documents()
     pages = _page_counts(store, documents)
     meta = store.library_meta() if hasattr(store, "library_meta") else None
@@ -488,11 +488,11 @@ def stats(
 ) -> None:
     """Documents, chunks, pages, parsers, flagged documents, embedding model and size of the store."""
 
-    settings = _settings(store)
+    settings = library_settings(store)
     try:
         data = library_stats(settings)
     except ForageError as exc:
-        raise _fail(str(exc), 1) from None
+        raise fail(str(exc), 1) from None
     if as_json:
         typer.echo(json.dumps(data, ensure_ascii=False, indent=2))
         return
@@ -527,7 +527,7 @@ def allow_folder(
     try:
         resolved = allow(folder)
     except ValueError as exc:
-        raise _fail(str(exc)) from None
+        raise fail(str(exc)) from None
     console.print(f"allowed {resolved} (list: {allow_list_path()})", highlight=False)
 
 
@@ -538,7 +538,7 @@ def disallow_folder(
     from gateway.allowed import disallow
 
     if not disallow(folder):
-        raise _fail(f"{folder} is not on the allow-list (forage library allowed lists it)")
+        raise fail(f"{folder} is not on the allow-list (forage library allowed lists it)")
     console.print(f"no longer allowed: {Path(folder).expanduser().resolve()}", highlight=False)
 
 

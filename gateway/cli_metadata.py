@@ -21,7 +21,7 @@ import typer
 
 from gateway import cli_base as base
 from gateway.cli_base import console
-from gateway.cli_library import ID_WIDTH, _fail, _open_store, _resolve_ids, _settings, show_outcomes
+from gateway.cli_library import ID_WIDTH, fail, library_settings, open_library_store, resolve_ids, show_outcomes
 from infra.errors import ForageError
 
 MATCH_STATUSES = ("filled", "unchanged", "no match", "failed")
@@ -58,37 +58,37 @@ def fix_metadata(
     changes: dict[str, Any] = {}
     if title is not None:
         if not title.strip():
-            raise _fail("--title is empty: give the paper's title")
+            raise fail("--title is empty: give the paper's title")
         changes["title"] = " ".join(title.split())
     if author is not None:
         names = [" ".join(a.split()) for a in author if a.strip()]
         if not names:
-            raise _fail("--author is empty: give each author's name")
+            raise fail("--author is empty: give each author's name")
         changes["authors"] = tuple(names)
     if year is not None:
         changes["year"] = year
     try:
-        settings = _settings(store)
-        library = _open_store(settings)
-        (chosen,) = _resolve_ids(library.list_documents(), [doc], unchanged="nothing was changed")
+        settings = library_settings(store)
+        library = open_library_store(settings)
+        (chosen,) = resolve_ids(library.list_documents(), [doc], unchanged="nothing was changed")
         if doi is not None or arxiv is not None:
             changes["origin"] = with_identifiers(chosen.origin or chosen.key, doi, arxiv)
         if venue is not None:
             name = " ".join(venue.split())
             kind = (venue_kind or chosen.venue_kind) if name else ""
             if name and not kind:
-                raise _fail("--venue needs --venue-kind journal or conference (it decides the BibTeX entry type); "
+                raise fail("--venue needs --venue-kind journal or conference (it decides the BibTeX entry type); "
                             "nothing was changed")
             changes["venue"], changes["venue_kind"] = name, kind
         elif venue_kind is not None:
             if not chosen.venue:
-                raise _fail("--venue-kind needs a venue: give --venue too; nothing was changed")
+                raise fail("--venue-kind needs a venue: give --venue too; nothing was changed")
             changes["venue_kind"] = venue_kind
         if not changes:
-            raise _fail("nothing to change: give --title, --author, --year, --doi, --arxiv or --venue")
+            raise fail("nothing to change: give --title, --author, --year, --doi, --arxiv or --venue")
         fixed = update_metadata(library, chosen.doc_id, changes)
     except (ForageError, ValueError) as exc:
-        raise _fail(str(exc), 1) from None
+        raise fail(str(exc), 1) from None
     console.print(f"[green]fixed[/green] {fixed.doc_id[:ID_WIDTH]}  {', '.join(fixed.authors) or 'Anonymous'} "
                   f"({fixed.year or 'n.d.'}) {fixed.title}."
                   + (f" {fixed.venue} ({fixed.venue_kind})." if fixed.venue else "") + f" {fixed.origin}",
@@ -112,10 +112,10 @@ def match_metadata(
     from infra.sources.openalex import OpenAlexSource
     from infra.store.base import update_metadata
 
-    settings = _settings(store)
-    library = _open_store(settings)
+    settings = library_settings(store)
+    library = open_library_store(settings)
     documents = library.list_documents()
-    chosen = (_resolve_ids(documents, docs, unchanged="nothing was sent") if docs
+    chosen = (resolve_ids(documents, docs, unchanged="nothing was sent") if docs
               else [d for d in documents if missing_fields(d)])
     planned = [(d, lookup_for(d)) for d in chosen]
     lookups = [(d, lookup) for d, lookup in planned if lookup is not None]
@@ -131,7 +131,7 @@ def match_metadata(
     for doc, lookup in lookups:
         console.print(f"  {doc.doc_id[:ID_WIDTH]}  {lookup.shown()}", highlight=False, markup=False)
     if settings.net.offline:
-        raise _fail("net.offline is set: nothing was sent (unset FORAGE_NET__OFFLINE to look these up)", 1)
+        raise fail("net.offline is set: nothing was sent (unset FORAGE_NET__OFFLINE to look these up)", 1)
     if not yes and not typer.confirm(f"Send {asked.lower()}?", default=False):
         console.print("Nothing was sent; nothing was changed.")
         raise typer.Exit(0)

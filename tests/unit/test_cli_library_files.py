@@ -16,7 +16,7 @@ import typer
 from typer.testing import CliRunner
 
 from gateway.cli import app
-from gateway.cli_library import _resolve_ids, ingest_candidates
+from gateway.cli_library import ingest_candidates, resolve_ids
 from infra.settings import Settings
 from infra.store import ChunkFilter, DocumentRecord, build_store
 from messages.search import Candidate
@@ -247,9 +247,9 @@ def test_remove_refuses_unknown_ids_and_removes_nothing(library: Library, tmp_pa
 def test_an_ambiguous_prefix_names_the_candidates(capsys: pytest.CaptureFixture[str]) -> None:
     docs = [DocumentRecord(doc_id=f"ab{c}" + "0" * 61, key=f"file:/{c}", title=c, markdown="", parser="text")
             for c in "cd"]
-    assert [d.title for d in _resolve_ids(docs, ["abd", "ABC", "abc0"])] == ["d", "c"]  # each once, in order
+    assert [d.title for d in resolve_ids(docs, ["abd", "ABC", "abc0"])] == ["d", "c"]  # each once, in order
     with pytest.raises(typer.Exit) as caught:
-        _resolve_ids(docs, ["ab"])
+        resolve_ids(docs, ["ab"])
     assert caught.value.exit_code == 2
     message = " ".join(capsys.readouterr().err.split())
     assert "'ab' is ambiguous (2 documents: abc000000000, abd000000000)" in message
