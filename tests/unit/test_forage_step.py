@@ -298,6 +298,20 @@ def test_deep_dive_reads_only_sections_that_exist(store, embedder):
     assert "RelevanceGate" not in llm.schemas_asked()[asked:]
 
 
+def test_no_deep_dive_into_a_document_with_nothing_left_to_read(store, embedder):
+    # every chunk is judged at the start (vector_k covers the store): PHOTO is interesting but has nothing unread
+    # (its references are never judged), so no gate, no section choice — its summary is the only call about it
+    llm = FunctionLLM(Oracle({"photosystem II": "interesting"}, sections=["Methods"]))
+    cov = forage(ForageStep(settings(vector_k=N_BODY_CHUNKS, max_deep_dives=2), store, embedder, llm))
+    assert {j.chunk_id for j in cov.judgements} >= {c.chunk_id for c in PHOTO[1] if c.section_kind != "references"}
+    assert "RelevanceGate" not in llm.schemas_asked() and "SectionChoice" not in llm.schemas_asked()
+    assert llm.schemas_asked().count("DocumentGist") == 1 and cov.coverage == 0.5
+    # with a chunk left to read, the same document is dived into
+    llm = FunctionLLM(Oracle({"photosystem II": "interesting"}, sections=["Methods"]))
+    forage(ForageStep(settings(bm25_k=1, vector_k=1, max_deep_dives=2), store, embedder, llm))
+    assert "RelevanceGate" in llm.schemas_asked()
+
+
 def test_gate_can_stop_the_deep_dive(store, embedder):
     emit = RecordingEmit(RUN)
     llm = FunctionLLM(Oracle({"photosystem II": "interesting"}, gate=False, sections=["Methods"]))
@@ -810,7 +824,7 @@ def test_calls_carry_their_chains_rounds_ahead_and_summaries_nobody_waits_for_ar
     # FOREST answers, PHOTO is only interesting: one dive (PHOTO), FOREST's summary is read by nothing; with
     # min_papers=2 the dive may bring the second paper, so a reformulation can only follow it (it does not:
     # the dive's chunks are unrelated) and PHOTO's chain is dive + reformulation long
-    options = {"vector_k": N_BODY_CHUNKS, "max_deep_dives": 1, "min_papers": 2}
+    options = {"vector_k": 3, "max_deep_dives": 1, "min_papers": 2}  # PHOTO's Methods chunk is left to read
     fn = ChainOrder(oracle())
     llm = FunctionLLM(fn)
     llm.queues_calls = True
@@ -822,8 +836,8 @@ def test_calls_carry_their_chains_rounds_ahead_and_summaries_nobody_waits_for_ar
     assert by_call[("DocumentGist", "Light Reactions of Photosynthe")] == -7  # the dive's summary: 4 + 3 ahead
     assert by_call[("DocumentGist", "Forest Canopy Ecology")] == BACKGROUND
     chain = [(schema, priority) for schema, _, priority in rounds if schema not in ("DocumentGist", "BatchVerdict")]
-    # (the chosen section's chunks were all judged at the start: no dive judging call)
-    assert chain[:3] == [("RelevanceGate", -6), ("SectionChoice", -5), ("Reformulation", -3)]
+    assert chain[:4] == [("RelevanceGate", -6), ("SectionChoice", -5), ("DeepDiveBatchVerdict", -4),
+                         ("Reformulation", -3)]  # the dive judges the Methods chunk, unrelated: reformulate
     # the reformulation was asked while FOREST's background summary was still waiting
     assert fn.reformulating.is_set()
     # the same calls and decisions as one after another

@@ -25,8 +25,9 @@ actor). Each iteration it runs these nodes:
   summary; else one after another, stage by stage. Queued calls carry the rounds of dependent calls
   still ahead of the requirement (the endpoint serves the longest chain first) and summaries no
   later call reads are background work, which nothing waits for (``infra.llm.slotted``).
-* **deep dive** — up to ``forage.max_deep_dives`` documents with interesting chunks: a relevance
-  gate; if it says go on, the LLM picks up to ``forage.deep_dive_sections`` of the document's real
+* **deep dive** — up to ``forage.max_deep_dives`` documents with interesting chunks (or unconfirmed
+  answers) that still have an unjudged chunk (an abstract-only record whose chunks were all judged
+  is not dived into: nothing could come of it but calls): a relevance gate; if it says go on, the LLM picks up to ``forage.deep_dive_sections`` of the document's real
   section paths (invented ones are ignored) and up to ``forage.deep_dive_chunks`` chunks of each
   are judged *answers* / *unrelated* (batched the same way).
 * **reformulate** — when fewer than ``forage.min_papers`` distinct papers answer, the LLM writes
@@ -266,8 +267,7 @@ class ForageStep:
             await self._summarize_useful(req, it)
 
             # deep dive
-            dives = [await self._deep_dive(req, doc_id, it)
-                     for doc_id in self._deep_dive_queue()[: self.cfg.max_deep_dives]]
+            dives = [await self._deep_dive(req, doc_id, it) for doc_id in await self._dive_queue()]
             for judged in dives:
                 self._record(judged, it)
 
@@ -301,7 +301,7 @@ class ForageStep:
         whatever they find. The chain of dependent calls of one requirement is then 5 calls long
         instead of 8 (judge, summarize, gate, sections, judge — beside reformulate, judge, summarize),
         and a requirement waiting for its next call holds up nothing else."""
-        queue = self._deep_dive_queue()[: self.cfg.max_deep_dives]
+        queue = await self._dive_queue()
         answered = {j.doc_id for j in self._judgements.values() if _counts(j)}
         certain = self.cfg.min_papers > 0 and len(answered | set(queue)) < self.cfg.min_papers
         reformulation = asyncio.ensure_future(self._reformulate(req, it)) if certain else None
@@ -725,6 +725,29 @@ class ForageStep:
                                           if j.tag == "interesting" or (j.tag == "answers" and not _counts(j)))
                  if d not in self._dived]
         return sorted(queue, key=lambda d: d in answered)  # stable: first seen first within each group
+
+    async def _dive_queue(self) -> list[str]:
+        """This iteration's deep dives: the first ``forage.max_deep_dives`` documents of :meth:`_deep_dive_queue`
+        that still have a chunk to read (references aside). A document whose every chunk is judged already (an
+        abstract-only record, a short note) is left out: its gate and section choice could only lead to nothing."""
+        queue = self._deep_dive_queue()
+        if not queue or self.cfg.max_deep_dives <= 0:
+            return []
+        judged: dict[str, list[str]] = {}
+        for j in self._judgements.values():
+            judged.setdefault(j.doc_id, []).append(j.chunk_id)
+
+        def unread() -> list[str]:
+            out: list[str] = []
+            for doc_id in queue:
+                flt = ChunkFilter(doc_ids=(doc_id,), exclude_chunk_ids=tuple(judged.get(doc_id, ())))
+                if self.store.chunks(flt, limit=1):
+                    out.append(doc_id)
+                    if len(out) == self.cfg.max_deep_dives:
+                        break
+            return out
+
+        return await asyncio.to_thread(unread)
 
     async def _deep_dive(self, req: Requirement, doc_id: str, it: _Iteration) -> list[ChunkJudgement]:
         """Gate, section choice, judging of the chosen sections' chunks; the judgements, which the
