@@ -19,8 +19,11 @@ up again; the list is also looked up again every ``refresh_s`` seconds so a node
 its calls with the rounds of dependent calls still ahead of its requirement (:func:`rounds_ahead`), so the
 endpoint serves the longest chain first and it does not finish alone at the end of an iteration, and marks
 summaries nothing waits for as background (:func:`background_calls`), served only when no other call
-waits; calls without a mark (the Orchestrator's, the Writer's, ...) rank as 0 rounds ahead. "fifo":
-arrival only. Measured with ``bench/forage_parallel.py --order chain fifo`` (docs/foraging.md).
+waits; calls without a mark (the Orchestrator's, the Writer's, ...) rank as 0 rounds ahead. With "chain", a
+call that more of its caller's dependent calls follow (2 or more rounds ahead) also asks the endpoint to keep its
+slot ``hold_s`` seconds for the caller's next call (``ray.llm_hold_s``; :class:`infra.llm.gate.PriorityGate`
+says when it does not). "fifo": arrival only. Measured with ``bench/forage_parallel.py --order chain fifo``
+(docs/foraging.md).
 
 Errors of the wrapped LLM (LLMOutputError, LLMTimeout, ...) reach the caller as themselves (Ray's
 task error is also an instance of the original exception class).

@@ -459,9 +459,13 @@ class WeaviateStore(Store):
         if collection is None or not wanted:
             return []
         found: dict[str, DocumentRecord] = {}
+
+        def read(ids: list[str]) -> list[DocumentRecord]:
+            return self._fetch_docs(collection, Filter.by_property("doc_id").contains_any(ids))
+
         for start in range(0, len(wanted), MAX_RESULTS):
-            where = Filter.by_property("doc_id").contains_any(wanted[start:start + MAX_RESULTS])
-            found.update((d.doc_id, d) for d in self._run("read", lambda w=where: self._fetch_docs(collection, w)))
+            part = wanted[start:start + MAX_RESULTS]
+            found.update((d.doc_id, d) for d in self._run("read", lambda: read(part)))
         return [found[d] for d in wanted if d in found]
 
     def document_ids(self, flt: ChunkFilter) -> list[str]:

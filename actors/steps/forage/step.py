@@ -27,9 +27,10 @@ actor). Each iteration it runs these nodes:
   later call reads are background work, which nothing waits for (``infra.llm.slotted``).
 * **deep dive** — up to ``forage.max_deep_dives`` documents with interesting chunks (or unconfirmed
   answers) that still have an unjudged chunk (an abstract-only record whose chunks were all judged
-  is not dived into: nothing could come of it but calls): a relevance gate; if it says go on, the LLM picks up to ``forage.deep_dive_sections`` of the document's real
-  section paths (invented ones are ignored) and up to ``forage.deep_dive_chunks`` chunks of each
-  are judged *answers* / *unrelated* (batched the same way).
+  is not dived into: nothing could come of it but calls): a relevance gate; if it says go on, the
+  LLM picks up to ``forage.deep_dive_sections`` of the document's real section paths (invented ones
+  are ignored) and up to ``forage.deep_dive_chunks`` chunks of each are judged *answers* /
+  *unrelated* (batched the same way).
 * **reformulate** — when fewer than ``forage.min_papers`` distinct papers answer, the LLM writes
   another query and retrieval + classify run once more with it (at most once per iteration;
   recorded as a ``reformulated`` event).
