@@ -969,6 +969,23 @@ def test_on_topic_answers_that_retrieval_signals_do_not_confirm_count_for_nothin
     assert coverage_event["unconfirmed"] == len(answers) and coverage_event["answering_papers"] == 0
 
 
+def test_an_anchored_requirement_is_confirmed_on_the_words_of_its_own_question(store, embedder):
+    """Seen in `forage demo`: "How is it evaluated? (about: <the query's first question>)" was covered 1.0 by a
+    sentence on heparin's risks, which holds every word of the subject and none of the question."""
+    from actors.steps.plan.requirements import anchored
+
+    query = ("What complications are associated with thromboprophylaxis in trauma patients, and how is it "
+             "evaluated?")
+    req = Requirement(id="R2", text=anchored("How is it evaluated?", query))
+    step = ForageStep(settings(relevance_check=True), store, embedder, FunctionLLM(Oracle({})))
+    on_subject = "Complications of thromboprophylaxis in trauma patients include bleeding."
+    assert not step.confirms(req, on_subject, relevance=0.7)
+    assert step.confirms(req, "Thromboprophylaxis was evaluated by duplex ultrasound in trauma patients.", 0.7)
+    # the same words asked without brackets count whole
+    plain = Requirement(id="R1", text="What complications are associated with thromboprophylaxis in trauma patients?")
+    assert step.confirms(plain, on_subject, relevance=0.7)
+
+
 def test_a_reranker_signal_is_not_held_to_the_embedding_confirmation(store, embedder):
     """The confirmation floor is calibrated for embedding similarity; a configured reranker's scores have their own
     scale and floors, so its confirmed answers count as before (tested with the table signal below)."""

@@ -263,9 +263,37 @@ def test_a_requirement_that_points_at_an_unnamed_subject_is_asked_again():
 def test_a_requirement_still_pointing_nowhere_gets_the_query_subject(again):
     llm = ScriptedLLM([RequirementList(requirements=["How is it evaluated?"]), again])
     plan = asyncio.run(derive_requirements(TRAUMA, llm, 3))
-    (r1,) = plan.requirements
+    r1, r2 = plan.requirements
     assert r1.text.startswith("How is it evaluated? (about: ") and "thromboprophylaxis" in r1.text
     assert "trauma patients" in r1.text and plan.degraded and "subject was added" in plan.degraded[0]
+    # the subject named in brackets is not what R1 asks: the query's first question had no requirement
+    assert r2.text == ("What complications and risks are associated with thromboprophylaxis for deep venous "
+                       "thrombosis in trauma patients?")
+    assert plan.degraded[1] == ("requirements: the query's question 'What complications and risks are associated "
+                                "with thromboprophylaxis for deep…' had none; added as R2")
+
+
+def test_every_question_of_the_query_gets_a_requirement():
+    """Seen with the embedded model in `forage demo`: the query's "..., and how is it evaluated?" got no
+    requirement, and the report called the query answered on the first question alone."""
+    from actors.steps.plan.requirements import unasked
+
+    first = "Which complications does thromboprophylaxis cause in trauma patients?"
+    plan = asyncio.run(derive_requirements(TRAUMA, ScriptedLLM([RequirementList(requirements=[first])]), 3))
+    assert [r.text for r in plan.requirements] == [
+        first, "How is it evaluated? (about: What complications and risks are associated with thromboprophylaxis "
+               "for deep venous thrombosis in trauma patients)"]
+    assert plan.degraded == ("requirements: the query's question 'How is it evaluated?' had none; added as R2",)
+    # a requirement asking it, in other words of its own, is enough; so is one requirement asking both
+    assert unasked(TRAUMA.text, [first, "How is the evaluation of thromboprophylaxis done in trauma care?"]) == []
+    assert unasked(TRAUMA.text, ["Complications of thromboprophylaxis in trauma and how they are evaluated"]) == []
+    # no room left under the limit: said, not added
+    capped = asyncio.run(derive_requirements(TRAUMA, ScriptedLLM([RequirementList(requirements=[first])]), 1))
+    assert [r.text for r in capped.requirements] == [first]
+    assert capped.degraded == ("requirements: the query's question 'How is it evaluated?' has none (at most 1); "
+                               "add it by editing",)
+    # a query of one question adds nothing
+    assert unasked(QUERY.text, ["Unrelated words entirely here"]) == []
 
 
 def test_without_the_llm_a_query_of_several_questions_gives_one_requirement_each():

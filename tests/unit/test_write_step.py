@@ -295,6 +295,27 @@ def test_an_extractive_section_quotes_the_finding_not_the_background_around_it(e
     assert finding_weight("The aim of this review is to describe the rates of bleeding.") == -1
 
 
+def test_an_anchored_requirement_quotes_the_sentence_on_its_own_question(embedder, tmp_path):
+    """Seen in `forage demo`: "How is it evaluated? (about: <the query's first question>)" was quoted a sentence
+    on heparin's risks, the one holding the most words of the bracketed subject."""
+    from actors.steps.plan.requirements import anchored
+    from infra.store.lancedb import LanceStore
+
+    risks = "The risks of heparin thromboprophylaxis in trauma patients include bleeding and thrombocytopenia."
+    evaluated = "Each study was evaluated with a standard quality score by two reviewers."
+    dvt = make_doc("dvt", "A systematic review", [("Abstract", f"{risks} {evaluated}")])
+    s = LanceStore(tmp_path / "store", dim=384)
+    s.upsert_document(dvt[0], dvt[1], embedder.embed([c.text for c in dvt[1]]))
+    query = "What are the risks of thromboprophylaxis in trauma patients, and how is it evaluated?"
+    req = Requirement(id="R2", text=anchored("How is it evaluated?", query))
+    covs = (RequirementCoverage(run_id=RUN, requirement=req, iteration=1, coverage=1.0,
+                                evidence=(ev(dvt, "answers", "It says how studies were rated.", 0),)),)
+    report = write(s, ScriptedLLM({OverviewDraft: [OVERVIEW]}), covs,
+                   settings=settings().updated(llm={"backend": "embedded"}))
+    r2 = section(report.markdown, req.text)
+    assert "Each study was evaluated with a standard quality score" in r2 and "risks of heparin" not in r2
+
+
 def test_no_evidence_at_all(store):
     covs = (RequirementCoverage(run_id=RUN, requirement=R3, iteration=1, coverage=0.0),)
     llm = ScriptedLLM({OverviewDraft: [OVERVIEW]})

@@ -62,7 +62,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from actors.steps.events import Emit, null_emit
-from actors.steps.plan.requirements import content_words, word_share
+from actors.steps.plan.requirements import content_words, own_question, word_share
 from actors.steps.schemas import (
     MAX_SECTIONS_CHOSEN,
     SECTION_PATH_CHARS,
@@ -571,9 +571,12 @@ class ForageStep:
         plus CONFIRM_WORD_WEIGHT x the share of the requirement's content words it holds reaches
         ``forage.answer_confirmation``. On BEIR SciFact a related paper of the same topic is as similar to a claim as
         the paper that answers it; the words the answer shares with the claim tell them apart more often (at the
-        calibrated floor, 0.39 of answerable claims confirmed, 0.10 of unanswerable ones: docs/evidence.md)."""
+        calibrated floor, 0.39 of answerable claims confirmed, 0.10 of unanswerable ones: docs/evidence.md). The words
+        of a requirement anchored to the query's subject are those of its own question (:func:`own_question`): the
+        subject in brackets is what every passage on the topic shares, not what the requirement asks."""
         assert self._confirmation is not None
-        return relevance + CONFIRM_WORD_WEIGHT * word_share(content_words(req.text), text) >= self._confirmation
+        wanted = content_words(own_question(req.text))
+        return relevance + CONFIRM_WORD_WEIGHT * word_share(wanted, text) >= self._confirmation
 
     def _record(self, judged: Sequence[ChunkJudgement], it: _Iteration) -> None:
         for judgement in judged:

@@ -208,8 +208,49 @@ async def derive_requirements(query: ResearchQuery, llm: LLM, max_requirements: 
         return _fallback(query, "the LLM returned no usable requirement"
                          + (f" ({dropped} dropped as too short or as echoed error feedback)" if dropped else ""), n)
     texts, degraded = await _standalone(query, texts[:n], llm)
-    return RequirementsPlan(run_id=query.run_id, query=query, requirements=_numbered(_unique(texts)),
-                            degraded=tuple(degraded))
+    texts, notes = _every_question(query, _unique(texts), n)
+    return RequirementsPlan(run_id=query.run_id, query=query, requirements=_numbered(texts),
+                            degraded=(*degraded, *notes))
+
+
+_ABOUT = re.compile(r"\s*\(about: [^()]*\)$")  # the subject :func:`anchored` names: not what a requirement asks
+
+
+def own_question(text: str) -> str:
+    """What a requirement itself asks: its text without the subject :func:`anchored` named after it
+    ("How is it evaluated? (about: thromboprophylaxis …)" asks "How is it evaluated?")."""
+    return _ABOUT.sub("", text)
+
+
+def unasked(query_text: str, texts: Sequence[str]) -> list[str]:
+    """The questions of a query of several (:func:`split_questions`) that no requirement stands for: none holds
+    a word of the question's own (a content word the query's other questions do not have: "evaluated" in "...,
+    and how is it evaluated?"). A weak model may keep one question of two; a question without words of its own
+    counts as asked."""
+    questions = split_questions(query_text)
+    out = []
+    for i, question in enumerate(questions):
+        others = set().union(*(content_words(q) for j, q in enumerate(questions) if j != i))
+        own = content_words(question) - others
+        if own and not any(own & content_words(own_question(t)) for t in texts):
+            out.append(question)
+    return out
+
+
+def _every_question(query: ResearchQuery, texts: list[str], n: int) -> tuple[list[str], list[str]]:
+    """``texts`` with each question of the query that none of them stands for (:func:`unasked`) added as a
+    requirement of its own (its subject named from the query when it points elsewhere), while there is room
+    for ``n``; a note per question added or left out, shown to the researcher with the plan."""
+    out, notes = list(texts), []
+    for question in unasked(query.text, texts):
+        short = _shorten(question, 80) + ("…" if len(question) > 80 else "")
+        if len(out) >= n:
+            notes.append(f"requirements: the query's question {short!r} has none (at most {n}); add it by editing")
+            continue
+        text = _shorten(question, _REQ_MAX_CHARS)
+        out.append(text if self_contained(text, query.text) else anchored(text, query.text))
+        notes.append(f"requirements: the query's question {short!r} had none; added as R{len(out)}")
+    return out, notes
 
 
 # a word that points back at something the requirement does not name ("How is it evaluated?")

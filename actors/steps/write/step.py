@@ -46,7 +46,7 @@ from markdown_it import MarkdownIt
 from actors.steps.write.compare import ComparisonStep
 from actors.steps.events import Emit, null_emit
 from actors.steps.forage.step import block
-from actors.steps.plan.requirements import content_words
+from actors.steps.plan.requirements import content_words, own_question
 from actors.steps.schemas import (
     MAX_EVIDENCE_SENTENCES,
     MOTIVE_CHARS,
@@ -457,14 +457,16 @@ class WriteStep:
         first passages that shares the most of the requirement's focus (its words the paper's title does not
         state) and reads most as a finding (:func:`~actors.steps.text.finding_weight`: a measured value or a
         result beats the aim or background around it), then the most of its words, then the earliest; in item
-        order, a sentence already quoted skipped; an item without a usable sentence is listed as found."""
+        order, a sentence already quoted skipped; an item without a usable sentence is listed as found. The focus
+        of a requirement anchored to the query's subject comes from its own question (:func:`own_question`)."""
         wanted = content_words(requirement)
+        asked = content_words(own_question(requirement)) or wanted
         quoted: set[str] = set()
         out: list[_Sentence] = []
         for i, (ev, src) in enumerate(items, start=offset + 1):
             # what the requirement asks about this paper: its words the paper's title does not already state (a
             # sentence restating the topic is background; all of them when the title holds every one)
-            focus = (wanted - content_words(ev.title)) or wanted
+            focus = (asked - content_words(ev.title)) or asked
             found: list[tuple[int, int, int, str]] = []
             for cid in ev.chunk_ids[:EXCERPTS_PER_ITEM]:
                 chunk = self._chunk(cid, chunks)
