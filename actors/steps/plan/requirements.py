@@ -191,8 +191,9 @@ async def derive_requirements(query: ResearchQuery, llm: LLM, max_requirements: 
     One structured LLM call. Items are cleaned (list markers and "find papers about" wrappers
     removed), garbage dropped (see :func:`usable_requirement`), near-identical ones dropped, the rest
     trimmed to ``max_requirements``. If the LLM fails (LLMOutputError, LLMTimeout) or gives nothing
-    usable, the query text itself becomes R1 and ``degraded`` says why. Other errors (e.g.
-    LLMUnavailable) propagate.
+    usable, the query text itself becomes R1 and ``degraded`` says why. A question of the query that no
+    requirement stands for is added as one more (:func:`unasked`), or named in ``degraded`` at the limit.
+    Other errors (e.g. LLMUnavailable) propagate.
     """
     n = max(1, min(int(max_requirements), MAX_PLAN_REQUIREMENTS))
     try:
