@@ -316,6 +316,29 @@ def test_an_anchored_requirement_quotes_the_sentence_on_its_own_question(embedde
     assert "Each study was evaluated with a standard quality score" in r2 and "risks of heparin" not in r2
 
 
+def test_an_answer_is_quoted_from_the_passage_that_earned_it(embedder, tmp_path):
+    """Seen in `forage demo`: an answering document's second passage (an answer the retrieval signals did not
+    confirm) held a measured value that outranked every sentence of the confirmed one, and was quoted instead."""
+    from infra.store.lancedb import LanceStore
+
+    confirmed = "A systematic review was completed to evaluate the complications."
+    unconfirmed = "Complications of filters were evaluated: the failed retrieval rate was 2.8% in 400 patients."
+    dvt = make_doc("dvt", "Thromboprophylaxis in trauma", [("Abstract", confirmed), ("Conclusion", unconfirmed)])
+    s = LanceStore(tmp_path / "store", dim=384)
+    s.upsert_document(dvt[0], dvt[1], embedder.embed([c.text for c in dvt[1]]))
+    req = Requirement(id="R1", text="How are the complications of thromboprophylaxis in trauma evaluated?")
+
+    def quoted(tag: str) -> str:
+        covs = (RequirementCoverage(run_id=RUN, requirement=req, iteration=1, coverage=1.0,
+                                    evidence=(ev(dvt, tag, "It evaluates complications.", 0, 1),)),)
+        report = write(s, ScriptedLLM({OverviewDraft: [OVERVIEW]}), covs,
+                       settings=settings().updated(llm={"backend": "embedded"}))
+        return section(report.markdown, req.text)
+
+    assert "A systematic review was completed to evaluate the complications" in quoted("answers")
+    assert "2.8%" in quoted("interesting")  # no answer earned: the finding of either passage, as before
+
+
 def test_no_evidence_at_all(store):
     covs = (RequirementCoverage(run_id=RUN, requirement=R3, iteration=1, coverage=0.0),)
     llm = ScriptedLLM({OverviewDraft: [OVERVIEW]})

@@ -458,7 +458,9 @@ class WriteStep:
         state) and reads most as a finding (:func:`~actors.steps.text.finding_weight`: a measured value or a
         result beats the aim or background around it), then the most of its words, then the earliest; in item
         order, a sentence already quoted skipped; an item without a usable sentence is listed as found. The focus
-        of a requirement anchored to the query's subject comes from its own question (:func:`own_question`)."""
+        of a requirement anchored to the query's subject comes from its own question (:func:`own_question`). An
+        answering item is quoted from its first passage (the confirmed answer that earned the coverage) while that
+        passage has a usable sentence."""
         wanted = content_words(requirement)
         asked = content_words(own_question(requirement)) or wanted
         quoted: set[str] = set()
@@ -467,16 +469,18 @@ class WriteStep:
             # what the requirement asks about this paper: its words the paper's title does not already state (a
             # sentence restating the topic is background; all of them when the title holds every one)
             focus = (asked - content_words(ev.title)) or asked
-            found: list[tuple[int, int, int, str]] = []
-            for cid in ev.chunk_ids[:EXCERPTS_PER_ITEM]:
+            found: list[tuple[int, int, int, int, str]] = []
+            for rank, cid in enumerate(ev.chunk_ids[:EXCERPTS_PER_ITEM]):
                 chunk = self._chunk(cid, chunks)
                 if chunk is None:
                     continue
+                # an answer's quote comes from the passage that earned it (its first: the confirmed answer)
+                earned = 0 if ev.tag != "answers" or rank == 0 else 1
                 for sentence in prose_sentences(chunk.text):
                     if sentence not in quoted:
                         words = content_words(sentence)
                         score = 2 * len(words & focus) + finding_weight(sentence)
-                        found.append((-score, -len(words & wanted), len(found), sentence))
+                        found.append((earned, -score, -len(words & wanted), len(found), sentence))
             best = [text for *_, text in sorted(found)[:EXTRACTED_PER_ITEM]]
             if not best:
                 out += self._listed([(ev, src)], i - 1)
