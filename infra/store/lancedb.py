@@ -93,6 +93,28 @@ SCALAR_INDEXES = {CHUNKS: ("chunk_id", "doc_id"), DOCUMENTS: ("doc_id", "key")}
 BITMAP_INDEXES = {CHUNKS: ("section_kind",), DOCUMENTS: ()}
 
 
+def _indexed(table: Table) -> set[tuple[str, str]]:
+    """(index type, column) of every index the table has, types upper-case (``BTREE``, ``BITMAP``, ``FTS``, ...)."""
+    return {(ix.index_type.upper(), col) for ix in table.list_indices() for col in ix.columns}
+
+
+def _has_fts(indexed: set[tuple[str, str]]) -> bool:
+    return any(kind == "FTS" for kind, _ in indexed)
+
+
+def _missing_columns(name: str, table: Table) -> list[pa.Field]:
+    """The fields of :data:`ADDED_COLUMNS` a table written by an older Forage lacks."""
+    return [f for f in ADDED_COLUMNS.get(name, ()) if f.name not in table.schema.names]
+
+
+def _missing_indexes(name: str, table: Table, indexed: set[tuple[str, str]]) -> list[tuple[str, str]]:
+    """(column, ``BTREE`` | ``BITMAP``) of the scalar indexes (:data:`SCALAR_INDEXES`, :data:`BITMAP_INDEXES`) the
+    table lacks; a bitmap only on a column the table has."""
+    names = set(table.schema.names)
+    return ([(c, "BTREE") for c in SCALAR_INDEXES[name] if ("BTREE", c) not in indexed]
+            + [(c, "BITMAP") for c in BITMAP_INDEXES[name] if c in names and ("BITMAP", c) not in indexed])
+
+
 def search_text(title: str, chunk: ChunkRecord) -> str:
     """What BM25 indexes for a chunk: '<title> — <section path>' (the path left out when it is the
     title or empty), a newline, the chunk's LLM context and a newline when it has one (contextual
@@ -380,21 +402,16 @@ class LanceStore(Store):
             return None
         try:
             table = self._db.open_table(name)
-            names = set(table.schema.names)
-            indexed = {(ix.index_type.upper(), col) for ix in table.list_indices() for col in ix.columns}
+            indexed = _indexed(table)
         except Exception:  # noqa: BLE001 - the locked path opens it again and says what failed
             return None
-        if any(f.name not in names for f in ADDED_COLUMNS.get(name, ())):
-            return None
-        if any(("BTREE", column) not in indexed for column in SCALAR_INDEXES[name]):
-            return None
-        if any(("BITMAP", column) not in indexed for column in BITMAP_INDEXES[name] if column in names):
+        if _missing_columns(name, table) or _missing_indexes(name, table, indexed):
             return None
         if name == CHUNKS:
-            if not any(kind == "FTS" for kind, _ in indexed):
+            if not _has_fts(indexed):
                 return None
             recorded = self.library_meta()
-            if recorded is None or (self.embed_model and not recorded.embed_model):
+            if recorded is None or self._unrecorded(recorded):
                 return None  # the record is written under the lock
             self._check_dim(table)
             check_meta(recorded, self.embed_model, self.dim, str(self.path))
@@ -403,7 +420,7 @@ class LanceStore(Store):
     def _add_missing_columns(self, name: str, table: Table) -> None:
         """Columns of :data:`ADDED_COLUMNS` a table written by an older Forage lacks, added as nulls
         (read back as the field's default). Caller holds the tables lock."""
-        missing = [f for f in ADDED_COLUMNS.get(name, ()) if f.name not in table.schema.names]
+        missing = _missing_columns(name, table)
         if not missing:
             return
         try:
@@ -424,19 +441,22 @@ class LanceStore(Store):
     def _check_library_meta(self) -> None:
         """Refuse another embedding model than the one recorded in ``library.json``; record it
         when missing (a store written before the record existed adopts the model it is opened with)."""
-
         meta_file = self.path / LIBRARY_META
-        recorded = LibraryMeta.loads(meta_file.read_text()) if meta_file.exists() else None
+        recorded = self.library_meta()
         if recorded is not None:
             check_meta(recorded, self.embed_model, self.dim, str(self.path))
-            if recorded.embed_model or not self.embed_model:
-                return
+        if not self._unrecorded(recorded):
+            return
         try:
             tmp = meta_file.with_suffix(".tmp")
             tmp.write_text(LibraryMeta(embed_model=self.embed_model, dim=self.dim).dumps())
             tmp.replace(meta_file)
         except OSError as exc:
             raise StoreError(f"cannot record the embedding model in {meta_file}: {exc}") from exc
+
+    def _unrecorded(self, recorded: LibraryMeta | None) -> bool:
+        """Whether ``library.json`` must be written: no record yet, or one without the model this store knows."""
+        return recorded is None or bool(self.embed_model and not recorded.embed_model)
 
     def library_meta(self) -> LibraryMeta | None:
         """What the library records about its vectors (None before the first write)."""
@@ -459,7 +479,7 @@ class LanceStore(Store):
         """Create the native BM25 index on ``search_text`` (``text`` in a store written before that
         column existed) unless it exists (caller holds the tables lock)."""
         try:
-            if not any(ix.index_type == "FTS" for ix in table.list_indices()):
+            if not _has_fts(_indexed(table)):
                 table.create_index(self._fts_column(table), config=FTS())
         except Exception as exc:  # noqa: BLE001
             raise StoreError(f"cannot create the full-text index at {self.path}: {exc}") from exc
@@ -473,13 +493,8 @@ class LanceStore(Store):
         (:data:`BITMAP_INDEXES`), created when missing. A failure only makes look-ups and filters slower: it is
         logged, never raised."""
         try:
-            indexed = {(ix.index_type.upper(), col) for ix in table.list_indices() for col in ix.columns}
-            for column in SCALAR_INDEXES[name]:
-                if ("BTREE", column) not in indexed:
-                    table.create_index(column, config=BTree())
-            for column in BITMAP_INDEXES[name]:
-                if ("BITMAP", column) not in indexed and column in table.schema.names:
-                    table.create_index(column, config=Bitmap())
+            for column, kind in _missing_indexes(name, table, _indexed(table)):
+                table.create_index(column, config=BTree() if kind == "BTREE" else Bitmap())
         except Exception:  # noqa: BLE001
             log.warning("could not create the scalar indexes of %s in %s; look-ups scan the table",
                         name, self.path, exc_info=True)
