@@ -270,27 +270,33 @@ def test_the_embedded_model_gets_extractive_sections_without_a_call(store):
     assert check_citations(md, report.sources) == []
 
 
+def extractive_report(embedder, path, doc, req: Requirement, evidence: Evidence) -> str:
+    """The Markdown report the embedded model's extractive sections give for ``req`` answered by ``evidence``, with
+    ``doc`` stored (its chunks embedded) in a LanceDB store under ``path``."""
+    from infra.store.lancedb import LanceStore
+
+    store = LanceStore(path / "store", dim=384)
+    store.upsert_document(doc[0], doc[1], embedder.embed([c.text for c in doc[1]]))
+    covs = (RequirementCoverage(run_id=RUN, requirement=req, iteration=1, coverage=1.0, evidence=(evidence,)),)
+    return write(store, ScriptedLLM({OverviewDraft: [OVERVIEW]}), covs,
+                 settings=settings().updated(llm={"backend": "embedded"})).markdown
+
+
 def test_an_extractive_section_quotes_the_finding_not_the_background_around_it(embedder, tmp_path):
     """The sentence sharing the most words with the requirement is often the paper's motivation; a measured
     result that shares fewer is what a researcher needs quoted (actors.steps.text.finding_weight)."""
     from actors.steps.text import finding_weight
-    from infra.store.lancedb import LanceStore
 
     background = ("Understanding the complications of thromboprophylaxis after trauma is essential for the "
                   "clinical care of trauma patients.")
     finding = "Bleeding complications occurred in 12 of 400 patients (3.0%) who received heparin after trauma."
     dvt = make_doc("dvt", "Complications of thromboprophylaxis in trauma", [("Abstract", f"{background} {finding}")])
-    s = LanceStore(tmp_path / "store", dim=384)
-    s.upsert_document(dvt[0], dvt[1], embedder.embed([c.text for c in dvt[1]]))
     req = Requirement(id="R1", text="What complications follow thromboprophylaxis after trauma?")
-    covs = (RequirementCoverage(run_id=RUN, requirement=req, iteration=1, coverage=1.0,
-                                evidence=(ev(dvt, "answers", "It reports bleeding rates.", 0),)),)
-    report = write(s, ScriptedLLM({OverviewDraft: [OVERVIEW]}), covs,
-                   settings=settings().updated(llm={"backend": "embedded"}))
-    r1 = section(report.markdown, req.text)
+    markdown = extractive_report(embedder, tmp_path, dvt, req, ev(dvt, "answers", "It reports bleeding rates.", 0))
+    r1 = section(markdown, req.text)
     assert "Bleeding complications occurred in 12 of 400 patients (3.0%)" in r1 and "essential" not in r1
-    assert "Of its 1 requirement, 1 was answered" in section(report.markdown, "Overview")
-    assert "The findings rest on 1 document, gathered over 2 iterations." in section(report.markdown, "Overview")
+    assert "Of its 1 requirement, 1 was answered" in section(markdown, "Overview")
+    assert "The findings rest on 1 document, gathered over 2 iterations." in section(markdown, "Overview")
     assert finding_weight(finding) == 3 and finding_weight(background) == -2
     assert finding_weight("The aim of this review is to describe the rates of bleeding.") == -1
 
@@ -299,41 +305,28 @@ def test_an_anchored_requirement_quotes_the_sentence_on_its_own_question(embedde
     """Seen in `forage demo`: "How is it evaluated? (about: <the query's first question>)" was quoted a sentence
     on heparin's risks, the one holding the most words of the bracketed subject."""
     from actors.steps.plan.requirements import anchored
-    from infra.store.lancedb import LanceStore
 
     risks = "The risks of heparin thromboprophylaxis in trauma patients include bleeding and thrombocytopenia."
     evaluated = "Each study was evaluated with a standard quality score by two reviewers."
     dvt = make_doc("dvt", "A systematic review", [("Abstract", f"{risks} {evaluated}")])
-    s = LanceStore(tmp_path / "store", dim=384)
-    s.upsert_document(dvt[0], dvt[1], embedder.embed([c.text for c in dvt[1]]))
     query = "What are the risks of thromboprophylaxis in trauma patients, and how is it evaluated?"
     req = Requirement(id="R2", text=anchored("How is it evaluated?", query))
-    covs = (RequirementCoverage(run_id=RUN, requirement=req, iteration=1, coverage=1.0,
-                                evidence=(ev(dvt, "answers", "It says how studies were rated.", 0),)),)
-    report = write(s, ScriptedLLM({OverviewDraft: [OVERVIEW]}), covs,
-                   settings=settings().updated(llm={"backend": "embedded"}))
-    r2 = section(report.markdown, req.text)
+    markdown = extractive_report(embedder, tmp_path, dvt, req, ev(dvt, "answers", "It says how studies were rated.", 0))
+    r2 = section(markdown, req.text)
     assert "Each study was evaluated with a standard quality score" in r2 and "risks of heparin" not in r2
 
 
 def test_an_answer_is_quoted_from_the_passage_that_earned_it(embedder, tmp_path):
     """Seen in `forage demo`: an answering document's second passage (an answer the retrieval signals did not
     confirm) held a measured value that outranked every sentence of the confirmed one, and was quoted instead."""
-    from infra.store.lancedb import LanceStore
-
     confirmed = "A systematic review was completed to evaluate the complications."
     unconfirmed = "Complications of filters were evaluated: the failed retrieval rate was 2.8% in 400 patients."
     dvt = make_doc("dvt", "Thromboprophylaxis in trauma", [("Abstract", confirmed), ("Conclusion", unconfirmed)])
-    s = LanceStore(tmp_path / "store", dim=384)
-    s.upsert_document(dvt[0], dvt[1], embedder.embed([c.text for c in dvt[1]]))
     req = Requirement(id="R1", text="How are the complications of thromboprophylaxis in trauma evaluated?")
 
     def quoted(tag: str) -> str:
-        covs = (RequirementCoverage(run_id=RUN, requirement=req, iteration=1, coverage=1.0,
-                                    evidence=(ev(dvt, tag, "It evaluates complications.", 0, 1),)),)
-        report = write(s, ScriptedLLM({OverviewDraft: [OVERVIEW]}), covs,
-                       settings=settings().updated(llm={"backend": "embedded"}))
-        return section(report.markdown, req.text)
+        evidence = ev(dvt, tag, "It evaluates complications.", 0, 1)
+        return section(extractive_report(embedder, tmp_path / tag, dvt, req, evidence), req.text)
 
     assert "A systematic review was completed to evaluate the complications" in quoted("answers")
     assert "2.8%" in quoted("interesting")  # no answer earned: the finding of either passage, as before
