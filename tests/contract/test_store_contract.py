@@ -795,6 +795,36 @@ def test_lance_remove_orphans(lance_path: Path) -> None:
     assert store.count_chunks() == 1 and store.get_document(doc.doc_id) is not None
 
 
+def test_lance_readers_open_a_ready_store_without_the_tables_lock(lance_path: Path) -> None:
+    from infra.store.lancedb import LanceStore
+
+    put(LanceStore(lance_path, dim=DIM, embed_model="m"), *make_doc("a" * 64, ["alpha text", "beta text"]))
+    locks: list[tuple[str, ...]] = []
+
+    def counting(store: LanceStore) -> LanceStore:
+        original = store._lock_files
+
+        def lock_files(files, **kwargs):
+            locks.append(tuple(files))
+            return original(files, **kwargs)
+
+        store._lock_files = lock_files  # type: ignore[method-assign]
+        return store
+
+    reader = counting(LanceStore(lance_path, dim=DIM, embed_model="m"))
+    reader.open()
+    assert sorted(reader._tables) == ["chunks", "documents"] and locks == []  # nothing to set up: no lock
+    # a table that lacks an index it should have is set up under the lock, then opens lock-free again
+    reader._tables["chunks"].drop_index("section_kind_idx")
+    writer = counting(LanceStore(lance_path, dim=DIM, embed_model="m"))
+    writer.open()
+    assert locks == [("tables.lock",)]
+    counting(LanceStore(lance_path, dim=DIM, embed_model="m")).open()
+    assert locks == [("tables.lock",)]
+    with pytest.raises(StoreError, match="embedded with m, not other"):  # the lock-free path still checks it
+        LanceStore(lance_path, dim=DIM, embed_model="other").open()
+
+
 def test_lance_refuses_other_vector_sizes(lance_path: Path) -> None:
     from infra.store.lancedb import LanceStore
 
