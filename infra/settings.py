@@ -335,6 +335,13 @@ class WriteSettings(Section):
                                             description="Taxonomy of problems for the gap matrix (rows).")
     method_labels: tuple[str, ...] = Field(default=METHOD_LABELS, min_length=1,
                                            description="Taxonomy of methods for the gap matrix (columns).")
+    label_check_top: int = Field(
+        default=3, ge=0,
+        description="Check the model's problem and method label of each compared paper against the paper's own title "
+                    "and abstract: a label is supported when it is among this many labels of its taxonomy closest to "
+                    "that text by embedding similarity; the gap matrix marks papers placed by an unsupported label "
+                    "and names the labels closest to their text. Catch-all labels ('other …') are not checked. "
+                    "0: no check. Measured in bench/label_check.py.")
 
 
 class RayOptions(Section):

@@ -67,6 +67,14 @@ class ContributionRecord(Frozen):
     novelty: str = Field(default="", description="The novelty the paper claims for itself.")
     problem_label: str | None = Field(default=None, description="Canonical problem label from the taxonomy.")
     method_label: str | None = Field(default=None, description="Canonical method label from the taxonomy.")
+    unsupported_labels: tuple[str, ...] = Field(
+        default=(), description="Of its two labels, those the paper's own title and abstract do not support: not "
+                                "among the labels of their taxonomy closest to that text by embedding similarity "
+                                "(write.label_check_top).")
+    text_labels: tuple[str, ...] = Field(
+        default=(), description="The problem label and the method label closest to the paper's title and abstract "
+                                "by embedding similarity (catch-alls left out); empty when the labels were not "
+                                "checked.")
 
     @property
     def compliant(self) -> bool:
@@ -96,6 +104,8 @@ class GapMatrix(Frozen):
     cells: tuple[tuple[tuple[int, ...], ...], ...] = Field(description="cells[i][j]: papers with problem i and "
                                                                        "method j, ascending.")
     unlabelled: tuple[int, ...] = Field(default=(), description="Papers without a valid pair of labels.")
+    unsupported: tuple[int, ...] = Field(default=(), description="Papers placed by a label their own text does not "
+                                                                 "support (ContributionRecord.unsupported_labels).")
 
     @property
     def empty(self) -> list[tuple[str, str]]:
@@ -111,6 +121,9 @@ class Comparison(Frozen):
     differences: tuple[Differentiation, ...] = ()
     matrix: GapMatrix | None = None
     compliant: int = Field(default=0, description="Records with all four fields non-empty.")
+    label_check_top: int = Field(default=0, ge=0, description="The records' labels were checked against each paper's "
+                                                              "text with this many closest labels per taxonomy "
+                                                              "(write.label_check_top); 0: not checked.")
     llm_calls: int = 0
     failed_steps: tuple[str, ...] = ()
 

@@ -160,3 +160,122 @@ def test_an_overlap_that_names_only_its_element_is_dropped(store):
     comparison = run_compare(store, llm)
     assert [(o.papers, o.shared) for o in comparison.overlaps] == [((1, 3), "ATP assays")]
     assert comparison.differences == ()  # the title echoed is no difference
+
+
+# -- the labels' check against each paper's own text ---------------------------------------------------------------
+
+class WordEmbedder:
+    """One dimension per meaning, counted from the words that carry it: a text and a label are similar when they
+    share a meaning (a deterministic stand-in for the embedder's similarity)."""
+
+    MEANINGS = (("prediction", "forecast", "predicts"), ("mechanism", "reactions", "split"),
+                ("measurement", "measured", "measure"), ("trial", "randomized"), ("experiment", "assay", "absorbs"),
+                ("model", "simulated"))
+
+    def __init__(self, fail: bool = False) -> None:
+        self.fail, self.embedded = fail, []
+
+    def embed(self, texts):
+        if self.fail:
+            raise ConnectionError("embedder down")
+        self.embedded += list(texts)
+        return [[0.01 + sum(text.lower().count(w) for w in words) for words in self.MEANINGS] for text in texts]
+
+
+def test_label_check_ranks_the_taxonomy_by_the_papers_text_and_skips_catch_alls():
+    from actors.steps.write.compare import LabelCheck, catch_all
+
+    emb = WordEmbedder()
+    check = LabelCheck(emb, (*PROBLEMS, "other problem"), (*METHODS, "other method"), top=1)
+    text = "The light reactions split water; photosystem II absorbs photons in every assay."
+    assert check.ranked(text) == (["mechanism", "prediction", "measurement"], ["experiment", "trial", "model"])
+    assert check.unsupported(text, "mechanism", "experiment") == ((), ("mechanism", "experiment"))
+    assert check.unsupported(text, "prediction", "experiment") == (("prediction",), ("mechanism", "experiment"))
+    assert check.unsupported(text, "other problem", "model") == (("model",), ("mechanism", "experiment"))
+    assert check.unsupported(text, None, None)[0] == ()
+    # the label phrases are embedded once, catch-alls never
+    assert emb.embedded.count("mechanism") == 1 and "other problem" not in emb.embedded
+    assert catch_all("Other method") and not catch_all("otherwise") and not catch_all("")
+    assert LabelCheck(emb, PROBLEMS, METHODS, top=2).unsupported(text, "prediction", "model")[0] == ("model",)
+
+
+def run_checked(store, llm, embedder, top=1):
+    settings = Settings.load().updated(write={"problem_labels": PROBLEMS, "method_labels": METHODS,
+                                              "label_check_top": top})
+    return asyncio.run(ComparisonStep(settings, store, llm, embedder).compare(sources()))
+
+
+def scripted_labels():
+    return ScriptedLLM({ContributionDraft: [record("prediction", "experiment"),  # A: light reactions, not prediction
+                                            record("measurement", "experiment", paper="B"),
+                                            record("mechanism", "trial", paper="C")],
+                        OverlapDraft: [{"overlaps": []}], DifferenceDraft: [{"differences": []}]})
+
+
+def test_a_label_its_paper_does_not_support_is_recorded_and_marked_in_the_matrix(store):
+    from actors.steps.write.step import render_comparison
+
+    comparison = run_checked(store, scripted_labels(), WordEmbedder())
+    first = comparison.records[0]
+    assert first.unsupported_labels == ("prediction",) and first.text_labels[0] == "mechanism"
+    assert first.problem_label == "prediction"  # the model's label stays: the check marks, it does not relabel
+    assert comparison.matrix.cells[0][1] == (1,) and 1 in comparison.matrix.unsupported
+    assert comparison.label_check_top == 1
+    lines = render_comparison(comparison)
+    row = next(line for line in lines if line.startswith("| prediction |"))
+    assert "[1]†" in row.split(" | ")[2]  # the cell (prediction, experiment)
+    note = next(line for line in lines if line.startswith("Label check"))
+    assert "[1] problem: mechanism (model: prediction†)" in note and "not among the 1 labels" in note
+    # a paper whose labels its text supports carries no mark and is not listed
+    supported = [r.n for r in comparison.records if not r.unsupported_labels and r.text_labels
+                 and (r.problem_label, r.method_label) == r.text_labels]
+    assert supported and all(f"[{n}]" not in note and f"[{n}]†" not in "\n".join(lines) for n in supported)
+
+
+def test_without_an_embedder_or_with_the_check_off_the_labels_are_unchecked(store):
+    from actors.steps.write.step import render_comparison
+
+    for comparison in (run_compare(store, scripted_labels()), run_checked(store, scripted_labels(), WordEmbedder(), 0)):
+        assert all(r.unsupported_labels == () and r.text_labels == () for r in comparison.records)
+        assert comparison.matrix.unsupported == () and comparison.label_check_top == 0
+        assert not any(line.startswith("Label check") for line in render_comparison(comparison))
+
+
+def test_an_embedder_failure_leaves_the_labels_unchecked_and_says_so(store):
+    comparison = run_checked(store, scripted_labels(), WordEmbedder(fail=True))
+    assert comparison.matrix.unsupported == () and len(comparison.records) == 3
+    assert "record [1]: labels not checked against the paper's text (ConnectionError: embedder down)" \
+        in comparison.failed_steps
+
+
+def test_minilm_gives_the_demo_reviews_own_labels_as_the_closest(minilm, shared_pdfs):
+    """The demo's systematic review of DVT prophylaxis (the real PDF, parsed and outlined as at ingestion) was
+    labelled 'prediction or forecasting' × 'randomized or controlled trial' by the embedded model (the first label of
+    each list); with the product's MiniLM its title and abstract are closest to the review's own labels, which the
+    report then names beside the model's."""
+    from actors.steps.ingest.sections import outline
+    from actors.steps.write.compare import LabelCheck
+    from infra.pdf.pymupdf import PyMuPDFParser
+    from infra.settings import METHOD_LABELS, PROBLEM_LABELS
+    pdf = next(p for p in shared_pdfs if p.name == "dvt_prophylaxis_trauma_bmc2010.pdf")
+    parsed = PyMuPDFParser(max_pages=2).parse(pdf)
+    text = f"{parsed.title}\n{outline(parsed.markdown, parsed.title).abstract}"
+    assert "systematic review" in text and "thromboprophylaxis" in text
+    check = LabelCheck(minilm, PROBLEM_LABELS, METHOD_LABELS, top=2)
+    unsupported, closest = check.unsupported(text, "prediction or forecasting", "randomized or controlled trial")
+    assert closest == ("intervention or treatment outcome", "systematic review or meta-analysis")
+    assert unsupported == ("prediction or forecasting",)  # the trial is the second closest method: a design's name
+    assert check.unsupported(text, "review or synthesis", "systematic review or meta-analysis")[0] == ()
+
+
+def test_the_label_check_line_names_only_disagreements_and_marks_only_unsupported_labels():
+    from actors.steps.write.step import label_check_lines
+
+    agree = rec(1, "mechanism", "experiment", text_labels=("mechanism", "experiment"))
+    assert label_check_lines([agree], 3)[0].startswith("Label check: each compared paper's labels are the ones")
+    second = rec(2, "prediction", "model", text_labels=("mechanism", "model"))  # prediction: 2nd closest, not marked
+    line = label_check_lines([agree, second], 3)[0]
+    assert "[2] problem: mechanism (model: prediction)" in line and "[1]" not in line and "†" not in line
+    far = rec(3, "prediction", "model", text_labels=("mechanism", "model"), unsupported_labels=("prediction",))
+    line = label_check_lines([agree, far, rec(4, None, None)], 3)[0]
+    assert "(model: prediction†)" in line and "† the model's label is not among the 3 labels" in line

@@ -7,6 +7,9 @@
 2. An overlap pass over the whole set: which papers share a problem, dataset or method family.
 3. A differentiation pass over the whole set: what each paper does that the others do not.
 4. The problem × method gap matrix, computed (:func:`gap_matrix`), never generated.
+5. With an embedder, each record's labels are checked against its paper's own title and abstract
+   (:class:`LabelCheck`): a label that is not among the labels of its taxonomy closest to that text is
+   recorded as unsupported, and the matrix marks the papers it placed.
 
 Model text goes through the Writer's :func:`~actors.steps.text.tidy`; paper numbers the model
 invents are dropped. A failed call degrades to an empty record or pass, noted in ``failed_steps``.
@@ -14,6 +17,8 @@ invents are dropped. A failed call degrades to an empty record or pass, noted in
 
 from __future__ import annotations
 
+import asyncio
+import math
 from collections.abc import Iterable, Sequence
 from typing import Any, Literal
 
@@ -23,6 +28,7 @@ from actors.steps.forage.step import block
 from actors.steps.plan.requirements import content_words
 from actors.steps.schemas import RECORD_CHARS, ContributionDraft, DifferenceDraft, OverlapDraft
 from actors.steps.text import plain_text, tidy
+from infra.embed.base import Embedder
 from infra.errors import LLM_FAILURES
 from infra.llm.base import LLM
 from infra.settings import Settings
@@ -77,6 +83,48 @@ def record_text(raw: str, echoes: Sequence[str], paper_words: set[str] | None = 
     return text
 
 
+def catch_all(label: str) -> bool:
+    """A taxonomy's catch-all label ("other problem", "other method"): it names nothing a text could support."""
+    words = label.split()
+    return bool(words) and words[0].casefold() == "other"
+
+
+def _cosine(a: Sequence[float], b: Sequence[float]) -> float:
+    norm = math.sqrt(sum(x * x for x in a) * sum(y * y for y in b))
+    return sum(x * y for x, y in zip(a, b, strict=True)) / norm if norm else 0.0
+
+
+class LabelCheck:
+    """Whether a paper's own text supports the taxonomy labels a model gave it: its title and abstract are embedded
+    and each taxonomy's labels ranked by similarity to them; a label is supported when it is among the ``top``
+    closest of its taxonomy. Catch-all labels (:func:`catch_all`) are neither ranked nor checked. The label
+    phrases are embedded once. Measured on 16 hand-labelled papers in ``bench/label_check.py``."""
+
+    def __init__(self, embedder: Embedder, problems: Sequence[str], methods: Sequence[str], top: int) -> None:
+        self.embedder = embedder
+        self.taxonomies = ([p for p in problems if not catch_all(p)], [m for m in methods if not catch_all(m)])
+        self.top = top
+        self._vectors: dict[str, Sequence[float]] | None = None
+
+    def ranked(self, text: str) -> tuple[list[str], list[str]]:
+        """The problem labels and the method labels (catch-alls left out), closest to ``text`` first."""
+        if self._vectors is None:
+            labels = list(dict.fromkeys([*self.taxonomies[0], *self.taxonomies[1]]))
+            self._vectors = dict(zip(labels, self.embedder.embed(labels) if labels else [], strict=True))
+        vector = self.embedder.embed([text])[0]
+        score = {label: _cosine(vector, v) for label, v in self._vectors.items()}
+        problems, methods = (sorted(t, key=lambda label: -score[label]) for t in self.taxonomies)
+        return problems, methods
+
+    def unsupported(self, text: str, problem_label: str | None,
+                    method_label: str | None) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        """(the given labels ``text`` does not support, the closest problem and method label to ``text``)."""
+        problems, methods = self.ranked(text)
+        out = tuple(label for label, ranked in ((problem_label, problems), (method_label, methods))
+                    if label is not None and label in ranked and label not in ranked[: self.top])
+        return out, tuple(ranked[0] for ranked in (problems, methods) if ranked)
+
+
 def contribution_schema(problems: Sequence[str], methods: Sequence[str]) -> type[ContributionDraft]:
     """ContributionDraft whose label fields only allow the taxonomy's labels (an enum in the JSON schema)."""
     fields: dict[str, Any] = {
@@ -95,24 +143,31 @@ def gap_matrix(records: Iterable[ContributionRecord], problems: Sequence[str], m
     col = {m: j for j, m in enumerate(methods)}
     cells: list[list[set[int]]] = [[set() for _ in methods] for _ in problems]
     unlabelled: set[int] = set()
+    unsupported: set[int] = set()
     for r in records:
         if r.problem_label in row and r.method_label in col:
             cells[row[r.problem_label]][col[r.method_label]].add(r.n)  # type: ignore[index]
+            if r.unsupported_labels:
+                unsupported.add(r.n)
         else:
             unlabelled.add(r.n)
     return GapMatrix(problems=tuple(problems), methods=tuple(methods),
                      cells=tuple(tuple(tuple(sorted(c)) for c in line) for line in cells),
-                     unlabelled=tuple(sorted(unlabelled)))
+                     unlabelled=tuple(sorted(unlabelled)), unsupported=tuple(sorted(unsupported)))
 
 
 class ComparisonStep:
     """Builds the :class:`Comparison` of a report's cited sources."""
 
-    def __init__(self, settings: Settings, store: Store, llm: LLM) -> None:
+    def __init__(self, settings: Settings, store: Store, llm: LLM, embedder: Embedder | None = None) -> None:
         self.settings = settings
         self.store = store
         self.llm = llm
         self.llm_calls = 0
+        w = settings.write
+        # the labels' check against each paper's own text (None: no embedder, or write.label_check_top 0)
+        self.label_check = (LabelCheck(embedder, w.problem_labels, w.method_labels, w.label_check_top)
+                            if embedder is not None and w.label_check_top > 0 else None)
 
     async def compare(self, sources: Sequence[SourceRef], notes: dict[str, str] | None = None) -> Comparison:
         """``sources``: the cited papers (at most ``write.max_compared`` are used); ``notes``: what the
@@ -149,9 +204,20 @@ class ComparisonStep:
             if elsewhere:
                 failed.append(f"record [{src.n}]: {', '.join(elsewhere)} not found in the paper's own text; "
                               "left empty")
+            unsupported: tuple[str, ...] = ()
+            closest: tuple[str, ...] = ()
+            if self.label_check is not None:
+                try:
+                    unsupported, closest = await asyncio.to_thread(
+                        self.label_check.unsupported, f"{src.title}\n{abstract}", draft.problem_label,
+                        draft.method_label)
+                except Exception as exc:  # noqa: BLE001 - an embedder failure leaves the labels unchecked, noted
+                    failed.append(f"record [{src.n}]: labels not checked against the paper's text "
+                                  f"({type(exc).__name__}: {exc})")
             records.append(ContributionRecord(
                 n=src.n, doc_id=src.doc_id, title=src.title, **fields,
-                problem_label=draft.problem_label, method_label=draft.method_label))
+                problem_label=draft.problem_label, method_label=draft.method_label,
+                unsupported_labels=unsupported, text_labels=closest))
         known = {r.n for r in records}
         overlaps: list[Overlap] = []
         differences: list[Differentiation] = []
@@ -191,5 +257,7 @@ class ComparisonStep:
                 differences = [Differentiation(n=n, distinct=t) for n, t in sorted(said.items())]
         return Comparison(records=tuple(records), overlaps=tuple(overlaps), differences=tuple(differences),
                           matrix=gap_matrix(records, w.problem_labels, w.method_labels),
-                          compliant=sum(r.compliant for r in records), llm_calls=self.llm_calls - calls_before,
+                          compliant=sum(r.compliant for r in records),
+                          label_check_top=self.label_check.top if self.label_check is not None else 0,
+                          llm_calls=self.llm_calls - calls_before,
                           failed_steps=tuple(failed))

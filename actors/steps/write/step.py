@@ -58,6 +58,7 @@ from actors.steps.schemas import (
 )
 from actors.steps.text import (CITE, CUT_SLACK, MIN_LETTER_SHARE, escape_md, finding_weight, plain_text,
                                prose_sentences, tidy, trim_cut)
+from infra.embed.base import Embedder
 from infra.errors import LLM_FAILURES
 from infra.llm.base import LLM, ChatMessage
 from infra.settings import Settings
@@ -65,7 +66,8 @@ from infra.store.base import ChunkRecord, Store
 from messages.forage import Evidence, RequirementCoverage
 from messages.search import VenueKind
 from messages.status import Stage
-from messages.write import CitedChunk, Comparison, Figure, Report, SectionSources, SourceRef, WriteRequest
+from messages.write import (CitedChunk, Comparison, ContributionRecord, Figure, Report, SectionSources, SourceRef,
+                            WriteRequest)
 
 SOURCES_HEADING = "Sources Consulted"
 COMPARISON_HEADING = "Comparison of the Cited Papers"
@@ -307,11 +309,13 @@ def _distinct(items: Sequence[tuple[Evidence, _Source]]) -> int:
 class WriteStep:
     """Writes the report for a run from the Foragers' cumulative coverage."""
 
-    def __init__(self, settings: Settings, store: Store, llm: LLM, emit: Emit = null_emit) -> None:
+    def __init__(self, settings: Settings, store: Store, llm: LLM, emit: Emit = null_emit,
+                 embedder: Embedder | None = None) -> None:
         self.settings = settings
         self.store = store
         self.llm = llm
         self.emit = emit
+        self.embedder = embedder  # checks the comparison's labels against each paper's text (None: unchecked)
         self.llm_calls = 0
 
     async def write(self, request: WriteRequest) -> Report:
@@ -637,13 +641,17 @@ class WriteStep:
         for s in sections:
             for ev, _ in s.items:
                 notes.setdefault(ev.doc_id, []).extend(x for x in (ev.summary, ev.motive) if x)
-        step = ComparisonStep(self.settings, self.store, self.llm)
+        step = ComparisonStep(self.settings, self.store, self.llm, self.embedder)
         comparison = await step.compare(papers, {d: " ".join(dict.fromkeys(v)) for d, v in notes.items()})
         self.llm_calls += comparison.llm_calls
         failed.extend(f"comparison: {f}" for f in comparison.failed_steps)
-        self.emit(Stage.WRITE, "comparison", f"compared {len(comparison.records)} cited papers",
+        unsupported = [{"n": r.n, "labels": list(r.unsupported_labels), "closest": list(r.text_labels)}
+                       for r in comparison.records if r.unsupported_labels]
+        self.emit(Stage.WRITE, "comparison", f"compared {len(comparison.records)} cited papers"
+                  + (f"; {len(unsupported)} placed by a label their own text does not support" if unsupported else ""),
                   records=len(comparison.records), compliant=comparison.compliant,
-                  overlaps=len(comparison.overlaps), llm_calls=comparison.llm_calls)
+                  overlaps=len(comparison.overlaps), llm_calls=comparison.llm_calls,
+                  labels_checked=step.label_check is not None, unsupported_labels=unsupported)
         return comparison
 
     def _figures(self, request: WriteRequest, refs: Sequence[SourceRef], comparison: Comparison | None,
@@ -787,6 +795,9 @@ def render_comparison(comparison: Comparison) -> list[str]:
         out.append("")
     m = comparison.matrix
     if m is not None:
+        def paper(n: int) -> str:  # † a paper placed by a label its own text does not support (label_check_lines)
+            return f"[{n}]†" if n in m.unsupported else f"[{n}]"
+
         used_rows = [i for i, row in enumerate(m.cells) if any(row)]
         used_cols = [j for j in range(len(m.methods)) if any(m.cells[i][j] for i in range(len(m.problems)))]
         if used_rows:
@@ -796,7 +807,7 @@ def render_comparison(comparison: Comparison) -> list[str]:
                     "| --- |" + " --- |" * len(used_cols)]
             for i in used_rows:
                 out.append(f"| {cell(m.problems[i])} | "
-                           + " | ".join(" ".join(f"[{n}]" for n in m.cells[i][j]) or "—" for j in used_cols) + " |")
+                           + " | ".join(" ".join(paper(n) for n in m.cells[i][j]) or "—" for j in used_cols) + " |")
             out.append("")
         gaps = [f"{escape_md(m.problems[i])} × {escape_md(m.methods[j])}" for i in used_rows
                 for j in used_cols if not m.cells[i][j]]
@@ -806,4 +817,28 @@ def render_comparison(comparison: Comparison) -> list[str]:
                 + (f" Gaps among the problems and methods the papers do use: {shown}." if gaps else ""), ""]
         if m.unlabelled:
             out += [f"Papers without a valid pair of labels: {' '.join(f'[{n}]' for n in m.unlabelled)}.", ""]
+    if comparison.label_check_top:
+        out += label_check_lines(records, comparison.label_check_top)
     return out
+
+
+def label_check_lines(records: Sequence[ContributionRecord], top: int) -> list[str]:
+    """The labels' second opinion: for each checked record whose labels are not those closest to its paper's title and
+    abstract, the model's label and the closest one; † where the model's is not among the ``top`` closest."""
+    said = []
+    for r in records:
+        if len(r.text_labels) != 2:
+            continue
+        for axis, label, closest in (("problem", r.problem_label, r.text_labels[0]),
+                                     ("method", r.method_label, r.text_labels[1])):
+            if label is not None and label != closest:
+                mark = "†" if label in r.unsupported_labels else ""
+                said.append(f"[{r.n}] {axis}: {escape_md(closest)} (model: {escape_md(label)}{mark})")
+    if not said:
+        return ["Label check: each compared paper's labels are the ones closest to its title and abstract (embedding "
+                "similarity).", ""]
+    marked = any(label in r.unsupported_labels for r in records for label in (r.problem_label, r.method_label))
+    return ["Label check, a second opinion from embedding similarity (not a verdict): the label closest to the "
+            f"paper's title and abstract where it is not the model's: {'; '.join(said)}."
+            + (f" † the model's label is not among the {top} labels of its taxonomy closest to that text."
+               if marked else ""), ""]
