@@ -326,3 +326,48 @@ def test_split_questions(text, questions):
     from actors.steps.plan.requirements import split_questions
 
     assert split_questions(text) == questions
+
+
+HELD_OUT = ResearchQuery(run_id="run-plan", text="How do tracing JIT compilers specialize types, and how are recurrent "
+                                                 "networks used to predict sepsis early?")
+
+
+def test_the_held_out_runs_plan_gives_each_question_its_own_requirement():
+    """Seen with the embedded model on the held-out query (2026-11-26): R1 was the query's two questions in one
+    and R2 "This is a requirement to keep every text field brief." five times over (the repair feedback the model
+    was sent, looping), anchored to the first question; the sepsis question had no requirement of its own."""
+    loop = " ".join(["This is a requirement to keep every text field brief."] * 5)
+    merged = "tracing JIT compilers specialize types, and how are recurrent networks used to predict sepsis early?"
+    plan = asyncio.run(derive_requirements(HELD_OUT, ScriptedLLM([RequirementList(requirements=[merged, loop])]), 5))
+    assert [r.text for r in plan.requirements] == ["How do tracing JIT compilers specialize types?",
+                                                   "How are recurrent networks used to predict sepsis early?"]
+    assert "every requirement the LLM gave asked several of the query's questions at once" in plan.degraded[0]
+    # beside a requirement of one question, the merged one is dropped and the other question added
+    one = "Which type specialization do trace-based JIT compilers perform for dynamic languages?"
+    plan = asyncio.run(derive_requirements(HELD_OUT, ScriptedLLM([RequirementList(requirements=[merged, one])]), 5))
+    assert [r.text for r in plan.requirements] == [one, "How are recurrent networks used to predict sepsis early?"]
+    assert plan.degraded[0] == ("requirements: 1 asked several of the query's questions at once; each question is a "
+                                "requirement of its own")
+    # with room for one requirement only, the merged one is the plan (the query's questions do not fit)
+    capped = asyncio.run(derive_requirements(HELD_OUT, ScriptedLLM([RequirementList(requirements=[merged])]), 1))
+    assert [r.text for r in capped.requirements] == [merged]
+
+
+def test_asks_several_needs_a_share_of_each_questions_own_words():
+    from actors.steps.plan.requirements import asks_several
+
+    assert asks_several(HELD_OUT.text, HELD_OUT.text.lower())
+    assert asks_several(TRAUMA.text, "Complications of thromboprophylaxis in trauma and how they are evaluated")
+    assert not asks_several(HELD_OUT.text, "How do tracing JIT compilers specialize types early?")  # one word of Q2
+    assert not asks_several(HELD_OUT.text, "How are recurrent networks used to predict sepsis early?")
+    assert not asks_several(QUERY.text, QUERY.text)  # a query of one question
+
+
+@pytest.mark.parametrize("text", [" ".join(["This is a requirement to keep every text field brief."] * 3),
+                                  "Reply again with one complete, shorter JSON object: keep every text field brief.",
+                                  "fish fish fish fish health health health health fish fish fish fish health"])
+def test_loops_and_the_truncation_feedback_are_not_requirements(text):
+    from actors.steps.plan.requirements import loops
+
+    assert not usable_requirement(text)
+    assert usable_requirement(GOOD) and not loops(GOOD)

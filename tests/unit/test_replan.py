@@ -233,3 +233,17 @@ def test_the_progress_view_shows_added_requirements() -> None:
     console.print(view)
     row = next(line for line in console.export_text().splitlines() if "R3" in line)
     assert "Which concentrations of microplastics" in row and "1.0" in row and "4" in row
+
+
+def test_a_proposal_restating_several_of_the_querys_questions_is_dropped() -> None:
+    """Seen with the embedded model on the held-out query: re-planning added the query itself, lower-cased, and its
+    first question again."""
+    query = ResearchQuery(run_id=RUN, text="How do tracing JIT compilers specialize types, and how are recurrent "
+                                           "networks used to predict sepsis early?")
+    existing = [cov("R1", "How do tracing JIT compilers specialize types?", 0.5),
+                cov("R2", "How are recurrent networks used to predict sepsis early?", 0.5)]
+    gap = "Which sepsis prediction accuracy do recurrent networks reach on hospital data?"
+    draft = ReplanDraft(missing=["quantitative"], requirements=[query.text.lower(), "how do tracing jit compilers "
+                                                                "specialize types", gap])
+    result = asyncio.run(replan_requirements(query, existing, ScriptedLLM([draft]), max_new=3))
+    assert [(r.id, r.text) for r in result.added] == [("R3", gap)] and result.dropped == 2

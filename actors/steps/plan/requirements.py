@@ -19,6 +19,7 @@ new requirements, which get the next free ids (R4, R5, ...).
 
 from __future__ import annotations
 
+import math
 import re
 import string
 from collections import Counter
@@ -53,10 +54,12 @@ _FEEDBACK = re.compile(
     r"|invalid \\?escape|\((?:char|character) \d+\)|line \d+ column \d+"
     r"|field required|input should be a valid|should have at (?:most|least) \d+|validation errors? for"
     r"|your answer (?:was|did)|reply (?:again )?with (?:one|a corrected)|match(?:es)? the \w+ schema"
-    r"|token limit was reached|\bnot_json\b",
+    r"|token limit was reached|\bnot_json\b|keep every text field brief|cut off before the json"
+    r"|complete, shorter json",
     re.IGNORECASE)
 _WORD = re.compile(r"[^\W\d_]{2,}")  # an alphabetic word (two letters or more)
 MIN_REQUIREMENT_WORDS = 3
+LOOP_MIN_WORDS, LOOP_SHARE = 12, 0.5  # "This is a requirement to keep … This is a requirement to keep …"
 _STOP_WORDS = frozenset("""
     a about above after again against all also among an and any are as at be because been before being between
     both but by can could did do does doing during each few for from further had has have having how however if
@@ -103,10 +106,17 @@ def echoes_feedback(text: str) -> bool:
     return _FEEDBACK.search(text) is not None
 
 
+def loops(text: str) -> bool:
+    """Whether ``text`` repeats itself: :data:`LOOP_MIN_WORDS` words or more, fewer than :data:`LOOP_SHARE` of them
+    distinct (a weak model's sentence written over and over)."""
+    words = [w.casefold() for w in _WORD.findall(text)]
+    return len(words) >= LOOP_MIN_WORDS and len(set(words)) < LOOP_SHARE * len(words)
+
+
 def usable_requirement(text: str) -> bool:
-    """Whether an LLM-written requirement is worth keeping: at least three alphabetic words, and not an
-    echo of the JSON-repair feedback (see :func:`echoes_feedback`)."""
-    return len(_WORD.findall(text)) >= MIN_REQUIREMENT_WORDS and not echoes_feedback(text)
+    """Whether an LLM-written requirement is worth keeping: at least three alphabetic words, not an echo of the
+    JSON-repair feedback (see :func:`echoes_feedback`), not a loop (:func:`loops`)."""
+    return len(_WORD.findall(text)) >= MIN_REQUIREMENT_WORDS and not echoes_feedback(text) and not loops(text)
 
 
 def _unique(texts: Iterable[str]) -> list[str]:
@@ -191,9 +201,10 @@ async def derive_requirements(query: ResearchQuery, llm: LLM, max_requirements: 
     One structured LLM call. Items are cleaned (list markers and "find papers about" wrappers
     removed), garbage dropped (see :func:`usable_requirement`), near-identical ones dropped, the rest
     trimmed to ``max_requirements``. If the LLM fails (LLMOutputError, LLMTimeout) or gives nothing
-    usable, the query text itself becomes R1 and ``degraded`` says why. A question of the query that no
-    requirement stands for is added as one more (:func:`unasked`), or named in ``degraded`` at the limit.
-    Other errors (e.g. LLMUnavailable) propagate.
+    usable, the query text itself becomes R1 and ``degraded`` says why. A requirement asking several of the
+    query's questions at once is dropped when the questions fit (:func:`asks_several`), and a question of the
+    query that no requirement stands for is added as one more (:func:`unasked`), or named in ``degraded`` at the
+    limit. Other errors (e.g. LLMUnavailable) propagate.
     """
     n = max(1, min(int(max_requirements), MAX_PLAN_REQUIREMENTS))
     try:
@@ -208,10 +219,13 @@ async def derive_requirements(query: ResearchQuery, llm: LLM, max_requirements: 
         dropped = sum(1 for t in cleaned if t)
         return _fallback(query, "the LLM returned no usable requirement"
                          + (f" ({dropped} dropped as too short or as echoed error feedback)" if dropped else ""), n)
+    texts, split = _one_question_each(query, texts, n)
+    if not texts:
+        return _fallback(query, "every requirement the LLM gave asked several of the query's questions at once", n)
     texts, degraded = await _standalone(query, texts[:n], llm)
     texts, notes = _every_question(query, _unique(texts), n)
     return RequirementsPlan(run_id=query.run_id, query=query, requirements=_numbered(texts),
-                            degraded=(*degraded, *notes))
+                            degraded=(*split, *degraded, *notes))
 
 
 _ABOUT = re.compile(r"\s*\(about: [^()]*\)$")  # the subject :func:`anchored` names: not what a requirement asks
@@ -223,19 +237,45 @@ def own_question(text: str) -> str:
     return _ABOUT.sub("", text)
 
 
+def _own_words(questions: Sequence[str]) -> list[set[str]]:
+    """Per question of a query, its own words: content words the query's other questions do not have."""
+    return [content_words(q) - set().union(*(content_words(o) for j, o in enumerate(questions) if j != i))
+            for i, q in enumerate(questions)]
+
+
 def unasked(query_text: str, texts: Sequence[str]) -> list[str]:
     """The questions of a query of several (:func:`split_questions`) that no requirement stands for: none holds
     a word of the question's own (a content word the query's other questions do not have: "evaluated" in "...,
     and how is it evaluated?"). A weak model may keep one question of two; a question without words of its own
     counts as asked."""
     questions = split_questions(query_text)
-    out = []
-    for i, question in enumerate(questions):
-        others = set().union(*(content_words(q) for j, q in enumerate(questions) if j != i))
-        own = content_words(question) - others
-        if own and not any(own & content_words(own_question(t)) for t in texts):
-            out.append(question)
-    return out
+    return [q for q, own in zip(questions, _own_words(questions), strict=True)
+            if own and not any(own & content_words(own_question(t)) for t in texts)]
+
+
+def asks_several(query_text: str, text: str) -> bool:
+    """Whether a requirement asks two or more of the query's questions (:func:`split_questions`) at once: it holds
+    at least a third (one at the least) of the own words of each of two questions. Such a requirement's coverage
+    can be earned on one of its questions alone (seen: a paper answering the second half of a query credited the
+    whole at 1.0), so a plan gives each question a requirement of its own instead."""
+    words = content_words(own_question(text))
+    held = [own for own in _own_words(split_questions(query_text))
+            if own and len(own & words) >= max(1, math.ceil(len(own) / 3))]
+    return len(held) >= 2
+
+
+def _one_question_each(query: ResearchQuery, texts: list[str], n: int) -> tuple[list[str], list[str]]:
+    """``texts`` without those asking several of the query's questions at once (:func:`asks_several`), when the
+    query's questions fit in ``n`` requirements (:func:`_every_question` then adds the questions); a note."""
+    questions = split_questions(query.text)
+    if not 2 <= len(questions) <= n:
+        return texts, []
+    merged = [t for t in texts if asks_several(query.text, t)]
+    if not merged:
+        return texts, []
+    return [t for t in texts if t not in merged], [
+        f"requirements: {len(merged)} asked several of the query's questions at once; each question is a "
+        "requirement of its own"]
 
 
 def _every_question(query: ResearchQuery, texts: list[str], n: int) -> tuple[list[str], list[str]]:
@@ -403,9 +443,11 @@ async def replan_requirements(query: ResearchQuery, coverages: Sequence[Requirem
     seen = {normalize(c.requirement.text) for c in coverages}
     cleaned = [_shorten(clean_requirement(t), _REQ_MAX_CHARS) for t in answer.requirements]
     texts: list[str] = []
+    several = len(split_questions(query.text)) >= 2
     for text in cleaned:
         key = normalize(text)
-        if usable_requirement(text) and key not in seen:
+        # a proposal restating several of the query's questions at once is the query again, not a gap filled
+        if usable_requirement(text) and key not in seen and not (several and asks_several(query.text, text)):
             seen.add(key)
             texts.append(text)
     kept = texts[:n]
