@@ -61,10 +61,25 @@ def plausible(text: str) -> bool:
     return sum(c.isalpha() for c in chars) / len(chars) >= MIN_LETTER_SHARE
 
 
+# what a parser leaves in a passage that is not its prose: the words read off a figure (PyMuPDF's layout mode wraps
+# them in these comments), superscripts (citation and footnote numbers), other HTML comments and tags
+_PICTURE_TEXT = re.compile(r"<!--\s*Start of picture text\s*-->.*?<!--\s*End of picture text\s*-->", re.S | re.I)
+_SUPERSCRIPT = re.compile(r"<sup>.*?</sup>", re.S | re.I)
+_COMMENT = re.compile(r"<!--.*?-->", re.S)
+_TAG = re.compile(r"</?[a-zA-Z][a-zA-Z0-9]*(?:\s[^<>]*)?/?>")
+
+
+def without_markup(text: str) -> str:
+    """``text`` without figure text, superscripts, HTML comments and tags (a ``<br>`` becomes a space)."""
+    for pattern, into in ((_PICTURE_TEXT, " "), (_SUPERSCRIPT, ""), (_COMMENT, " "), (_TAG, " ")):
+        text = pattern.sub(into, text)
+    return text
+
+
 def prose_sentences(text: str) -> list[str]:
-    """The plausible sentences of a passage in order (heading lines left out, whitespace normalised): what
-    extractive sections and answers quote from."""
-    prose = " ".join(line for line in text.splitlines() if not line.lstrip().startswith("#"))
+    """The plausible sentences of a passage in order (heading lines, figure text and markup left out, whitespace
+    normalised): what extractive sections and answers quote from."""
+    prose = " ".join(line for line in without_markup(text).splitlines() if not line.lstrip().startswith("#"))
     return [s for s in SENTENCE_SPLIT.split(" ".join(prose.split())) if plausible(s)]
 
 

@@ -228,7 +228,9 @@ def test_section_without_any_valid_evidence_sentence_quotes_the_evidence(store):
     r1 = section(report.markdown, R1.text)
     # quoted from the passages: the sentence closest to the requirement (the heading line is not prose)
     assert "Evidence: “Chlorophyll in photosystem II absorbs photons” [1]." in r1
-    assert "Evidence: “Leaves of sun-exposed plants hold more chlorophyll per area than shade leaves do" in r1
+    # the second paper is related, not an answer: its quote says so, and the section says what that means
+    assert "Related: “Leaves of sun-exposed plants hold more chlorophyll per area than shade leaves do" in r1
+    assert "“Related” quotes are from papers on the topic that do not answer this requirement." in r1
     assert report.removed_sentences == 1 and any("R1" in f for f in report.failed_steps)
     assert check_citations(report.markdown, report.sources) == []
 
@@ -241,9 +243,10 @@ def test_llm_failure_gives_a_deterministic_section(store):
     report = write(store, llm, emit=emit)
     md = report.markdown
     r1 = section(md, R1.text)
-    assert r1.count("Evidence:") == 2
+    assert r1.count("Evidence:") == 1 and r1.count("Related:") == 1
     assert "Evidence: “Chlorophyll in photosystem II absorbs photons” [1]." in r1
-    assert "Evidence: “Leaves of sun-exposed plants hold more chlorophyll" in r1 and "[2]." in r1
+    assert "Related: “Leaves of sun-exposed plants hold more chlorophyll" in r1 and "[2]." in r1
+    assert "Quoted from the evidence" in r1 and "“Related” quotes are from papers on the topic" in r1
     assert "Mechanism:" not in r1 and "the language model's synthesis failed" in r1
     assert [f.split(":")[0] for f in report.failed_steps] == ["section R1", "overview"]
     # the deterministic overview and title
@@ -476,7 +479,7 @@ def test_only_implausible_evidence_falls_back_to_the_quoted_evidence(store):
     report = write(store, llm)
     r1 = section(report.markdown, R1.text)
     assert "Evidence: “Chlorophyll in photosystem II absorbs photons” [1]." in r1
-    assert "Evidence: “Leaves of sun-exposed plants hold more chlorophyll" in r1
+    assert "Related: “Leaves of sun-exposed plants hold more chlorophyll" in r1
     assert report.removed_sentences == 2
     assert any(f.startswith("section R1: no Evidence sentence") for f in report.failed_steps)
 
@@ -542,3 +545,28 @@ def test_listed_evidence_tidies_the_foragers_motives() -> None:
     assert "topic's topic, and the document provides a summary of the topic's topic, and" not in texts[0]
     assert not texts[1].endswith(cut[-6:]) and texts[1].startswith("The use of heparin is a common treatment")
     assert texts[2] == "Doc one has passages that answer this requirement"
+
+
+def test_quotes_leave_out_figure_text_superscripts_and_tags():
+    """Seen on the held-out query: the sepsis paper's figure text ("<!-- Start of picture text --> : Lab 1<br>: Lab
+    2 …") was quoted as the answer, and a perspective's citation superscripts ("discovery.<sup>120</sup>")."""
+    from actors.steps.text import prose_sentences, without_markup
+
+    passage = ("<!-- Start of picture text --> : Lab 1<br>: Lab 2<br>: Baseline<br>Deep Recurrent Neural Network"
+               "<br>RNN params<br><!-- End of picture text --> Figure 2: Schematic for the overall method.\n"
+               "The passive diffusion of drugs to the brain is critical in drug discovery.<sup>120</sup> A recurrent "
+               "network<br>predicts sepsis hours before onset in 72% of encounters.")
+    assert without_markup("a<br/>b <i>c</i> <!-- note -->d") == "a b  c   d"
+    assert prose_sentences(passage) == [
+        "Figure 2: Schematic for the overall method.",
+        "The passive diffusion of drugs to the brain is critical in drug discovery.",
+        "A recurrent network predicts sepsis hours before onset in 72% of encounters."]
+    assert prose_sentences("Plants use 5 < 7 of their leaves and x > y in the model we fit here.") == [
+        "Plants use 5 < 7 of their leaves and x > y in the model we fit here."]  # comparisons are not tags
+
+
+def test_a_related_quote_needs_its_citation_too():
+    sources = [SourceRef(n=1, doc_id="d1", title="One")]
+    md = ("## R\n\nEvidence: “It works” [1].\n\nRelated: “Another topic entirely”.\n\n## Sources Consulted\n\n"
+          "[1] A (2020) *One*.\n")
+    assert check_citations(md, sources) == ["Evidence sentence without a citation: Related: “Another topic entirely”."]

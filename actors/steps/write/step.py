@@ -87,9 +87,10 @@ NO_MECHANISM = ("no synthesis is available for this requirement because the lang
                 "evidence found is listed below")
 EXTRACTIVE = ("Quoted from the evidence: each finding below is the sentence of a cited passage closest to this "
               "requirement{why}.")
+RELATED = "“Related” quotes are from papers on the topic that do not answer this requirement."
 EXTRACTED_PER_ITEM = 1  # sentences quoted per evidence document
 
-_SEGMENT = re.compile(r"\b(Evidence|Mechanism):")
+_SEGMENT = re.compile(r"\b(Evidence|Related|Mechanism):")
 _SENTENCE_END = re.compile(r"[.!?](?=\s|$)")
 
 # LLM_FAILURES (what a model call may end in after its retries): the Writer falls back and records it, so a server
@@ -140,7 +141,7 @@ def check_citations(markdown: str, sources: Sequence[SourceRef],
     """Problems with a report's citations; an empty list means none were found.
 
     Checks, using the Markdown structure (markdown-it): every [n] before the '## Sources Consulted'
-    heading is a known source and has an entry in that section; every 'Evidence:' sentence carries at
+    heading is a known source and has an entry in that section; every 'Evidence:' (or 'Related:') sentence carries at
     least one citation; every entry in Sources Consulted is a known source and is listed once; no two
     sources share a number. With ``sections`` (what each requirement's section may cite), a citation
     under a requirement's heading must name a source with evidence for that requirement.
@@ -192,7 +193,7 @@ def check_citations(markdown: str, sources: Sequence[SourceRef],
         if is_paragraph:
             starts = [m for m in _SEGMENT.finditer(text)]
             for k, m in enumerate(starts):
-                if m.group(1) != "Evidence":
+                if m.group(1) == "Mechanism":
                     continue
                 end = starts[k + 1].start() if k + 1 < len(starts) else len(text)
                 segment = text[m.start():end]
@@ -273,7 +274,7 @@ class _Source:
 
 @dataclass
 class _Sentence:
-    kind: Literal["Mechanism", "Evidence"]
+    kind: Literal["Mechanism", "Evidence", "Related"]  # Related: quoted from a paper that does not answer
     text: str  # escaped Markdown, no final punctuation
     labels: list[int]  # valid local labels
 
@@ -415,6 +416,7 @@ class WriteStep:
         if self.settings.extractive():
             section.notes.append(EXTRACTIVE.format(why=" (the embedded model writes no synthesis)"))
             section.sentences = self._extracted(req.text, section.items, 0, chunks)
+            self._note_related(section)
             return
         self.llm_calls += 1
         try:
@@ -425,6 +427,7 @@ class WriteStep:
             self.emit(Stage.WRITE, "step_failed", reason, requirement_id=req.id)
             section.notes.append(EXTRACTIVE.format(why=" (the language model's synthesis failed)"))
             section.sentences = self._extracted(req.text, section.items, 0, chunks)
+            self._note_related(section)
             return
 
         result = self._apply(draft, shown)
@@ -453,7 +456,15 @@ class WriteStep:
         if not evidence:
             failed.append(f"section {req.id}: no Evidence sentence with a valid citation; evidence quoted instead")
             evidence = self._extracted(req.text, shown, 0, chunks)
+            if any(x.kind == "Related" for x in evidence):
+                section.notes.append(RELATED)
         section.sentences = [result.mechanism, *evidence, *self._listed(section.items[k:], k)]
+
+    @staticmethod
+    def _note_related(section: _Section) -> None:
+        """Say what a Related quote is, in a section that has one."""
+        if any(x.kind == "Related" for x in section.sentences):
+            section.notes[-1] += " " + RELATED
 
     def _extracted(self, requirement: str, items: Sequence[tuple[Evidence, _Source]], offset: int,
                    chunks: dict[str, ChunkRecord | None]) -> list[_Sentence]:
@@ -464,8 +475,10 @@ class WriteStep:
         order, a sentence already quoted skipped; an item without a usable sentence is listed as found. The focus
         of a requirement anchored to the query's subject comes from its own question (:func:`own_question`). An
         answering item is quoted from its first passage (the confirmed answer that earned the coverage) while that
-        passage has a usable sentence."""
+        passage has a usable sentence. When some item answers the requirement, the quotes of the items that do not
+        are labelled Related (a paper on the topic is not a finding for it)."""
         wanted = content_words(requirement)
+        answered = any(ev.tag == "answers" for ev, _ in items)
         asked = content_words(own_question(requirement)) or wanted
         quoted: set[str] = set()
         out: list[_Sentence] = []
@@ -492,7 +505,8 @@ class WriteStep:
             for text in best:
                 quoted.add(text)
                 clipped = text if len(text) <= SENTENCE_CHARS else text[:SENTENCE_CHARS].rsplit(" ", 1)[0] + " …"
-                out.append(_Sentence("Evidence", f"“{escape_md(clipped.rstrip('.;:, '))}”", [i]))
+                kind: Literal["Evidence", "Related"] = "Related" if answered and ev.tag != "answers" else "Evidence"
+                out.append(_Sentence(kind, f"“{escape_md(clipped.rstrip('.;:, '))}”", [i]))
         return out
 
     def _apply(self, draft: SectionDraft, shown: Sequence[tuple[Evidence, _Source]]) -> _Draft:
