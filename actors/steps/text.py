@@ -76,11 +76,27 @@ def without_markup(text: str) -> str:
     return text
 
 
+# a full stop that ends an abbreviation, not a sentence ("Chambers et. al (9) pioneered", "e.g. heparin", "Fig. 2")
+_ABBREVIATION = re.compile(r"(?:\b(?:et(?:\s?al)?|al|e\.g|i\.e|figs?|eqs?|vs|cf|approx|refs?|sec|no|dr|resp)"
+                           r"|(?-i:\b[A-Z]))\.$", re.IGNORECASE)
+
+
+def sentences(text: str) -> list[str]:
+    """``text`` split into sentences at a '.', '!' or '?' and a space, not after an abbreviation or an initial."""
+    out: list[str] = []
+    for part in SENTENCE_SPLIT.split(text):
+        if out and _ABBREVIATION.search(out[-1]):
+            out[-1] += " " + part
+        else:
+            out.append(part)
+    return out
+
+
 def prose_sentences(text: str) -> list[str]:
     """The plausible sentences of a passage in order (heading lines, figure text and markup left out, whitespace
     normalised): what extractive sections and answers quote from."""
     prose = " ".join(line for line in without_markup(text).splitlines() if not line.lstrip().startswith("#"))
-    return [s for s in SENTENCE_SPLIT.split(" ".join(prose.split())) if plausible(s)]
+    return [s for s in sentences(" ".join(prose.split())) if plausible(s)]
 
 
 # What a quoted sentence should be: a finding (a measured value, a comparison, what was observed), not the

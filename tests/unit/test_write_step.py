@@ -570,3 +570,28 @@ def test_a_related_quote_needs_its_citation_too():
     md = ("## R\n\nEvidence: “It works” [1].\n\nRelated: “Another topic entirely”.\n\n## Sources Consulted\n\n"
           "[1] A (2020) *One*.\n")
     assert check_citations(md, sources) == ["Evidence sentence without a citation: Related: “Another topic entirely”."]
+
+
+def test_sentences_are_not_cut_after_an_abbreviation():
+    from actors.steps.text import sentences
+
+    text = ("Chambers et. al (9) pioneered the idea. Smith et al. found it too, e.g. in Fig. 2 and Eq. 3. J. Doe "
+            "agreed! Was it vitamin D? Yes.")
+    assert sentences(text) == ["Chambers et. al (9) pioneered the idea.",
+                               "Smith et al. found it too, e.g. in Fig. 2 and Eq. 3.", "J. Doe agreed!",
+                               "Was it vitamin D?", "Yes."]
+
+
+def test_a_section_whose_answers_were_not_confirmed_says_so_rather_than_that_none_answered(store):
+    """Seen on the held-out query: TraceMonkey's passages were called answers to "How do tracing JIT compilers
+    specialize types?" 17 times and confirmed none; the section said "none of their passages answered it
+    directly"."""
+    covs = (RequirementCoverage(run_id=RUN, requirement=R1, iteration=2, coverage=0.5, unconfirmed=17, evidence=(
+                ev(A, "interesting", "Photosystem II absorbs photons.", 1),)),
+            RequirementCoverage(run_id=RUN, requirement=R2, iteration=2, coverage=0.5, evidence=(
+                ev(C, "interesting", "The Calvin cycle fixes carbon.", 0),)))
+    report = write(store, ScriptedLLM({OverviewDraft: [OVERVIEW]}), covs, settings=settings(extractive=True))
+    r1, r2 = section(report.markdown, R1.text), section(report.markdown, R2.text)
+    assert "No answer to this requirement was confirmed: the model called 17 passage(s) answers" in r1
+    assert "none of their passages answered it directly" not in r1
+    assert "Only related documents were found for this requirement" in r2  # no answer was even proposed

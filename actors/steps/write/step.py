@@ -83,6 +83,9 @@ MAX_AUTHORS = 6
 NO_EVIDENCE = "The literature found in this run did not cover this requirement."
 PARTIAL = ("Only related documents were found for this requirement; none of their passages answered it "
            "directly.")
+UNCONFIRMED = ("No answer to this requirement was confirmed: the model called {n} passage(s) answers, but their "
+               "similarity to the requirement and the words they share with it fell short of the check, so they count "
+               "as related, not as answers. Read the quotes below as candidates.")
 NO_MECHANISM = ("no synthesis is available for this requirement because the language model failed; the "
                 "evidence found is listed below")
 EXTRACTIVE = ("Quoted from the evidence: each finding below is the sentence of a cited passage closest to this "
@@ -344,7 +347,7 @@ class WriteStep:
                 src.chunk_ids.extend(c for c in ev.chunk_ids if c not in src.chunk_ids)
                 section.items.append((ev, src))
             if not any(ev.tag == "answers" for ev, _ in section.items):
-                section.notes.append(PARTIAL)
+                section.notes.append(UNCONFIRMED.format(n=cov.unconfirmed) if cov.unconfirmed else PARTIAL)
             before = dict(removed)
             await self._draft(request, section, chunks, removed, failed)
             self.emit(Stage.WRITE, "section", f"wrote the section for {req.id}", iteration=request.iterations,
