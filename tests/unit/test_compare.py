@@ -279,3 +279,25 @@ def test_the_label_check_line_names_only_disagreements_and_marks_only_unsupporte
     far = rec(3, "prediction", "model", text_labels=("mechanism", "model"), unsupported_labels=("prediction",))
     line = label_check_lines([agree, far, rec(4, None, None)], 3)[0]
     assert "(model: prediction†)" in line and "† the model's label is not among the 3 labels" in line
+
+
+def test_a_phrase_written_into_every_field_is_kept_once(store):
+    """Seen on the held-out query: the TraceMonkey record read "trace-based JavaScript compiler" as its problem,
+    method, contribution and novelty."""
+    same = "Photosystem II absorbs photons."
+    llm = ScriptedLLM({ContributionDraft: [{"problem": same, "method": same.lower(), "contribution": same,
+                                            "novelty": "It is the first to show the reactions split water.",
+                                            "problem_label": "mechanism", "method_label": "experiment"},
+                                           record("mechanism", "trial", paper="B"),
+                                           record("prediction", "model", paper="C")],
+                       OverlapDraft: [{"overlaps": []}], DifferenceDraft: [{"differences": []}]})
+    first = run_compare(store, llm).records[0]
+    assert (first.problem, first.method, first.contribution) == (same, "", "")
+    assert first.novelty == "It is the first to show the reactions split water."
+    assert "record [1]: method, contribution, novelty repeated an earlier field; left empty" == run_compare(
+        store, ScriptedLLM({ContributionDraft: [{"problem": same, "method": same, "contribution": same,
+                                                 "novelty": same, "problem_label": "mechanism",
+                                                 "method_label": "experiment"},
+                                                record("mechanism", "trial", paper="B"),
+                                                record("prediction", "model", paper="C")],
+                            OverlapDraft: [{"overlaps": []}], DifferenceDraft: [{"differences": []}]})).failed_steps[0]

@@ -25,7 +25,7 @@ from typing import Any, Literal
 from pydantic import Field, create_model
 
 from actors.steps.forage.step import block
-from actors.steps.plan.requirements import content_words
+from actors.steps.plan.requirements import content_words, normalize
 from actors.steps.schemas import RECORD_CHARS, ContributionDraft, DifferenceDraft, OverlapDraft
 from actors.steps.text import plain_text, tidy
 from infra.embed.base import Embedder
@@ -198,9 +198,16 @@ class ComparisonStep:
                 continue
             echoes = [src.title, *w.problem_labels, *w.method_labels]
             own = content_words(f"{src.title} {doc.abstract} {doc.markdown}") if doc else None
-            fields = {name: record_text(getattr(draft, name), echoes, own)
-                      for name in ("problem", "method", "contribution", "novelty")}
-            elsewhere = [name for name in fields if not fields[name] and record_text(getattr(draft, name), echoes)]
+            fields: dict[str, str] = {}
+            for name in ("problem", "method", "contribution", "novelty"):
+                text = record_text(getattr(draft, name), echoes, own)
+                # a weak model writes one phrase into every field ("trace-based JavaScript compiler" four times)
+                fields[name] = "" if text and normalize(text) in {normalize(t) for t in fields.values() if t} else text
+            copies = [name for name in fields if not fields[name] and record_text(getattr(draft, name), echoes, own)]
+            if copies:
+                failed.append(f"record [{src.n}]: {', '.join(copies)} repeated an earlier field; left empty")
+            elsewhere = [name for name in fields if not fields[name] and name not in copies
+                         and record_text(getattr(draft, name), echoes)]
             if elsewhere:
                 failed.append(f"record [{src.n}]: {', '.join(elsewhere)} not found in the paper's own text; "
                               "left empty")
