@@ -13,6 +13,12 @@ def unit_vector(vector: list[float]) -> list[float]:
     return [x / norm for x in vector] if norm > 0 else vector
 
 
+def cosine(a: Sequence[float], b: Sequence[float]) -> float:
+    """The cosine similarity of two vectors (0 when either is zero)."""
+    norm = math.sqrt(sum(x * x for x in a)) * math.sqrt(sum(y * y for y in b))
+    return sum(x * y for x, y in zip(a, b, strict=True)) / norm if norm else 0.0
+
+
 @runtime_checkable
 class Embedder(Protocol):
     name: str

@@ -74,7 +74,7 @@ from actors.steps.schemas import (
     batch_schema,
 )
 from actors.steps.text import search_query
-from infra.embed.base import Embedder
+from infra.embed.base import Embedder, cosine
 from infra.errors import LLMOutputError, LLMTimeout
 from infra.llm.base import LLM, ChatMessage, T
 from infra.llm.slotted import background_calls, rounds_ahead
@@ -136,11 +136,6 @@ def background_section(section_path: str) -> bool:
     top-level heading: "1 Introduction > 1.2 Contributions" is; "Results > Background noise" is not)."""
     top = section_path.split(">", 1)[0].strip()
     return bool(_BACKGROUND_SECTION.match(top))
-
-
-def _cosine(a: Sequence[float], b: Sequence[float]) -> float:
-    norm = math.sqrt(sum(x * x for x in a)) * math.sqrt(sum(y * y for y in b))
-    return sum(x * y for x, y in zip(a, b, strict=True)) / norm if norm else 0.0
 
 
 def _counts(judgement: ChunkJudgement) -> bool:
@@ -489,7 +484,7 @@ class ForageStep:
         if new:
             for doc_id, embedded in zip(new, self.embedder.embed([summaries[d] for d in new]), strict=True):
                 self._summary_vectors[doc_id] = list(embedded)
-        return sorted(summaries, key=lambda d: -_cosine(self._summary_vectors[d], vector))
+        return sorted(summaries, key=lambda d: -cosine(self._summary_vectors[d], vector))
 
     # -- classify --------------------------------------------------------------------------------------
     async def _judge_all(self, req: Requirement, chunks: Sequence[ChunkRecord], stage: str,

@@ -18,7 +18,6 @@ invents are dropped. A failed call degrades to an empty record or pass, noted in
 from __future__ import annotations
 
 import asyncio
-import math
 from collections.abc import Iterable, Sequence
 from typing import Any, Literal
 
@@ -28,7 +27,7 @@ from actors.steps.forage.step import block
 from actors.steps.plan.requirements import content_words, normalize
 from actors.steps.schemas import RECORD_CHARS, ContributionDraft, DifferenceDraft, OverlapDraft
 from actors.steps.text import plain_text, tidy
-from infra.embed.base import Embedder
+from infra.embed.base import Embedder, cosine
 from infra.errors import LLM_FAILURES
 from infra.llm.base import LLM
 from infra.settings import Settings
@@ -89,11 +88,6 @@ def catch_all(label: str) -> bool:
     return bool(words) and words[0].casefold() == "other"
 
 
-def _cosine(a: Sequence[float], b: Sequence[float]) -> float:
-    norm = math.sqrt(sum(x * x for x in a) * sum(y * y for y in b))
-    return sum(x * y for x, y in zip(a, b, strict=True)) / norm if norm else 0.0
-
-
 class LabelCheck:
     """Whether a paper's own text supports the taxonomy labels a model gave it: its title and abstract are embedded
     and each taxonomy's labels ranked by similarity to them; a label is supported when it is among the ``top``
@@ -112,7 +106,7 @@ class LabelCheck:
             labels = list(dict.fromkeys([*self.taxonomies[0], *self.taxonomies[1]]))
             self._vectors = dict(zip(labels, self.embedder.embed(labels) if labels else [], strict=True))
         vector = self.embedder.embed([text])[0]
-        score = {label: _cosine(vector, v) for label, v in self._vectors.items()}
+        score = {label: cosine(vector, v) for label, v in self._vectors.items()}
         problems, methods = (sorted(t, key=lambda label: -score[label]) for t in self.taxonomies)
         return problems, methods
 
