@@ -34,13 +34,27 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from actors.steps.evaluation.retrieval import load_beir, load_corpus, select_queries  # noqa: E402
-from actors.steps.plan.requirements import content_words, word_share  # noqa: E402
+from actors.steps.plan.requirements import _STOP_WORDS, _WORD, content_words, word_share  # noqa: E402
 from infra.embed import build_embedder  # noqa: E402
 from infra.settings import Settings  # noqa: E402
 from infra.store import build_store  # noqa: E402
 from bench.lexical_signal import corpus_idf  # noqa: E402
 
 Rule = Callable[[dict], float]  # a candidate's score under a family; it passes at score >= threshold
+
+def content_stems(text: str) -> set[str]:
+    """The Snowball (English) stems of the content words of ``text`` (alphabetic, 3+ letters, not a stop word, as
+    ``content_words``, whose 5-letter keys part "tracing" from "trace"): the stemmed word share tried on 2026-11-26
+    (not kept: no better on train, worse on test)."""
+    import snowballstemmer
+
+    words = [w.casefold() for w in _WORD.findall(text)]
+    return set(snowballstemmer.stemmer("english").stemWords([w for w in words if len(w) >= 3 and w not in _STOP_WORDS]))
+
+
+def stem_share(wanted: set[str], text: str) -> float:
+    return len(wanted & content_stems(text)) / len(wanted) if wanted else 0.0
+
 
 FAMILIES: dict[str, Rule] = {
     "sim": lambda c: c["sim"],
@@ -50,6 +64,9 @@ FAMILIES: dict[str, Rule] = {
     "sim + (sim - mean)": lambda c: c["sim"] + (c["sim"] - c["mean"]),
     "sim + 0.4 share": lambda c: c["sim"] + 0.4 * c["share"],
     "sim + 0.4 idf_share": lambda c: c["sim"] + 0.4 * c["idf_share"],
+    "sim + 0.3 stem_share": lambda c: c["sim"] + 0.3 * c["stem_share"],
+    "sim + 0.4 stem_share": lambda c: c["sim"] + 0.4 * c["stem_share"],
+    "sim + 0.5 stem_share": lambda c: c["sim"] + 0.5 * c["stem_share"],
     "sim + (sim - mean) + 0.4 share": lambda c: c["sim"] + (c["sim"] - c["mean"]) + 0.4 * c["share"],
     "sim + 0.5 (sim - mean) + 0.4 share": lambda c: c["sim"] + 0.5 * (c["sim"] - c["mean"]) + 0.4 * c["share"],
     "sim + (sim - mean) + 0.4 idf_share": lambda c: c["sim"] + (c["sim"] - c["mean"]) + 0.4 * c["idf_share"],
@@ -59,7 +76,7 @@ FAMILIES: dict[str, Rule] = {
 }
 
 
-def candidates(hits: list, sims: list[float], shares: list[tuple[float, float]], relevant: set[str],
+def candidates(hits: list, sims: list[float], shares: list[tuple[float, float, float]], relevant: set[str],
                corpus_ids: dict[str, list[str]], k: int, lexical: dict[str, int],
                semantic: dict[str, int]) -> list[dict]:
     """The first ``k`` hits as candidates, each with its similarity, idf share, relevance, its ranks in the BM25
@@ -69,7 +86,8 @@ def candidates(hits: list, sims: list[float], shares: list[tuple[float, float]],
     for i, hit in enumerate(hits):
         others = sims[:i] + sims[i + 1:]
         cid = hit.chunk.chunk_id
-        out.append({"sim": sims[i], "idf_share": shares[i][0], "share": shares[i][1], "bm25_rank": lexical.get(cid, 99),
+        out.append({"sim": sims[i], "idf_share": shares[i][0], "share": shares[i][1], "stem_share": shares[i][2],
+                    "bm25_rank": lexical.get(cid, 99),
                     "vector_rank": semantic.get(cid, 99),
                     "mean": statistics.fmean(others) if others else 0.0,
                     "sd": statistics.pstdev(others) if len(others) > 1 else 0.0,
@@ -91,9 +109,10 @@ def profile(store, embedder, dataset, qrels, qids, corpus_ids, alpha: float, k: 
         words = content_words(claim)
         idf_total = sum(idf(w) for w in words)
         sims = [sum(a * b for a, b in zip(vectors[h.chunk.chunk_id], vector, strict=True)) for h in hits]
-        # (IDF-weighted share, the word share the Forager's confirmation reads: actors.steps.plan.requirements)
+        stems = content_stems(claim)
+        # (IDF-weighted share, the 5-letter-key word share and the stemmed share: actors.steps.plan.requirements)
         shares = [(sum(idf(w) for w in words & content_words(h.chunk.text)) / idf_total if idf_total else 0.0,
-                   word_share(words, h.chunk.text)) for h in hits]
+                   word_share(words, h.chunk.text), stem_share(stems, h.chunk.text)) for h in hits]
         kept = [i for i, h in enumerate(hits) if h.chunk.doc_id not in relevant_docs]
         pool = 4 * (k + 8)
 
