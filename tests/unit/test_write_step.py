@@ -595,3 +595,22 @@ def test_a_section_whose_answers_were_not_confirmed_says_so_rather_than_that_non
     assert "No answer to this requirement was confirmed: the model called 17 passage(s) answers" in r1
     assert "none of their passages answered it directly" not in r1
     assert "Only related documents were found for this requirement" in r2  # no answer was even proposed
+
+
+def test_the_section_prompt_shows_a_passages_prose_without_figure_text(embedder, tmp_path):
+    from infra.store.lancedb import LanceStore
+
+    text = ("<!-- Start of picture text --> : Lab 1<br>: Baseline<br><!-- End of picture text --> The recurrent "
+            "network predicted sepsis 4 hours early.<sup>12</sup>")
+    doc = make_doc("sepsis", "Early sepsis prediction", [("Results", text)])
+    store = LanceStore(tmp_path / "store", dim=384)
+    store.upsert_document(doc[0], doc[1], embedder.embed([c.text for c in doc[1]]))
+    req = Requirement(id="R1", text="How are recurrent networks used to predict sepsis early?")
+    covs = (RequirementCoverage(run_id=RUN, requirement=req, iteration=1, coverage=1.0,
+                                evidence=(ev(doc, "answers", "It predicts sepsis early.", 0),)),)
+    llm = ScriptedLLM({SectionDraft: [draft("Networks read vitals", [("It predicted sepsis early", [1])])],
+                       OverviewDraft: [OVERVIEW]})
+    write(store, llm, covs)
+    prompt = llm.calls_log[0].last_user_message
+    assert "The recurrent network predicted sepsis 4 hours early." in prompt
+    assert "picture text" not in prompt and "Lab 1" not in prompt and "<sup>" not in prompt

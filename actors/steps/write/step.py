@@ -57,7 +57,7 @@ from actors.steps.schemas import (
     SectionDraft,
 )
 from actors.steps.text import (CITE, CUT_SLACK, MIN_LETTER_SHARE, escape_md, finding_weight, plain_text,
-                               prose_sentences, tidy, trim_cut)
+                               prose_sentences, tidy, trim_cut, without_markup)
 from infra.embed.base import Embedder
 from infra.errors import LLM_FAILURES
 from infra.llm.base import LLM, ChatMessage
@@ -403,8 +403,8 @@ class WriteStep:
             excerpts = []
             for cid in ev.chunk_ids[:EXCERPTS_PER_ITEM]:
                 chunk = self._chunk(cid, chunks)
-                if chunk is not None:
-                    text = " ".join(chunk.text.split())
+                if chunk is not None:  # its prose: figure text and markup are nothing to write a sentence from
+                    text = " ".join(without_markup(chunk.text).split())
                     excerpts.append(text if len(text) <= EXCERPT_CHARS else text[:EXCERPT_CHARS] + " …")
             parts.append(
                 f"[{label}] {src.title}\n"
