@@ -16,8 +16,6 @@ the rest of a call's client-side work; 1 ms with the shared context).
 from __future__ import annotations
 
 import asyncio
-import functools
-import ssl
 from typing import Any
 
 import httpx
@@ -27,17 +25,10 @@ from pydantic import BaseModel
 from infra.errors import LLMTimeout, LLMUnavailable
 from infra.llm.base import ChatMessage
 from infra.llm.jsonfix import Completion
-from infra.llm.server import ServerLLM
+from infra.llm.server import ServerLLM, tls_context
 
 DEFAULT_HOST = "http://127.0.0.1:11434"
 TRANSIENT_STATUS = frozenset({408, 429, 500, 502, 503, 504})
-
-
-@functools.cache
-def tls_context() -> ssl.SSLContext:
-    """The TLS context every Ollama client of this process verifies an ``https`` host with: what
-    httpx would build for each client (certifi's CAs, or ``SSL_CERT_FILE`` / ``SSL_CERT_DIR``), built once."""
-    return httpx.create_ssl_context()
 
 
 def is_transient(err: BaseException) -> bool:
