@@ -77,7 +77,7 @@ def without_markup(text: str) -> str:
 
 
 # a full stop that ends an abbreviation, not a sentence ("Chambers et. al (9) pioneered", "e.g. heparin", "Fig. 2")
-_ABBREVIATION = re.compile(r"(?:\b(?:et(?:\s?al)?|al|e\.g|i\.e|figs?|eqs?|vs|cf|approx|refs?|sec|no|dr|resp)"
+_ABBREVIATION = re.compile(r"(?:\b(?:et(?:\s?al)?|al|e\.g|i\.e|figs?|eqs?|vs|cf|approx|refs?|sec|dr|resp)"
                            r"|(?-i:\b[A-Z]))\.$", re.IGNORECASE)
 
 

@@ -11,7 +11,6 @@ import ssl
 from collections.abc import Callable
 
 import httpx
-
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt, wait_exponential
 
 from infra.llm.jsonfix import RetryingLLM
