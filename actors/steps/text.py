@@ -67,6 +67,7 @@ _PICTURE_TEXT = re.compile(r"<!--\s*Start of picture text\s*-->.*?<!--\s*End of 
 _SUPERSCRIPT = re.compile(r"<sup>.*?</sup>", re.S | re.I)
 _COMMENT = re.compile(r"<!--.*?-->", re.S)
 _TAG = re.compile(r"</?[a-zA-Z][a-zA-Z0-9]*(?:\s[^<>]*)?/?>")
+_STRONG = re.compile(r"\*\*|__")  # Markdown bold markers
 
 
 def without_markup(text: str) -> str:
@@ -96,6 +97,7 @@ def prose_sentences(text: str) -> list[str]:
     """The plausible sentences of a passage in order (heading lines, figure text and markup left out, whitespace
     normalised): what extractive sections and answers quote from."""
     prose = " ".join(line for line in without_markup(text).splitlines() if not line.lstrip().startswith("#"))
+    prose = _STRONG.sub("", prose)  # "**Figure 6.** We handle …": the caption's full stop then ends a sentence
     return [s for s in sentences(" ".join(prose.split())) if plausible(s)]
 
 

@@ -614,3 +614,13 @@ def test_the_section_prompt_shows_a_passages_prose_without_figure_text(embedder,
     prompt = llm.calls_log[0].last_user_message
     assert "The recurrent network predicted sepsis 4 hours early." in prompt
     assert "picture text" not in prompt and "Lab 1" not in prompt and "<sup>" not in prompt
+
+
+def test_a_bold_caption_ends_its_own_sentence():
+    """Seen in `forage ask` on TraceMonkey: "Linked Closed Linked (c) **Figure 6.** We handle type-unstable loops …"
+    was quoted as one sentence."""
+    from actors.steps.text import prose_sentences
+
+    assert prose_sentences("Linked Closed Linked (c) **Figure 6.** We handle type-unstable loops by allowing traces "
+                           "to compile.") == ["Linked Closed Linked (c) Figure 6.",
+                                              "We handle type-unstable loops by allowing traces to compile."]
