@@ -100,14 +100,17 @@ def match_metadata(
         metavar="[DOC]...", help="Document ids or unique prefixes (default: every document lacking authors, year, "
                                  "DOI or venue).", show_default=False)] = None,
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Send the lookups shown without asking.")] = False,
+    again: Annotated[bool, typer.Option(help="Also documents looked up before that still lack a field (a preprint "
+                                             "has no venue).")] = False,
     store: Annotated[Path | None, typer.Option(help="Store folder (default: settings).")] = None,
 ) -> None:
     """Fill the authors, year, DOI, arXiv id and venue documents lack from OpenAlex, by DOI or title.
 
     Every lookup is shown before anything is sent, and sent only when you approve it. A work is taken only
     when its title, first author and year agree with the document's; only missing fields are filled (what
-    differs is reported: `forage library fix-metadata` corrects it); titles are never changed."""
-    from actors.steps.ingest.match import lookup_for, missing_fields, outcome
+    differs is reported: `forage library fix-metadata` corrects it); titles are never changed. A document whose
+    lookup was answered before is not looked up again unless named or with --again."""
+    from actors.steps.ingest.match import LOOKED_UP, looked_up, lookup_for, missing_fields, outcome
     from infra.net import Egress, EgressLedger
     from infra.sources.openalex import OpenAlexSource
     from infra.store.base import update_metadata
@@ -115,15 +118,22 @@ def match_metadata(
     settings = library_settings(store)
     library = open_library_store(settings)
     documents = library.list_documents()
+    lacking = [d for d in documents if missing_fields(d)]
+    before = [] if docs or again else [d for d in lacking if looked_up(d)]
+    skipped = {d.doc_id for d in before}
     chosen = (resolve_ids(documents, docs, unchanged="nothing was sent") if docs
-              else [d for d in documents if missing_fields(d)])
+              else [d for d in lacking if d.doc_id not in skipped])
+    if before:
+        console.print(f"{len(before)} document(s) looked up before and still lacking a field are not sent again "
+                      "(--again, or name them).", highlight=False)
     planned = [(d, lookup_for(d)) for d in chosen]
     lookups = [(d, lookup) for d, lookup in planned if lookup is not None]
     rows = [("unchanged", d.title, str(d.year or ""), "no DOI, and a title too short to look up")
             for d, lookup in planned if lookup is None]
     if not lookups:
-        console.print("Nothing to look up: " + ("every document has authors, year, DOI and venue."
-                                                 if not chosen else "no DOI or title worth sending."))
+        console.print("Nothing to look up: " + (
+            "no DOI or title worth sending." if chosen else "the documents still lacking a field were looked up "
+            "before." if before else "every document has authors, year, DOI and venue."))
         raise typer.Exit(0)
     asked = "This lookup" if len(lookups) == 1 else f"These {len(lookups)} lookups"
     console.print(f"{asked} would leave this machine, to OpenAlex ({settings.search.openalex_url}):",
@@ -144,8 +154,8 @@ def match_metadata(
                 works = ([w] if (w := openalex.by_doi(lookup.text)) else []) if lookup.kind == "doi" \
                     else openalex.lookup_title(lookup.text, limit=10)
                 found = outcome(doc, works)
-                if found.changes:
-                    update_metadata(library, doc.doc_id, found.changes)
+                if found.changes or not looked_up(doc):  # answered: not sent again by default
+                    update_metadata(library, doc.doc_id, found.changes, add_flags=(LOOKED_UP,))
             except (ForageError, ValueError) as exc:
                 retry = " (try again later)" if getattr(exc, "retryable", False) else ""
                 rows.append(("failed", doc.title, str(doc.year or ""), f"{exc}{retry}"))

@@ -266,9 +266,10 @@ def documents_named(store: Store, doc_ids: Sequence[str] | None) -> list[Documen
 METADATA_FIELDS = frozenset({"title", "authors", "year", "origin", "venue", "venue_kind"})
 
 
-def update_metadata(store: Store, doc_id: str, changes: dict[str, object]) -> DocumentRecord:
-    """Rewrite a stored document's bibliographic fields (:data:`METADATA_FIELDS`) by
-    writing it back with its own chunks and vectors through :meth:`Store.upsert_document` (one atomic
+def update_metadata(store: Store, doc_id: str, changes: dict[str, object],
+                    add_flags: Sequence[str] = ()) -> DocumentRecord:
+    """Rewrite a stored document's bibliographic fields (:data:`METADATA_FIELDS`), and add ``add_flags`` to its
+    flags, by writing it back with its own chunks and vectors through :meth:`Store.upsert_document` (one atomic
     write; the chunks' search text, which holds the title, follows). The vectors are kept: their context
     line read the old title. StoreError when the document is not stored or a field is not one of these."""
     unknown = sorted(set(changes) - METADATA_FIELDS)
@@ -279,7 +280,8 @@ def update_metadata(store: Store, doc_id: str, changes: dict[str, object]) -> Do
     if found is None:
         raise StoreError(f"no document {doc_id[:16]} in the store", retryable=False)
     doc, chunks, vectors = found
-    updated = DocumentRecord.model_validate({**doc.model_dump(), **changes})
+    updated = DocumentRecord.model_validate({**doc.model_dump(), **changes,
+                                             "flags": tuple(dict.fromkeys((*doc.flags, *add_flags)))})
     store.upsert_document(updated, chunks, vectors)
     return updated
 

@@ -151,7 +151,8 @@ def test_match_with_approval_fills_the_store_and_records_each_request(loopback_s
     assert (pnas.venue, pnas.venue_kind) == ("Proceedings of the National Academy of Sciences", "journal")
     chem = store.get_document(library["chem"].doc_id)
     assert chem.origin == "chem.pdf, doi:10.1038/s42256-024-00832-8" and chem.venue == "Nature Machine Intelligence"
-    assert store.get_document(library["none"].doc_id) == library["none"]  # no match: untouched
+    none = store.get_document(library["none"].doc_id)  # no match: untouched but for the looked-up flag
+    assert none == library["none"].model_copy(update={"flags": ("openalex_looked_up",)})
     assert store.count_chunks(library["chem"].doc_id) == 1  # chunks and vectors kept
     # the three requests, each in the ledger: the DOI and the two exact titles shown before
     requests = loopback_sources.received("/works")
@@ -186,3 +187,31 @@ def test_entry_types_follow_the_venue_kind() -> None:
     ris = to_ris([conference, preprint, bare]).split("\n\n")
     assert ris[0].startswith("TY  - CONF") and "T2  - Proceedings of the 58th" in ris[0] and "C3  - " in ris[0]
     assert ris[1].startswith("TY  - UNPB") and ris[2].startswith("TY  - GEN")
+
+
+def test_a_document_looked_up_before_is_not_sent_again_unless_asked(loopback_sources, tmp_path: Path,
+                                                                     library: dict[str, DocumentRecord]) -> None:
+    """A document OpenAlex cannot complete (no match, or a preprint, which never gets a venue) was looked up again on
+    every run, its title leaving the machine each time."""
+    from actors.steps.ingest.match import LOOKED_UP
+
+    result, _ = _run(["--yes"], loopback_sources, tmp_path)
+    assert result.exit_code == 0, result.output
+    assert len(loopback_sources.received("/works")) == 3
+    store = build_store(Settings.load(embed={"backend": "minilm"}, store={"path": str(tmp_path / "store")}))
+    none = store.get_document(library["none"].doc_id)
+    assert LOOKED_UP in none.flags and none.title == library["none"].title  # no match: only the flag
+    assert LOOKED_UP in store.get_document(library["pnas"].doc_id).flags
+    assert store.count_chunks(library["none"].doc_id) == 1
+    # the next run sends nothing: the one still lacking fields was answered before
+    result, text = _run(["--yes"], loopback_sources, tmp_path)
+    assert result.exit_code == 0, result.output
+    assert "1 document(s) looked up before and still lacking a field are not sent again" in text
+    assert "Nothing to look up: the documents still lacking a field were looked up before." in text
+    assert len(loopback_sources.received("/works")) == 3
+    # asked for: --again, or by name
+    result, text = _run(["--yes", "--again"], loopback_sources, tmp_path)
+    assert result.exit_code == 0 and "Quantum gardening" in text
+    assert len(loopback_sources.received("/works")) == 4
+    result, text = _run([library["none"].doc_id[:10], "--yes"], loopback_sources, tmp_path)
+    assert result.exit_code == 0 and len(loopback_sources.received("/works")) == 5

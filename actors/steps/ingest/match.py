@@ -32,6 +32,9 @@ from infra.store.base import DocumentRecord
 from messages.search import Candidate
 
 TITLE_SIMILARITY = 0.92
+# a document's flag once its lookup was answered (matched or not): a later `library match` does not send its DOI or
+# title again unless asked (a preprint never gets a venue, so it would be looked up on every run)
+LOOKED_UP = "openalex_looked_up"
 YEAR_SLACK = 1
 _ARXIV_DOI = re.compile(r"^10\.48550/arxiv\.", re.IGNORECASE)
 
@@ -72,6 +75,11 @@ def missing_fields(doc: DocumentRecord) -> list[str]:
     """The bibliographic fields a document lacks (what a match could fill)."""
     return [name for name, absent in (("authors", not doc.authors), ("year", doc.year is None),
                                       ("doi", document_doi(doc) is None), ("venue", not doc.venue)) if absent]
+
+
+def looked_up(doc: DocumentRecord) -> bool:
+    """Whether ``doc``'s lookup was sent and answered before (:data:`LOOKED_UP`)."""
+    return LOOKED_UP in doc.flags
 
 
 def lookup_for(doc: DocumentRecord) -> Lookup | None:
