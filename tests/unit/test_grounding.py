@@ -44,7 +44,7 @@ def test_dangling_citations_are_repaired_by_one_regeneration(store):
     assert "not among the items 1 to 2" in retry.last_user_message
     assert retry.messages[-2]["role"] == "assistant" and "[7]" in retry.messages[-2]["content"]  # its own answer
     r1 = section(report.markdown, R1.text)
-    assert "Evidence: Photosystem II splits water [1]." in r1 and "Evidence: Sun leaves differ [2]." in r1
+    assert "Evidence: Photosystem II splits water [1]." in r1 and "Related: Sun leaves differ [2]." in r1
     assert report.removed_citations == 0 and report.removed_sentences == 0
     assert report.regenerated_sections == 2  # R1 repaired, R2 rested on one of its two sources
     assert report.llm_calls == 5
@@ -83,7 +83,7 @@ def test_a_failed_regeneration_keeps_the_first_draft_cleaned(store):
     llm = ScriptedLLM({SectionDraft: [bad, LLMOutputError("no valid SectionDraft"), R2_DRAFT,
                                       LLMOutputError("no valid SectionDraft")], OverviewDraft: [OVERVIEW]})
     report = write(store, llm)
-    assert "Evidence: Sun leaves differ [2]." in section(report.markdown, R1.text)
+    assert "Related: Sun leaves differ [2]." in section(report.markdown, R1.text)
     assert report.removed_citations == 1
     assert sum("regeneration failed" in f for f in report.failed_steps) == 2
     assert check_citations(report.markdown, report.sources, report.sections) == []

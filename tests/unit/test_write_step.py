@@ -148,7 +148,7 @@ def test_report_structure_and_numbering(store):
     assert [(s.n, s.doc_id) for s in report.sources] == [(1, a), (2, b), (3, c)]
     r1 = section(md, R1.text)
     assert "Mechanism: Chlorophyll absorbs photons that drive water splitting [1]." in r1
-    assert "Evidence: Sun leaves hold more chlorophyll [2]." in r1
+    assert "Related: Sun leaves hold more chlorophyll [2]." in r1  # cites only the paper that does not answer
     assert "Evidence: Photosystem II splits water [1]." in r1
     r2 = section(md, R2.text)
     assert "Mechanism: Sugars store the energy of ATP and NADPH." in r2
@@ -212,7 +212,7 @@ def test_invalid_citations_are_removed_and_uncited_sentences_dropped(store):
     r1 = section(md, R1.text)
     assert "Mechanism: chlorophyll absorbs photons." in r1  # its only citation [7] was invalid
     assert "Evidence: Photosystem II splits water [1]." in r1
-    assert "Evidence: more chlorophyll in sun leaves [2]." in r1
+    assert "Related: more chlorophyll in sun leaves [2]." in r1
     assert "Sun leaves hold more chlorophyll" not in md and "without any source" not in md
     assert report.removed_citations == 4  # [7], [5], 9, 3
     assert report.removed_sentences == 2
@@ -230,7 +230,7 @@ def test_section_without_any_valid_evidence_sentence_quotes_the_evidence(store):
     assert "Evidence: “Chlorophyll in photosystem II absorbs photons” [1]." in r1
     # the second paper is related, not an answer: its quote says so, and the section says what that means
     assert "Related: “Leaves of sun-exposed plants hold more chlorophyll per area than shade leaves do" in r1
-    assert "“Related” quotes are from papers on the topic that do not answer this requirement." in r1
+    assert "“Related” marks what rests only on papers on the topic that do not answer this requirement." in r1
     assert report.removed_sentences == 1 and any("R1" in f for f in report.failed_steps)
     assert check_citations(report.markdown, report.sources) == []
 
@@ -246,7 +246,7 @@ def test_llm_failure_gives_a_deterministic_section(store):
     assert r1.count("Evidence:") == 1 and r1.count("Related:") == 1
     assert "Evidence: “Chlorophyll in photosystem II absorbs photons” [1]." in r1
     assert "Related: “Leaves of sun-exposed plants hold more chlorophyll" in r1 and "[2]." in r1
-    assert "Quoted from the evidence" in r1 and "“Related” quotes are from papers on the topic" in r1
+    assert "Quoted from the evidence" in r1 and "“Related” marks what rests only on papers on the topic" in r1
     assert "Mechanism:" not in r1 and "the language model's synthesis failed" in r1
     assert [f.split(":")[0] for f in report.failed_steps] == ["section R1", "overview"]
     # the deterministic overview and title
@@ -465,8 +465,8 @@ def test_implausible_mechanism_and_evidence_are_replaced_or_dropped(store):
     md = report.markdown
     r1, r2 = section(md, R1.text), section(md, R2.text)
     assert f"Mechanism: {NO_MECHANISM}." in r1 and f"Mechanism: {NO_MECHANISM}." in r2
-    # the mechanism's citation went with it, so B is the first source cited
-    assert r1.count("Evidence:") == 1 and "Evidence: Sun leaves hold more chlorophyll [1]." in r1
+    # the mechanism's citation went with it, so B (related, not an answer) is the first source cited
+    assert r1.count("Evidence:") == 0 and "Related: Sun leaves hold more chlorophyll [1]." in r1
     assert "2022" not in md and "topic's topic" not in md
     assert report.removed_sentences == 3
     assert check_citations(md, report.sources) == []
@@ -492,7 +492,7 @@ def test_sentences_cut_at_the_length_limit_end_on_a_whole_word(store):
                        OverviewDraft: [OVERVIEW]})
     r1 = section(write(store, llm).markdown, R1.text)
     assert f"Mechanism: {FIRST[:-1]} [1]." in r1
-    assert "Evidence: Bleeding-edge measurements" in r1
+    assert "Related: Bleeding-edge measurements" in r1
     assert "under clear skies and… [2]." in r1 and "hemos" not in r1
 
 
@@ -624,3 +624,18 @@ def test_a_bold_caption_ends_its_own_sentence():
     assert prose_sentences("Linked Closed Linked (c) **Figure 6.** We handle type-unstable loops by allowing traces "
                            "to compile.") == ["Linked Closed Linked (c) Figure 6.",
                                               "We handle type-unstable loops by allowing traces to compile."]
+
+
+def test_a_model_sentence_citing_only_a_related_paper_is_marked_related(store):
+    llm = ScriptedLLM({SectionDraft: [draft("Light drives water splitting", [
+                           ("Photosystem II splits water and sun leaves hold more of it", [1, 2]),
+                           ("Sun leaves hold more chlorophyll", [2])], [1]), R2_DRAFT],
+                       OverviewDraft: [OVERVIEW]})
+    report = write(store, llm)
+    r1 = section(report.markdown, R1.text)
+    assert "Evidence: Photosystem II splits water and sun leaves hold more of it [1][2]." in r1  # an answer cited too
+    assert "Related: Sun leaves hold more chlorophyll [2]." in r1
+    assert "“Related” marks what rests only on papers on the topic that do not answer this requirement." in r1
+    r2 = section(report.markdown, R2.text)  # both of R2's papers answer: nothing is Related there
+    assert "Related:" not in r2 and "“Related”" not in r2
+    assert check_citations(report.markdown, report.sources) == []

@@ -90,7 +90,7 @@ NO_MECHANISM = ("no synthesis is available for this requirement because the lang
                 "evidence found is listed below")
 EXTRACTIVE = ("Quoted from the evidence: each finding below is the sentence of a cited passage closest to this "
               "requirement{why}.")
-RELATED = "“Related” quotes are from papers on the topic that do not answer this requirement."
+RELATED = "“Related” marks what rests only on papers on the topic that do not answer this requirement."
 EXTRACTED_PER_ITEM = 1  # sentences quoted per evidence document
 
 _SEGMENT = re.compile(r"\b(Evidence|Related|Mechanism):")
@@ -459,9 +459,19 @@ class WriteStep:
         if not evidence:
             failed.append(f"section {req.id}: no Evidence sentence with a valid citation; evidence quoted instead")
             evidence = self._extracted(req.text, shown, 0, chunks)
-            if any(x.kind == "Related" for x in evidence):
-                section.notes.append(RELATED)
-        section.sentences = [result.mechanism, *evidence, *self._listed(section.items[k:], k)]
+        section.sentences = [result.mechanism, *self._as_related(section, [*evidence,
+                                                                           *self._listed(section.items[k:], k)])]
+        if any(x.kind == "Related" for x in section.sentences):
+            section.notes.append(RELATED)
+
+    @staticmethod
+    def _as_related(section: _Section, sentences: list[_Sentence]) -> list[_Sentence]:
+        """In a section some paper answers, an Evidence sentence citing only papers that do not answer is Related."""
+        answers = {i for i, (ev, _) in enumerate(section.items, start=1) if ev.tag == "answers"}
+        if not answers:
+            return sentences
+        return [_Sentence("Related", x.text, x.labels) if x.kind == "Evidence" and x.labels and not answers & set(x.labels)
+                else x for x in sentences]
 
     @staticmethod
     def _note_related(section: _Section) -> None:
