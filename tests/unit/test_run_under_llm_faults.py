@@ -236,4 +236,5 @@ def test_the_writer_with_its_server_down_writes_the_report_from_the_evidence(cha
                         if len(cited) >= 2 else [])], report.failed_steps
     # each section quotes its evidence instead (with [n]) and says why
     assert report.markdown.count("(the language model's synthesis failed)") == len(written)
-    assert report.markdown.count("Evidence: “") >= len(written)
+    # (an answer's quote is Evidence, a related paper's is Related)
+    assert report.markdown.count("Evidence: “") + report.markdown.count("Related: “") >= len(written)

@@ -418,7 +418,7 @@ class WriteStep:
                                          + "\n\n".join(parts))}]
         if self.settings.extractive():
             section.notes.append(EXTRACTIVE.format(why=" (the embedded model writes no synthesis)"))
-            section.sentences = self._extracted(req.text, section.items, 0, chunks)
+            section.sentences = self._as_related(section, self._extracted(req.text, section.items, 0, chunks))
             self._note_related(section)
             return
         self.llm_calls += 1
@@ -429,7 +429,7 @@ class WriteStep:
             failed.append(reason)
             self.emit(Stage.WRITE, "step_failed", reason, requirement_id=req.id)
             section.notes.append(EXTRACTIVE.format(why=" (the language model's synthesis failed)"))
-            section.sentences = self._extracted(req.text, section.items, 0, chunks)
+            section.sentences = self._as_related(section, self._extracted(req.text, section.items, 0, chunks))
             self._note_related(section)
             return
 
@@ -466,10 +466,9 @@ class WriteStep:
 
     @staticmethod
     def _as_related(section: _Section, sentences: list[_Sentence]) -> list[_Sentence]:
-        """In a section some paper answers, an Evidence sentence citing only papers that do not answer is Related."""
+        """An Evidence sentence citing only papers that do not answer the requirement is Related (a paper on the topic is
+        not a finding for it), whether a model wrote it or it is quoted."""
         answers = {i for i, (ev, _) in enumerate(section.items, start=1) if ev.tag == "answers"}
-        if not answers:
-            return sentences
         return [_Sentence("Related", x.text, x.labels) if x.kind == "Evidence" and x.labels and not answers & set(x.labels)
                 else x for x in sentences]
 
@@ -488,10 +487,8 @@ class WriteStep:
         order, a sentence already quoted skipped; an item without a usable sentence is listed as found. The focus
         of a requirement anchored to the query's subject comes from its own question (:func:`own_question`). An
         answering item is quoted from its first passage (the confirmed answer that earned the coverage) while that
-        passage has a usable sentence. When some item answers the requirement, the quotes of the items that do not
-        are labelled Related (a paper on the topic is not a finding for it)."""
+        passage has a usable sentence. Which of them are Related is the caller's (:meth:`_as_related`)."""
         wanted = content_words(requirement)
-        answered = any(ev.tag == "answers" for ev, _ in items)
         asked = content_words(own_question(requirement)) or wanted
         quoted: set[str] = set()
         out: list[_Sentence] = []
@@ -518,8 +515,7 @@ class WriteStep:
             for text in best:
                 quoted.add(text)
                 clipped = text if len(text) <= SENTENCE_CHARS else text[:SENTENCE_CHARS].rsplit(" ", 1)[0] + " …"
-                kind: Literal["Evidence", "Related"] = "Related" if answered and ev.tag != "answers" else "Evidence"
-                out.append(_Sentence(kind, f"“{escape_md(clipped.rstrip('.;:, '))}”", [i]))
+                out.append(_Sentence("Evidence", f"“{escape_md(clipped.rstrip('.;:, '))}”", [i]))
         return out
 
     def _apply(self, draft: SectionDraft, shown: Sequence[tuple[Evidence, _Source]]) -> _Draft:
