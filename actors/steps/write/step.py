@@ -466,11 +466,11 @@ class WriteStep:
 
     @staticmethod
     def _as_related(section: _Section, sentences: list[_Sentence]) -> list[_Sentence]:
-        """An Evidence sentence citing only papers that do not answer the requirement is Related (a paper on the topic is
-        not a finding for it), whether a model wrote it or it is quoted."""
+        """An Evidence sentence citing only papers that do not answer the requirement is Related (a paper on the
+        topic is not a finding for it), whether a model wrote it or it is quoted."""
         answers = {i for i, (ev, _) in enumerate(section.items, start=1) if ev.tag == "answers"}
-        return [_Sentence("Related", x.text, x.labels) if x.kind == "Evidence" and x.labels and not answers & set(x.labels)
-                else x for x in sentences]
+        return [_Sentence("Related", x.text, x.labels)
+                if x.kind == "Evidence" and x.labels and not answers & set(x.labels) else x for x in sentences]
 
     @staticmethod
     def _note_related(section: _Section) -> None:
