@@ -443,11 +443,10 @@ async def replan_requirements(query: ResearchQuery, coverages: Sequence[Requirem
     seen = {normalize(c.requirement.text) for c in coverages}
     cleaned = [_shorten(clean_requirement(t), _REQ_MAX_CHARS) for t in answer.requirements]
     texts: list[str] = []
-    several = len(split_questions(query.text)) >= 2
     for text in cleaned:
         key = normalize(text)
         # a proposal restating several of the query's questions at once is the query again, not a gap filled
-        if usable_requirement(text) and key not in seen and not (several and asks_several(query.text, text)):
+        if usable_requirement(text) and key not in seen and not asks_several(query.text, text):
             seen.add(key)
             texts.append(text)
     kept = texts[:n]

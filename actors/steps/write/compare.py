@@ -193,11 +193,18 @@ class ComparisonStep:
             echoes = [src.title, *w.problem_labels, *w.method_labels]
             own = content_words(f"{src.title} {doc.abstract} {doc.markdown}") if doc else None
             fields: dict[str, str] = {}
+            copies: list[str] = []
+            kept: set[str] = set()  # normalized texts of the fields kept so far
             for name in ("problem", "method", "contribution", "novelty"):
                 text = record_text(getattr(draft, name), echoes, own)
                 # a weak model writes one phrase into every field ("trace-based JavaScript compiler" four times)
-                fields[name] = "" if text and normalize(text) in {normalize(t) for t in fields.values() if t} else text
-            copies = [name for name in fields if not fields[name] and record_text(getattr(draft, name), echoes, own)]
+                key = normalize(text)
+                if text and key in kept:
+                    copies.append(name)
+                    text = ""
+                elif text:
+                    kept.add(key)
+                fields[name] = text
             if copies:
                 failed.append(f"record [{src.n}]: {', '.join(copies)} repeated an earlier field; left empty")
             elsewhere = [name for name in fields if not fields[name] and name not in copies

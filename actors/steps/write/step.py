@@ -417,9 +417,7 @@ class WriteStep:
             {"role": "user", "content": (f"Requirement: {req.text}\n\nEvidence items (numbers 1 to {k}):\n\n"
                                          + "\n\n".join(parts))}]
         if self.settings.extractive():
-            section.notes.append(EXTRACTIVE.format(why=" (the embedded model writes no synthesis)"))
-            section.sentences = self._as_related(section, self._extracted(req.text, section.items, 0, chunks))
-            self._note_related(section)
+            self._quote(section, chunks, " (the embedded model writes no synthesis)")
             return
         self.llm_calls += 1
         try:
@@ -428,9 +426,7 @@ class WriteStep:
             reason = f"section {req.id}: {type(exc).__name__}: {_excerpt(str(exc), 200)}; written from the evidence"
             failed.append(reason)
             self.emit(Stage.WRITE, "step_failed", reason, requirement_id=req.id)
-            section.notes.append(EXTRACTIVE.format(why=" (the language model's synthesis failed)"))
-            section.sentences = self._as_related(section, self._extracted(req.text, section.items, 0, chunks))
-            self._note_related(section)
+            self._quote(section, chunks, " (the language model's synthesis failed)")
             return
 
         result = self._apply(draft, shown)
@@ -472,9 +468,12 @@ class WriteStep:
         return [_Sentence("Related", x.text, x.labels)
                 if x.kind == "Evidence" and x.labels and not answers & set(x.labels) else x for x in sentences]
 
-    @staticmethod
-    def _note_related(section: _Section) -> None:
-        """Say what a Related quote is, in a section that has one."""
+    def _quote(self, section: _Section, chunks: dict[str, ChunkRecord | None], why: str) -> None:
+        """The section written from its evidence alone (:meth:`_extracted`), saying so and ``why``, and what a Related
+        quote is when it has one."""
+        section.notes.append(EXTRACTIVE.format(why=why))
+        section.sentences = self._as_related(section, self._extracted(section.coverage.requirement.text,
+                                                                      section.items, 0, chunks))
         if any(x.kind == "Related" for x in section.sentences):
             section.notes[-1] += " " + RELATED
 
@@ -860,7 +859,7 @@ def label_check_lines(records: Sequence[ContributionRecord], top: int) -> list[s
     if not said:
         return ["Label check: each compared paper's labels are the ones closest to its title and abstract (embedding "
                 "similarity).", ""]
-    marked = any(label in r.unsupported_labels for r in records for label in (r.problem_label, r.method_label))
+    marked = any(r.unsupported_labels for r in records)
     return ["Label check, a second opinion from embedding similarity (not a verdict): the label closest to the "
             f"paper's title and abstract where it is not the model's: {'; '.join(said)}."
             + (f" † the model's label is not among the {top} labels of its taxonomy closest to that text."
