@@ -76,7 +76,11 @@ class LocalCrew:
         return await asyncio.to_thread(self.searcher.search, request)
 
     async def ingest(self, requests: Sequence[IngestRequest]) -> list[IngestResult]:
-        return [await asyncio.to_thread(self.ingestor.ingest, r) for r in requests]
+        results = [await asyncio.to_thread(self.ingestor.ingest, r) for r in requests]
+        index = getattr(self.ingestor, "index_new_chunks", None)
+        if index is not None and any(r.status == "stored" for r in results):
+            await asyncio.to_thread(index)
+        return results
 
     async def forage(self, requests: Sequence[ForageRequest]) -> list[RequirementCoverage]:
         return list(await asyncio.gather(*(self.foragers[r.requirement.id].forage(r) for r in requests)))
@@ -177,7 +181,25 @@ class RayCrew:
                         results[i] = self._failed(req, f"{type(exc).__name__}: {exc}", time.monotonic() - t0)
 
         await asyncio.gather(*(worker(slot) for slot in range(len(self._ingestors))))
-        return [r for r in results if r is not None]
+        done = [r for r in results if r is not None]
+        if any(r.status == "stored" for r in done):
+            await self._index_new_chunks()
+        return done
+
+    async def _index_new_chunks(self) -> None:
+        """Fold the batch's chunks into the store's search indexes before the Foragers search (one Ingestor does
+        it: :meth:`actors.steps.ingest.step.IngestStep.index_new_chunks`). An Ingestor lost meanwhile only leaves
+        the search slower."""
+        import ray
+
+        from actors.options import method_options
+
+        opts = method_options("ingestor", "index_new_chunks", self.settings)
+        try:
+            await self._ingestors[0].index_new_chunks.options(**opts).remote()
+        except ray.exceptions.RayError as exc:
+            self.emit(Stage.INGEST, "indexed", f"indexing the new chunks failed ({type(exc).__name__}); search "
+                      "stays correct but slower", folded=0, error=str(exc)[:300])
 
     async def start_ingestors(self) -> None:
         """Create the Ingestor pool (:func:`actors.options.ingestor_pool_size`) and build their steps now."""

@@ -53,6 +53,13 @@ class Ingestor:
         finally:
             self._emit.flush()  # the document's events are in the log before its result
 
+    def index_new_chunks(self) -> int:
+        """Fold the chunks written so far into the store's search indexes (after a batch; idempotent)."""
+        try:
+            return self._ensure().index_new_chunks()
+        finally:
+            self._emit.flush()
+
     def pid(self) -> int:
         return os.getpid()
 

@@ -23,6 +23,7 @@ _IDEMPOTENT: dict[tuple[str, str], bool] = {
     # (actors/crew.py: on a fresh Ingestor, ray.max_task_retries times, with an event saying so); a Ray retry on
     # the restarted actor as well made the number of attempts depend on timing (2 or 3; a crash sometimes unseen)
     ("ingestor", "ingest"): False,
+    ("ingestor", "index_new_chunks"): True,  # folding in what is already folded in does nothing
     ("searcher", "search"): True,
     ("status_hub", "events"): True,
     ("embed_endpoint", "embed"): True,  # same texts, same vectors

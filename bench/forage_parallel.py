@@ -145,6 +145,7 @@ def build_store(settings: Settings, beir: Path, n_docs: int, n_requirements: int
     docs = [TextDocument(key=f"beir:scifact:{c}", title=data.corpus[c][0], text=data.corpus[c][1]) for c in chosen]
     results = step.ingest_texts("bench", docs)
     assert all(r.status == "stored" for r in results), [r.reason for r in results if r.status != "stored"][:3]
+    step.index_new_chunks()  # as the crew does after an iteration's ingestion, before the Foragers search
     return [Requirement(id=f"R{i}", text=data.queries[q][:300]) for i, q in enumerate(qids, start=1)]
 
 

@@ -107,7 +107,10 @@ def ingest_candidates(settings: Settings, run_id: str, candidates: Sequence[Cand
     from infra.store import build_store
 
     step = IngestStep(settings, build_store(settings), build_embedder(settings), build_parser(settings))
-    return [step.ingest(IngestRequest(run_id=run_id, candidate=c)) for c in candidates]
+    results = [step.ingest(IngestRequest(run_id=run_id, candidate=c)) for c in candidates]
+    if any(r.status == "stored" for r in results):
+        step.index_new_chunks()  # searchable at full speed when the next run starts
+    return results
 
 
 def _status(result: Any, pulled: str = "new") -> tuple[str, str]:

@@ -27,10 +27,8 @@ from __future__ import annotations
 import json
 import shutil
 import time
-import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -171,14 +169,9 @@ def drop_cached_contexts(cache: Path, hashes: set[str], contexts: set[str]) -> i
 
 
 def purge_deleted(store: Any) -> None:
-    """Make deletions physical: LanceDB keeps deleted rows in older table versions until they are
-    compacted and cleaned up. Stores without versions (no ``optimize``) need nothing."""
-    optimize = getattr(store, "optimize", None)
-    if optimize is None:
-        return
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", UserWarning)  # "removes every version except the latest": wanted here
-        optimize(cleanup_older_than=timedelta(0))
+    """Make deletions physical (:meth:`infra.store.base.Store.purge_deleted`): LanceDB keeps deleted rows in older
+    table versions and their values in indexes folded forward since."""
+    store.purge_deleted()
 
 
 def _inside(path: Path, folder: Path) -> bool:

@@ -207,6 +207,16 @@ class Store(ABC):
         a store with nothing stored yet opens nothing."""
         self.count_chunks()
 
+    def purge_deleted(self) -> None:
+        """Remove what deleted documents left behind (old table versions, index entries), so a forgotten document
+        leaves no trace on disk. A store that removes deleted objects itself has nothing to do."""
+
+    def index_new_chunks(self) -> int:
+        """Make the chunks written so far searchable at full speed before a search-heavy stage (the Orchestrator
+        runs it after each iteration's ingestion); how many chunks it folded in. A store that indexes every write
+        as it happens (Weaviate) has nothing to do."""
+        return 0
+
     @abstractmethod
     def get_document(self, doc_id: str) -> DocumentRecord | None: ...
     @abstractmethod

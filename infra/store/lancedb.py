@@ -46,6 +46,7 @@ import json
 import logging
 import math
 import os
+import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager, ExitStack, contextmanager
@@ -836,6 +837,51 @@ class LanceStore(Store):
                         exc)
             return None
         return info
+
+    def purge_deleted(self) -> None:
+        """Make deletions physical, in the indexes too (``forage forget``): LanceDB keeps deleted rows in older table
+        versions, and an index folded forward by :meth:`optimize` keeps the values of rows deleted since it was built
+        (a deleted paper's key in the B-tree pages, its words in the BM25 postings, its vector in the ANN index). So
+        every index is built again from the rows left, then every older version and the files only they used are
+        removed. Costs a full index build: for a forget, not for routine upkeep."""
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)  # "removes every version except the latest": wanted here
+            self.optimize(cleanup_older_than=timedelta(0))
+            for name in (CHUNKS, DOCUMENTS):
+                table = self._table(name, create=False)
+                if table is None:
+                    continue
+                for ix in table.list_indices():
+                    kind = ix.index_type.upper()
+                    config = {"FTS": FTS, "BTREE": BTree, "BITMAP": Bitmap}.get(kind)
+                    if config is None or len(ix.columns) != 1:
+                        continue  # the ANN vector index: trained again below
+                    try:
+                        _retry_conflicts(lambda t=table, c=ix.columns[0], k=config: t.create_index(
+                            c, config=k(), replace=True))()
+                    except Exception as exc:  # noqa: BLE001
+                        raise StoreError(f"rebuilding the {kind} index on {name}.{ix.columns[0]} at {self.path} "
+                                         f"failed: {exc}") from exc
+            if self.vector_index() is not None:
+                self.build_vector_index(force=True)
+            self.optimize(cleanup_older_than=timedelta(0))
+
+    def index_new_chunks(self) -> int:
+        """Fold the chunks written since the last optimize into the BM25 index now (:meth:`optimize`), so the searches
+        that follow stop flat-scanning them: each unindexed chunk costs every BM25 query about 0.05 ms on a 2-core
+        machine (1,063 unindexed chunks: BM25 p50 54.7 ms against 5.1 ms folded in), and folding them in took
+        0.03-0.18 s for 156-1,079 new chunks beside 0 or 3,202 indexed ones (bench/store_index.py). How many chunks
+        were waiting; 0 when none were, or when another process is optimizing right now (it folds them in)."""
+        waiting = self.unindexed_chunks()
+        if waiting == 0:
+            return 0
+        (self.path / LOCK_DIR).mkdir(parents=True, exist_ok=True)
+        try:
+            with FileLock(self.path / LOCK_DIR / "optimize.lock", blocking=False):
+                self.optimize()
+        except Timeout:
+            return 0
+        return waiting
 
     def _maybe_optimize(self) -> None:
         """After a write: optimize once ``auto_optimize_rows`` chunks are unindexed, unless another

@@ -248,6 +248,22 @@ def test_delete_document(store: Store) -> None:
     assert ids(store.bm25("drop", 5)) == []
 
 
+def test_index_new_chunks_keeps_every_search_answer(store: Store) -> None:
+    """What the Orchestrator runs after each iteration's ingestion: the same hits before and after, nothing left
+    to fold in afterwards."""
+    a, b = "i" * 64, "j" * 64
+    put(store, *make_doc(a, ["glaciers retreat in warm summers", "ice cores record old air"]))
+    put(store, *make_doc(b, ["volcanoes emit ash and glaciers melt"]))
+    queries = ("glaciers", "volcanoes ash", "ice")
+    before = {q: ids(store.bm25(q, 5)) for q in queries}
+    vector_before = ids(store.vector(hash_vec("glaciers melt"), 3))
+    folded = store.index_new_chunks()
+    assert folded in (0, 3)  # 3: a store that indexes in batches (LanceDB); 0: one that indexes every write
+    assert {q: ids(store.bm25(q, 5)) for q in queries} == before
+    assert ids(store.vector(hash_vec("glaciers melt"), 3)) == vector_before
+    assert store.index_new_chunks() == 0
+
+
 def test_chunks_come_in_document_order(store: Store) -> None:
     second, second_chunks = make_doc("2" * 64, [f"second {i}" for i in range(12)])
     first, first_chunks = make_doc("1" * 64, [f"first {i}" for i in range(3)])
@@ -660,6 +676,52 @@ def test_lance_finds_chunks_added_after_the_index_was_built(lance_path: Path) ->
     table.checkout_latest()
     assert table.index_stats(fts.name).num_unindexed_rows == 0
     assert ids(store.bm25("volcanoes", 5)) == [cid(I2, 0)]
+
+
+def test_lance_index_new_chunks_folds_in_what_waits_and_skips_while_another_process_optimizes(
+        lance_path: Path) -> None:
+    from filelock import FileLock
+
+    from infra.store.lancedb import LOCK_DIR, LanceStore
+
+    store = LanceStore(lance_path)
+    assert store.index_new_chunks() == 0  # nothing written yet: no tables, nothing to do
+    put(store, *make_doc("k" * 64, [f"moraine number {i}" for i in range(4)]))
+    assert store.unindexed_chunks() == 4
+    with FileLock(lance_path / LOCK_DIR / "optimize.lock"):  # another process is optimizing: it folds them in
+        assert store.index_new_chunks() == 0
+    assert store.unindexed_chunks() == 4
+    assert store.index_new_chunks() == 4
+    assert store.unindexed_chunks() == 0
+    assert len(store.bm25("moraine", 10)) == 4
+
+
+@pytest.mark.parametrize("forgotten", [1, 2], ids=["one-of-two", "every-paper"])
+def test_lance_purge_deleted_leaves_no_trace_in_the_indexes(lance_path: Path, forgotten: int) -> None:
+    """A forgotten paper's key and words were in index files folded forward by optimize (when every row of a table
+    is deleted, compaction leaves its B-tree pages as they were); after purge_deleted no file of the store holds
+    them, and a paper that stays is found as before."""
+    from infra.store.lancedb import LanceStore
+
+    def files_with(word: bytes) -> list[str]:
+        return [str(p) for p in lance_path.rglob("*") if p.is_file() and word in p.read_bytes().lower()]
+
+    store = LanceStore(lance_path)
+    papers = [("g" * 64, "the zorblatt assay of fin rays", "file:/lib/zorblatt.pdf"),
+              ("h" * 64, "fin rays regrow from a quenfish blastema", "file:/lib/quenfish.pdf")]
+    for doc_id, text, key in papers:
+        put(store, *make_doc(doc_id, [text], key=key))
+    assert store.index_new_chunks() == 2
+    for doc_id, _, _ in papers[:forgotten]:
+        store.delete_document(doc_id)
+    store.purge_deleted()
+    assert files_with(b"zorblatt") == []
+    if forgotten == 1:
+        assert ids(store.bm25("fin rays", 5)) == [cid(papers[1][0], 0)] and store.unindexed_chunks() == 0
+        assert store.document_by_key(papers[1][2]) is not None
+    else:
+        assert files_with(b"quenfish") == [] and store.list_documents() == [] and store.bm25("fin rays", 5) == []
+    assert store.document_by_key(papers[0][2]) is None
 
 
 def test_lance_optimizes_itself_once_enough_chunks_are_unindexed(lance_path: Path) -> None:

@@ -169,11 +169,15 @@ def store_outsider(settings: Settings, world: dict[str, Path], embedder: Any) ->
 
 def test_a_follow_up_starts_from_the_earlier_runs_documents_and_evidence(world, embedder) -> None:
     settings = settings_for(world)
-    earlier, *_ = real_run(settings, "run-broad", BROAD, embedder)
+    earlier, earlier_emit, *_ = real_run(settings, "run-broad", BROAD, embedder)
     earlier_docs = {d["doc_id"] for d in earlier["documents"].values() if d["status"] == "stored"}
     assert len(earlier_docs) == 2
-    outsider = store_outsider(settings, world, embedder)
     from infra.store import build_store
+
+    # the crew folded the ingested chunks into the BM25 index before foraging
+    assert build_store(settings).unindexed_chunks() == 0
+    assert [e.payload["folded"] for e in earlier_emit.events if e.kind == "indexed"][0] > 0
+    outsider = store_outsider(settings, world, embedder)
 
     hits = build_store(settings).bm25("caudal fin regrowth after amputation", 5)
     assert outsider in {h.chunk.doc_id for h in hits}  # an ordinary run would find the outsider

@@ -148,6 +148,31 @@ def test_stores_document_chunks_and_vectors(setup, server: LoopbackOllama, tmp_p
     assert event.payload["title"] == TITLE and "parse_s" in event.payload
 
 
+def test_index_new_chunks_folds_the_batch_into_the_search_index_and_says_so(setup, tmp_path: Path,
+                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    step, store, _, emit = setup
+    result = step.ingest(request(make_pdf(tmp_path / "wheat.pdf", paper_html())))
+    assert store.unindexed_chunks() == result.n_chunks > 0  # BM25 flat-scans them until they are folded in
+    assert step.index_new_chunks() == result.n_chunks
+    assert store.unindexed_chunks() == 0
+    [indexed] = [e for e in emit.events if e.kind == "indexed"]
+    assert indexed.stage == Stage.INGEST and indexed.payload["folded"] == result.n_chunks
+    assert step.index_new_chunks() == 0  # nothing new: no work, no event
+    assert len([e for e in emit.events if e.kind == "indexed"]) == 1
+
+    step.ingest(request(make_pdf(tmp_path / "wheat2.pdf", paper_html(" Drought too."))))
+
+    def broken(*args: object, **kwargs: object) -> None:
+        raise OSError("disk full")
+
+    # LanceDB fails under the store: a failed fold-in leaves the chunks found by the flat scan
+    monkeypatch.setattr(type(store._table("chunks", create=False)), "optimize", broken)
+    assert step.index_new_chunks() == 0
+    failed = [e for e in emit.events if e.kind == "indexed"][-1]
+    assert "disk full" in failed.payload["error"] and "slower" in failed.message
+    assert store.unindexed_chunks() > 0 and store.bm25("drought", 3)
+
+
 def test_same_file_again_is_skipped_without_parsing(setup, server: LoopbackOllama, tmp_path: Path) -> None:
     step, store, parser, emit = setup
     path = make_pdf(tmp_path / "wheat.pdf", paper_html())

@@ -487,6 +487,24 @@ class IngestStep:
                             title=doc.title, n_chunks=len(item.chunks), parser=doc.parser, flags=doc.flags,
                             reason=note, seconds=perf_counter() - started)
 
+    def index_new_chunks(self) -> int:
+        """After a batch of documents: fold their chunks into the store's search indexes before the Foragers search
+        (:meth:`Store.index_new_chunks`); one ``ingest/indexed`` event says how many and how long. How many chunks
+        were folded in. A failure is logged and reported in that event, never raised: the chunks stay searchable,
+        only slower."""
+        started = perf_counter()
+        try:
+            folded = self.store.index_new_chunks()
+        except ForageError as exc:
+            log.warning("indexing the new chunks failed; search stays correct but slower: %s", exc)
+            self.emit(Stage.INGEST, "indexed", f"indexing the new chunks failed ({exc}); search stays correct but "
+                      "slower", folded=0, error=str(exc), seconds=round(perf_counter() - started, 3))
+            return 0
+        if folded:
+            self.emit(Stage.INGEST, "indexed", f"{folded} new chunks folded into the search index",
+                      folded=folded, seconds=round(perf_counter() - started, 3))
+        return folded
+
     def _failed(self, run_id: str, key: str, path: str | None, reason: str, retryable: bool,
                 started: float) -> IngestResult:
         return IngestResult(run_id=run_id, key=key, path=path, status="failed", reason=reason, retryable=retryable,
