@@ -18,6 +18,10 @@ A weak judge that calls every passage an answer is the case the check is for, so
 * false, left out: answerable questions with any chunk at or above it once their paper is left out of the search
   (the near-topic papers of the library stand in for the answer).
 
+Then, for related evidence (an 'interesting' verdict, coverage 0.5): how many questions keep a passage that stands
+with a judge that calls everything interesting, when a related passage must reach the topic floor (before) or the
+answer floor (``ForageStep.supported``).
+
 The questions are split in two halves (even and odd positions) so that a floor read off one half can be checked on
 the other.
 """
@@ -119,6 +123,18 @@ def main() -> int:
             print(f"{value:>6.2f} {'all' if half is None else half:>5} {answered:>4}/{len(a):<5} "
                   f"{false_absent:>7}/{len(u):<6} {false_left:>9}/{len(a):<6}"
                   + ("  <- the check's floor" if value == floor and half is None else ""))
+    # related evidence (ForageStep.supported): an 'interesting' passage counts (coverage 0.5, cited) only at or above
+    # the answer floor; before 2026-11-26 every passage the judge was shown (from the topic floor on) could
+    answer_floor, topic_floor = settings.similarity_floors()
+    print(f"\nrelated evidence with a judge that calls every passage interesting: the questions left with some "
+          f"passage that stands")
+    print(f"{'related floor':>22} {'own paper':>10} {'absent':>8} {'left out':>9}")
+    for name, value in ((f"topic {topic_floor:.2f} (before)", topic_floor), (f"answer {answer_floor:.2f}", answer_floor)):
+        own = sum(1 for r in answerable if max((c["sim"] for c in r["chunks"] if c["doc_id"] == r["answer_doc"]),
+                                               default=-1.0) >= value)
+        away = sum(1 for r in absent if max((c["sim"] for c in r["chunks"]), default=-1.0) >= value)
+        left = sum(1 for r in answerable if max((c["sim"] for c in r["left_out"]), default=-1.0) >= value)
+        print(f"{name:>22} {own:>4}/{len(answerable):<5} {away:>3}/{len(absent):<4} {left:>4}/{len(answerable):<4}")
     print("\nper answerable question: best score of its paper's chunks (sim, share) and best of the others")
     for r in answerable:
         own = [c for c in r["chunks"] if c["doc_id"] == r["answer_doc"]]

@@ -55,7 +55,11 @@ def test_half_the_queries_are_made_unanswerable_by_seed() -> None:
 
 def test_coverage_at_an_answer_floor_follows_the_foragers_rule() -> None:
     verdicts = [("answers", "method", 0.5), ("answers", "background", 0.7), ("interesting", None, 0.2)]
-    assert [coverage_at(verdicts, f) for f in (0.4, 0.6, 0.8)] == [1.0, 0.75, 0.5]
+    # at 0.8 every passage is below the floor: the answers count as interesting ones, and no interesting passage
+    # under the floor stands as related evidence
+    assert [coverage_at(verdicts, f) for f in (0.4, 0.6, 0.8)] == [1.0, 0.75, 0.0]
+    assert coverage_at([*verdicts, ("interesting", None, 0.85)], 0.8) == 0.5
+    assert coverage_at([("interesting", None, None)], 0.8) == 0.5  # no similarity (the check off): the judge's word
     assert coverage_at([("unrelated", None, 0.9)], 0.1) == 0.0
     # an answer the run's retrieval signals did not confirm counts at no floor
     assert coverage_at([("answers", "method", 0.7, False), ("answers", "method", 0.5, True)], 0.6) == 0.5

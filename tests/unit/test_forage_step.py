@@ -934,6 +934,8 @@ def test_the_check_keeps_the_answer_that_is_on_topic_and_overrules_the_rest(stor
     overruled = [j for j in cov.judgements if j.model_tag == "answers"]
     assert cid(FOREST, 0) in {j.chunk_id for j in overruled} and all(j.tag == "interesting" for j in overruled)
     assert all(0.33 <= j.relevance < 0.43 for j in overruled) and cov.overruled == len(overruled)
+    cited = {c for e in cov.evidence for c in e.chunk_ids}
+    assert cited and not cited & {j.chunk_id for j in overruled}  # below the answer floor: recorded, not cited
     assert by_id[cid(BREAD, 0)].tag == "unrelated" and by_id[cid(BREAD, 0)].model_tag is None
     shown = sum(len(passages(c.messages)) for c in llm.calls_log if c.schema == "BatchVerdict")
     assert shown == sum(1 for j in cov.judgements if not j.motive.startswith("not shown"))
@@ -1051,3 +1053,27 @@ def test_background_sections_are_told_by_their_top_heading():
         assert background_section(path), path
     for path in ("Methods", "Results > Background noise", "Abstract", "Discussion", "Introductory remarks", ""):
         assert not background_section(path), path
+
+
+def test_an_interesting_passage_stands_only_as_close_to_the_requirement_as_an_answer_must_be(store, embedder):
+    """A weak judge calls a passage near the topic interesting: below the answer floor (the canopy's sunlight, for a
+    requirement on how chlorophyll converts light) it earns no coverage and is not cited, though it is recorded and
+    still sends the Forager into its paper; at or above the floor (sun leaves converting absorbed light) it stands
+    as related evidence (coverage 0.5)."""
+    far = ForageStep(settings(relevance_check=True, vector_k=N_BODY_CHUNKS), store, embedder,
+                     FunctionLLM(Oracle({"Forest canopies shape": "interesting"})))
+    cov = forage(far)
+    (weak,) = [j for j in cov.judgements if j.tag == "interesting"]
+    assert weak.chunk_id == cid(FOREST, 0) and 0.33 <= weak.relevance < 0.43
+    assert cov.coverage == 0.0 and cov.evidence == ()
+    assert FOREST[0].doc_id in far._deep_dive_queue()  # the verdict still steers where to read
+
+    near = forage(ForageStep(settings(relevance_check=True, vector_k=N_BODY_CHUNKS), store, embedder,
+                             FunctionLLM(Oracle({"Sun leaves": "interesting"}))))
+    (related,) = [j for j in near.judgements if j.tag == "interesting"]
+    assert related.chunk_id == cid(FOREST, 2) and related.relevance >= 0.43
+    assert near.coverage == 0.5 and [e.chunk_ids for e in near.evidence] == [(cid(FOREST, 2),)]
+
+    unchecked = forage(ForageStep(settings(vector_k=N_BODY_CHUNKS), store, embedder,
+                                  FunctionLLM(Oracle({"Forest canopies shape": "interesting"}))))
+    assert unchecked.coverage == 0.5  # the judge's word alone (no check): as before

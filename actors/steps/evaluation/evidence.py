@@ -214,14 +214,16 @@ SWEEP_FLOORS = (0.43, 0.5, 0.55, 0.6, 0.65, 0.7, 0.73)
 def coverage_at(verdicts: Sequence[tuple[Any, ...]], floor: float) -> float:
     """The Forager's coverage rule over the judge's verdicts ``(tag, kind, relevance[, confirmed])`` with ``floor``
     as the answer floor: 1.0 an answer with a method or result at or above it (and not left unconfirmed by the
-    run's retrieval-signal confirmation), 0.75 only background answers, 0.5 anything else useful, else 0."""
+    run's retrieval-signal confirmation), 0.75 only background answers, 0.5 any other answer or interesting passage
+    at or above it (``ForageStep.supported``: a related passage must be as close as an answer), else 0."""
     answers = [kind for tag, kind, rel, *confirmed in verdicts
                if tag == "answers" and rel is not None and rel >= floor and (confirmed or [None])[0] is not False]
     if any(kind != "background" for kind in answers):
         return 1.0
     if answers:
         return 0.75
-    return 0.5 if any(v[0] in ("answers", "interesting") for v in verdicts) else 0.0
+    return 0.5 if any(v[0] in ("answers", "interesting") and (v[2] is None or v[2] >= floor) for v in verdicts) \
+        else 0.0
 
 
 def answer_floor_sweep(outcomes: Sequence[QueryOutcome]) -> list[dict[str, float]]:

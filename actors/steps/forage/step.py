@@ -346,15 +346,29 @@ class ForageStep:
     # -- end node: cumulative results ------------------------------------------------------------------
     def coverage(self) -> float:
         """1.0: a confirmed answer with a method or a result; 0.75: confirmed answers are background only; 0.5:
-        answers the retrieval signals do not confirm, or only interesting chunks; 0.0: nothing. (Without a
-        confirmation configured every answer counts as confirmed.)"""
+        answers the retrieval signals do not confirm, or interesting chunks as close to the requirement as an answer
+        must be (:meth:`supported`); 0.0: nothing. (Without a confirmation configured every answer counts as
+        confirmed.)"""
         judged = list(self._judgements.values())
         answers = [j for j in judged if _counts(j)]
         if any(_KIND_RANK[j.kind] == 0 for j in answers):
             return 1.0
         if answers:
             return 0.75
-        return 0.5 if any(j.tag in ("answers", "interesting") for j in judged) else 0.0
+        return 0.5 if any(self.supported(j) for j in judged) else 0.0
+
+    def supported(self, judgement: ChunkJudgement) -> bool:
+        """Whether a verdict other than 'unrelated' stands as evidence: an answer (confirmed or not; one below the
+        answer floor is interesting by now), or an 'interesting' passage whose similarity to the requirement reaches
+        the answer floor. The judge sees passages from the looser topic floor on (so that few answers are hidden from
+        it); a weak judge calls many of those interesting — in the held-out run a spectroscopy package for a question
+        on JIT compilers (similarity 0.36) and an AI-writing paper for sepsis prediction (0.34) — and the similarity
+        a relevant passage reaches (90 % of SciFact's at 0.43) is what a related one must reach to count toward
+        coverage or be cited. Below it the verdict still steers the deep dives."""
+        if judgement.tag == "answers":
+            return True
+        return judgement.tag == "interesting" and (judgement.relevance is None
+                                                   or judgement.relevance >= self._floors[0])
 
     def answering_papers(self) -> int:
         """Distinct documents with at least one confirmed answering chunk."""
@@ -365,14 +379,15 @@ class ForageStep:
         return sum(1 for j in self._judgements.values() if j.tag == "answers" and j.confirmed is False)
 
     def evidence(self) -> tuple[Evidence, ...]:
-        """One Evidence per document with answers/interesting chunks: documents with a confirmed answer first,
+        """One Evidence per document with answers or interesting chunks that stand (:meth:`supported`): documents
+        with a confirmed answer first,
         then those whose answers the retrieval signals did not confirm (tagged interesting), then interesting
         ones; within each group documents whose best chunk is a method or a result before background ones, then
         the most similar to the requirement first (the relevance check's similarity); chunk ids in the same order
         (confirmed answers first, methods and results before background, most similar first)."""
         by_doc: dict[str, list[ChunkJudgement]] = {}
         for j in self._judgements.values():
-            if j.tag != "unrelated":
+            if self.supported(j):
                 by_doc.setdefault(j.doc_id, []).append(j)
 
         def group(j: ChunkJudgement) -> int:
