@@ -1060,19 +1060,21 @@ def test_an_interesting_passage_stands_only_as_close_to_the_requirement_as_an_an
     requirement on how chlorophyll converts light) it earns no coverage and is not cited, though it is recorded and
     still sends the Forager into its paper; at or above the floor (sun leaves converting absorbed light) it stands
     as related evidence (coverage 0.5)."""
-    far = ForageStep(settings(relevance_check=True, vector_k=N_BODY_CHUNKS), store, embedder,
-                     FunctionLLM(Oracle({"Forest canopies shape": "interesting"})))
+    far_llm = FunctionLLM(Oracle({"Forest canopies shape": "interesting"}))
+    far = ForageStep(settings(relevance_check=True, vector_k=N_BODY_CHUNKS), store, embedder, far_llm)
     cov = forage(far)
     (weak,) = [j for j in cov.judgements if j.tag == "interesting"]
     assert weak.chunk_id == cid(FOREST, 0) and 0.33 <= weak.relevance < 0.43
     assert cov.coverage == 0.0 and cov.evidence == ()
+    assert "DocumentGist" not in far_llm.schemas_asked()  # no summary of a paper nothing stands for
     assert FOREST[0].doc_id in far._deep_dive_queue()  # the verdict still steers where to read
 
-    near = forage(ForageStep(settings(relevance_check=True, vector_k=N_BODY_CHUNKS), store, embedder,
-                             FunctionLLM(Oracle({"Sun leaves": "interesting"}))))
+    near_llm = FunctionLLM(Oracle({"Sun leaves": "interesting"}))
+    near = forage(ForageStep(settings(relevance_check=True, vector_k=N_BODY_CHUNKS), store, embedder, near_llm))
     (related,) = [j for j in near.judgements if j.tag == "interesting"]
     assert related.chunk_id == cid(FOREST, 2) and related.relevance >= 0.43
     assert near.coverage == 0.5 and [e.chunk_ids for e in near.evidence] == [(cid(FOREST, 2),)]
+    assert "DocumentGist" in near_llm.schemas_asked()
 
     unchecked = forage(ForageStep(settings(vector_k=N_BODY_CHUNKS), store, embedder,
                                   FunctionLLM(Oracle({"Forest canopies shape": "interesting"}))))

@@ -404,7 +404,9 @@ class ForageStep:
         return tuple(e for _, e in sorted(ranked, key=lambda pair: pair[0]))  # stable: judging order within a rank
 
     def _useful_docs(self) -> list[str]:
-        return list(dict.fromkeys(j.doc_id for j in self._judgements.values() if j.tag != "unrelated"))
+        """Documents with a verdict that stands (:meth:`supported`): summarized, named to the reformulation as seen.
+        A document that only a verdict below the answer floor points to is dived into, not summarized for itself."""
+        return list(dict.fromkeys(j.doc_id for j in self._judgements.values() if self.supported(j)))
 
     # -- start node ------------------------------------------------------------------------------------
     async def _requirement_vector(self, req: Requirement) -> list[float] | None:
