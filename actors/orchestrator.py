@@ -258,8 +258,10 @@ class Orchestrator:
             (*plan.requirements, *result.added))
         ids = ", ".join(r.id for r in result.added) or "none"
         self.emit(Stage.RUN, "replanned",
-                  f"coverage stalled ({previous:.2f} → {mean:.2f}): missing {', '.join(result.missing) or '—'}; "
-                  f"added {ids}", iteration=iteration, mean_coverage=mean, previous_mean_coverage=previous,
+                  f"coverage stalled ({previous:.2f} → {mean:.2f}): "
+                  + (f"missing {', '.join(result.missing)}; " if result.missing
+                     else "the model named nothing missing; ")
+                  + f"added {ids}", iteration=iteration, mean_coverage=mean, previous_mean_coverage=previous,
                   missing=list(result.missing), requirements=[r.model_dump() for r in result.added],
                   degraded=list(result.degraded))
         return result.added

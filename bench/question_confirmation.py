@@ -126,10 +126,11 @@ def main() -> int:
     # related evidence (ForageStep.supported): an 'interesting' passage counts (coverage 0.5, cited) only at or above
     # the answer floor; before 2026-11-26 every passage the judge was shown (from the topic floor on) could
     answer_floor, topic_floor = settings.similarity_floors()
-    print(f"\nrelated evidence with a judge that calls every passage interesting: the questions left with some "
-          f"passage that stands")
+    print("\nrelated evidence with a judge that calls every passage interesting: the questions left with some "
+          "passage that stands")
     print(f"{'related floor':>22} {'own paper':>10} {'absent':>8} {'left out':>9}")
-    for name, value in ((f"topic {topic_floor:.2f} (before)", topic_floor), (f"answer {answer_floor:.2f}", answer_floor)):
+    for name, value in ((f"topic {topic_floor:.2f} (before)", topic_floor),
+                        (f"answer {answer_floor:.2f}", answer_floor)):
         own = sum(1 for r in answerable if max((c["sim"] for c in r["chunks"] if c["doc_id"] == r["answer_doc"]),
                                                default=-1.0) >= value)
         away = sum(1 for r in absent if max((c["sim"] for c in r["chunks"]), default=-1.0) >= value)

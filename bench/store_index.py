@@ -1,6 +1,6 @@
 """What a batch of new chunks costs every search until it is folded into the BM25 index, and what folding costs.
 
-    .venv/bin/python bench/store_index.py                          # 0 and 3,000 indexed abstracts, 150 / 500 / 1,000 new
+    .venv/bin/python bench/store_index.py            # 0 and 3,000 indexed abstracts, 150 / 500 / 1,000 new
     .venv/bin/python bench/store_index.py --indexed 0 --new 1000
 
 LanceDB keeps chunks written after the full-text index was built outside it and answers BM25 over them with a flat
