@@ -212,8 +212,8 @@ class Store(ABC):
         leaves no trace on disk. A store that removes deleted objects itself has nothing to do."""
 
     def index_new_chunks(self) -> int:
-        """Make the chunks written so far searchable at full speed before a search-heavy stage (the Orchestrator
-        runs it after each iteration's ingestion); how many chunks it folded in. A store that indexes every write
+        """Make the chunks written so far searchable at full speed before a search-heavy stage (the crew runs it
+        after each batch's ingestion); how many chunks it folded in. A store that indexes every write
         as it happens (Weaviate) has nothing to do."""
         return 0
 

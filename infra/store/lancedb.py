@@ -862,9 +862,22 @@ class LanceStore(Store):
                     except Exception as exc:  # noqa: BLE001
                         raise StoreError(f"rebuilding the {kind} index on {name}.{ix.columns[0]} at {self.path} "
                                          f"failed: {exc}") from exc
-            if self.vector_index() is not None:
-                self.build_vector_index(force=True)
+            if self.vector_index() is not None and self.build_vector_index(force=True) is None:
+                self._drop_vector_index()  # too few rows left to train one, or training failed: exact scans
             self.optimize(cleanup_older_than=timedelta(0))
+
+    def _drop_vector_index(self) -> None:
+        """Remove the ANN index (and its record): vector search scans every row until one is trained again."""
+        table = self._table(CHUNKS, create=False)
+        if table is None:
+            return
+        for ix in table.list_indices():
+            if ix.columns == ["vector"]:
+                try:
+                    _retry_conflicts(lambda n=ix.name: table.drop_index(n))()
+                except Exception as exc:  # noqa: BLE001
+                    raise StoreError(f"dropping the vector index at {self.path} failed: {exc}") from exc
+        (self.path / VECTOR_INDEX_META).unlink(missing_ok=True)
 
     def index_new_chunks(self) -> int:
         """Fold the chunks written since the last optimize into the BM25 index now (:meth:`optimize`), so the searches

@@ -724,6 +724,30 @@ def test_lance_purge_deleted_leaves_no_trace_in_the_indexes(lance_path: Path, fo
     assert store.document_by_key(papers[0][2]) is None
 
 
+def test_lance_purge_deleted_trains_the_vector_index_again_or_drops_it(lance_path: Path) -> None:
+    """The ANN index held the forgotten papers' vectors: purge_deleted trains it again on the rows left, and drops it
+    when too few are left to train one (vector search then scans, exactly)."""
+    from infra.store.lancedb import LanceStore
+
+    store = LanceStore(lance_path, dim=DIM, auto_optimize_rows=None, vector_index_rows=300)
+    docs = [make_doc(f"{d:02d}".ljust(64, "v"), [f"topic{d} word{i % 7} note{d}x{i}" for i in range(40)])
+            for d in range(10)]
+    for doc, chunks in docs:
+        put(store, doc, chunks)
+    store.optimize()
+    assert store.vector_index() is not None and store.vector_index()["rows"] == 400
+    for doc, _ in docs[:2]:
+        store.delete_document(doc.doc_id)
+    store.purge_deleted()
+    assert store.vector_index()["rows"] == 320  # trained again on what is left
+    for doc, _ in docs[2:4]:
+        store.delete_document(doc.doc_id)
+    store.purge_deleted()
+    assert store.vector_index() is None  # 240 rows: too few to train; no index holds the deleted vectors
+    top = store.vector(hash_vec("topic7 word3 note7x3"), 1)
+    assert ids(top) == [cid(docs[7][0].doc_id, 3)]
+
+
 def test_lance_optimizes_itself_once_enough_chunks_are_unindexed(lance_path: Path) -> None:
     from infra.store.lancedb import LanceStore
 
