@@ -79,6 +79,7 @@ Fusion = Literal["relative_score", "rrf"]
 CHUNKS = "chunks"
 DOCUMENTS = "documents"
 LOCK_DIR = "_locks"
+OPTIMIZE_LOCK = "optimize.lock"  # held by whoever optimizes; others leave it to them
 LOCK_STRIPES = 64
 LIBRARY_META = "library.json"  # the embedding model and size (infra.store.meta)
 VECTOR_INDEX_META = "vector-index.json"  # rows and settings the ANN index was trained with
@@ -521,6 +522,12 @@ class LanceStore(Store):
                 raise StoreError(f"cannot create locks in {lock_dir}: {exc}") from exc
             yield
 
+    def _lock_now(self, name: str) -> FileLock:
+        """The lock ``<store>/_locks/<name>``, taken without waiting: entering it raises ``Timeout`` while another
+        process holds it (who holds it does the work: optimizing, training the vector index)."""
+        (self.path / LOCK_DIR).mkdir(parents=True, exist_ok=True)
+        return FileLock(self.path / LOCK_DIR / name, blocking=False)
+
     def _read(self, name: str, what: str, fn: Callable[[Table], T], empty: T) -> T:
         table = self._table(name, create=False)
         if table is None:
@@ -821,8 +828,7 @@ class LanceStore(Store):
         else:
             options = {"num_partitions": max(1, int(math.sqrt(rows))), "num_sub_vectors": max(1, self.dim // 8)}
         try:
-            (self.path / LOCK_DIR).mkdir(parents=True, exist_ok=True)
-            with FileLock(self.path / LOCK_DIR / "vector-index.lock", blocking=False):
+            with self._lock_now("vector-index.lock"):
                 config = (HnswSq if kind == "IVF_HNSW_SQ" else IvfPq)(distance_type="cosine", **options)
                 table.create_index("vector", config=config, replace=True)
                 info = {"type": kind, "rows": rows, **options}
@@ -888,9 +894,8 @@ class LanceStore(Store):
         waiting = self.unindexed_chunks()
         if waiting == 0:
             return 0
-        (self.path / LOCK_DIR).mkdir(parents=True, exist_ok=True)
         try:
-            with FileLock(self.path / LOCK_DIR / "optimize.lock", blocking=False):
+            with self._lock_now(OPTIMIZE_LOCK):
                 self.optimize()
         except Timeout:
             return 0
@@ -904,7 +909,7 @@ class LanceStore(Store):
         try:
             if self.unindexed_chunks() < self.auto_optimize_rows:
                 return
-            with FileLock(self.path / LOCK_DIR / "optimize.lock", blocking=False):
+            with self._lock_now(OPTIMIZE_LOCK):
                 # a writer that found this lock taken left its rows to the holder: they were committed before it
                 # tried the lock, so the holder's check after optimizing sees them and folds them in too
                 for _ in range(5):
