@@ -25,6 +25,7 @@ class Forager:
 
     def _ensure(self):
         if self._step is None:
+            from actors.cpu_gate import node_cpu_gate
             from actors.embed_endpoint import actor_embedder
             from actors.steps.forage.step import ForageStep
             from infra.rerank import build_relevance
@@ -38,8 +39,9 @@ class Forager:
             relevance, problem = build_relevance(self.settings, embedder)
             if problem:
                 self._emit(Stage.FORAGE, "degraded", problem, step="relevance check")
+            gate = node_cpu_gate(self.settings)
             self._step = ForageStep(self.settings, build_store(self.settings), embedder, llm, emit=self._emit,
-                                    relevance=relevance)
+                                    relevance=relevance, cpu=gate.held if gate is not None else None)
         return self._step
 
     async def forage(self, request: ForageRequest) -> RequirementCoverage:

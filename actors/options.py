@@ -14,7 +14,7 @@ from typing import Any, Literal
 from infra.settings import Settings
 
 Role = Literal["orchestrator", "status_hub", "searcher", "ingestor", "forager", "writer", "llm_endpoint",
-               "embed_endpoint"]
+               "embed_endpoint", "cpu_gate"]
 
 LLM_SLOT = "llm_slot"  # the Ray custom resource of one LLM endpoint's capacity
 
@@ -91,6 +91,14 @@ def options_for(role: Role, settings: Settings, *, name: str | None = None,
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
         opts.update(max_restarts=-1, max_task_retries=0, max_concurrency=8, lifetime="detached", get_if_exists=True)
+        if endpoint_node is not None:
+            opts["scheduling_strategy"] = NodeAffinitySchedulingStrategy(node_id=endpoint_node, soft=False)
+    if role == "cpu_gate":
+        # one per node, shared by every run's Foragers there: found by name, kept when the actor that created it
+        # exits, pinned to its node, not restarted (a caller that cannot reach it goes on without it)
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        opts.update(max_restarts=0, max_concurrency=10_000, lifetime="detached", get_if_exists=True)
         if endpoint_node is not None:
             opts["scheduling_strategy"] = NodeAffinitySchedulingStrategy(node_id=endpoint_node, soft=False)
     if name is not None:

@@ -362,10 +362,17 @@ class RayOptions(Section):
                     "of its requirement first, background calls (summaries nothing waits for) last, then arrival. "
                     "'fifo': arrival only. docs/foraging.md has both measured.")
     llm_hold_s: float = Field(
-        default=0.05, ge=0, le=5,
+        default=0.02, ge=0, le=5,
         description="With llm_order 'chain': seconds a node's LLM endpoint keeps a finished call's slot for the same "
-                    "caller's next call when more dependent calls of its requirement follow, so a requirement's chain "
-                    "does not wait a whole call for a slot each round (0: never; bench/forage_parallel.py --hold).")
+                    "caller's next call when more dependent calls of its requirement follow at once (not after a "
+                    "search), so a requirement's chain does not wait a whole call for a slot each round (0: never; "
+                    "bench/forage_parallel.py --hold, docs/foraging.md).")
+    cpu_gate: int | None = Field(
+        default=None, ge=0,
+        description="Foragers on one node take turns for their CPU steps (store searches, relevance embeddings) "
+                    "through the node's CPU gate actor, at most this many at once, the Forager nearer its next LLM "
+                    "call first (actors/cpu_gate.py): on a small machine the first Foragers reach the LLM sooner than "
+                    "when all share the cores. None: the node's cores; 0: no gate.")
     lab_network: str | None = Field(
         default=None, description="Multi-node cluster: the lab network (CIDR, e.g. '10.0.0.0/24'); each node's Ray "
                                   "binds to its address in it (`python -m infra.cluster`, ray_cluster.yaml). None: "

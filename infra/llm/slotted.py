@@ -59,10 +59,21 @@ def call_priority(value: float) -> Iterator[None]:
         _priority.reset(token)
 
 
-def rounds_ahead(rounds: int) -> contextlib.AbstractContextManager[None]:
+_keep_slot: contextvars.ContextVar[bool] = contextvars.ContextVar("forage_llm_keep_slot", default=True)
+
+
+@contextlib.contextmanager
+def rounds_ahead(rounds: int, *, next_at_once: bool = True) -> Iterator[None]:
     """Calls that ``rounds`` rounds of dependent calls (this one included) still follow: the more, the sooner
-    served — the longest chain first, so it does not finish alone at the end of an iteration."""
-    return call_priority(-float(rounds))
+    served — the longest chain first, so it does not finish alone at the end of an iteration. ``next_at_once``
+    False: the caller's next call comes only after work of its own (a search), so no slot is kept for it — a slot
+    kept past ``hold_s`` would stand idle while other calls wait."""
+    keep = _keep_slot.set(next_at_once)
+    try:
+        with call_priority(-float(rounds)):
+            yield
+    finally:
+        _keep_slot.reset(keep)
 
 
 def background_calls() -> contextlib.AbstractContextManager[None]:
@@ -114,7 +125,7 @@ class SlottedLLM:
         self.calls += 1
         priority = _priority.get() if self.order == "chain" else 0.0
         # a call that more dependent calls of this caller follow (rounds ahead >= 2) has its place kept for the next
-        hold_s = self.hold_s if priority <= -2 else 0.0
+        hold_s = self.hold_s if priority <= -2 and _keep_slot.get() else 0.0
         chain = self.chain if priority < BACKGROUND else None  # a background call never takes a kept place
         again = False
         for _ in range(3):  # an endpoint that is gone: look them up again and try another

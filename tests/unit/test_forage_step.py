@@ -8,6 +8,7 @@ which order retrieval returns chunks in nor on how they are batched.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import re
 from collections.abc import Sequence
@@ -1079,3 +1080,59 @@ def test_an_interesting_passage_stands_only_as_close_to_the_requirement_as_an_an
     unchecked = forage(ForageStep(settings(vector_k=N_BODY_CHUNKS), store, embedder,
                                   FunctionLLM(Oracle({"Forest canopies shape": "interesting"}))))
     assert unchecked.coverage == 0.5  # the judge's word alone (no check): as before
+
+
+class RecordingGate:
+    """The CPU gate's shape (``cpu(order)`` → an async context manager) recording each place held, and checking
+    that no LLM call is made while this step holds one."""
+
+    def __init__(self) -> None:
+        self.orders: list[tuple[float, ...]] = []
+        self.held = 0
+        self.calls_while_held = 0
+        self.threads_without_place = 0
+        self.places_before_first_call: int | None = None
+
+    @contextlib.asynccontextmanager
+    async def __call__(self, order: tuple[float, ...]):
+        self.orders.append(order)
+        self.held += 1
+        try:
+            yield
+        finally:
+            self.held -= 1
+
+    def llm(self, oracle: Oracle) -> FunctionLLM:
+        def answer(messages, schema):
+            self.calls_while_held += self.held > 0
+            if self.places_before_first_call is None:
+                self.places_before_first_call = len(self.orders)
+            return oracle(messages, schema)
+        return FunctionLLM(answer)
+
+
+def test_cpu_steps_hold_one_gate_place_up_to_each_llm_call_and_none_during_it(store, embedder, monkeypatch):
+    gate = RecordingGate()
+    to_thread = asyncio.to_thread
+
+    async def counted(fn, *args):
+        gate.threads_without_place += gate.held == 0
+        return await to_thread(fn, *args)
+
+    monkeypatch.setattr(asyncio, "to_thread", counted)
+    oracle = Oracle({"photosystem II": "interesting", "Sun leaves": "answers"}, sections=["Methods"],
+                    query="leaf energy budget canopy")
+    # a dive into PHOTO (its Methods chunk left to read), then a reformulation: every kind of CPU step
+    options = {"vector_k": 3, "max_deep_dives": 1, "min_papers": 2}
+    llm = gate.llm(oracle)
+    cov = forage(ForageStep(settings(**options), store, embedder, llm, cpu=gate))
+    assert "SectionChoice" in llm.schemas_asked() and "Reformulation" in llm.schemas_asked()
+    assert gate.calls_while_held == 0  # never a place idle for an LLM call's length
+    assert gate.threads_without_place == 0  # every store read and embedding on a place
+    assert gate.places_before_first_call == 1  # retrieval and the relevance check up to the first call: one place
+    # each later place asks to go before Foragers that have held fewer this iteration, same start time throughout
+    assert [o[0] for o in gate.orders] == [-n for n in range(len(gate.orders))]
+    assert len({o[1] for o in gate.orders}) == 1
+    # and the same decisions as without a gate
+    alone = forage(ForageStep(settings(**options), store, embedder, FunctionLLM(oracle)))
+    assert decisions(cov) == decisions(alone) and cov.llm_calls == alone.llm_calls

@@ -337,6 +337,31 @@ def test_the_chain_order_serves_more_rounds_ahead_first_and_background_last() ->
     assert all(hold == 0.0 for _, hold in holds)  # arrival order keeps no place
 
 
+def test_no_slot_is_kept_for_a_next_call_that_waits_for_work_of_its_own() -> None:
+    holds: list[float] = []
+    endpoint = LLMEndpoint(1)
+
+    async def call(llm, messages, schema, hosts, priority, chain, hold_s):
+        holds.append(hold_s)
+        return await endpoint.call(llm, messages, schema, hosts, priority, chain, hold_s)
+
+    handle = SimpleNamespace(call=SimpleNamespace(remote=call))
+    llm = SlottedLLM(FunctionLLM(lambda messages, schema: {"summary": "ok"}), lambda: [Endpoint(handle, 1, "n")],
+                     hold_s=0.02)
+
+    async def main() -> None:
+        with rounds_ahead(3):  # the next call follows at once (a summary after a judging)
+            await llm.structured(ASK, DocumentGist)
+        with rounds_ahead(3, next_at_once=False):  # the next call follows a search (a reformulation's judging)
+            await llm.structured(ASK, DocumentGist)
+            with rounds_ahead(2):  # an inner mark says again what its own calls are followed by
+                await llm.structured(ASK, DocumentGist)
+        await llm.structured(ASK, DocumentGist)  # no mark: nothing follows
+
+    asyncio.run(main())
+    assert holds == [0.02, 0.0, 0.02, 0.0]
+
+
 def test_a_call_to_an_endpoint_that_is_gone_is_made_on_another() -> None:
     gone = Endpoint(_Local(None), 4, "gone")
     alive = Endpoint(_Local(LLMEndpoint(1)), 1, "alive")
