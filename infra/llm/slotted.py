@@ -147,9 +147,12 @@ class SlottedLLM:
                 endpoint.mine -= 1
         raise LLMUnavailable("every LLM endpoint tried was gone (their nodes left the cluster)", retryable=True)
 
-    async def warm(self) -> None:
-        """Look the endpoints up and reach each once, so the first call does not pay for it."""
-        await asyncio.gather(*(e.handle.load.remote() for e in self.endpoints()))
+    async def warm(self, schemas: Sequence[type[Any]] = ()) -> None:
+        """Look the endpoints up and reach each once, so the first call does not pay for it; each endpoint prepares
+        for ``schemas`` (the answers this caller will ask for) and reaches its server
+        (:meth:`actors.llm_endpoint.LLMEndpoint.warm`)."""
+        await asyncio.gather(*(e.handle.warm.remote(self.inner, list(schemas), self.hosts or None)
+                               for e in self.endpoints()))
 
     async def check(self) -> None:
         await self.inner.check()

@@ -362,6 +362,37 @@ def test_no_slot_is_kept_for_a_next_call_that_waits_for_work_of_its_own() -> Non
     assert holds == [0.02, 0.0, 0.02, 0.0]
 
 
+def test_an_endpoint_warms_up_for_the_first_call_and_reaches_its_server_once() -> None:
+    from infra.llm.ollama import OllamaLLM
+    from tests.loopback_ollama import LoopbackOllama, closed_loopback_url
+
+    made: list[str] = []
+
+    class Watched(DocumentGist):
+        @classmethod
+        def model_json_schema(cls, *args, **kwargs):
+            made.append(cls.__name__)
+            return super().model_json_schema(*args, **kwargs)
+
+    with LoopbackOllama(models=("m",)) as server:
+        endpoint = LLMEndpoint(1)
+        llm = OllamaLLM(server.url, "m", timeout_s=5.0, max_retries=0, backoff_s=0.0)
+        assert asyncio.run(endpoint.warm(llm, [Watched])) == 0  # nothing held or waiting
+        assert asyncio.run(endpoint.warm(llm, [Watched])) == 0
+        paths = [r.path for r in server.requests]
+        assert len(paths) == 1 and paths[0].startswith("/api/")  # the server reached once, with no chat call
+        assert made == ["Watched", "Watched"]  # each caller's schemas prepared
+    # a server that cannot be reached is the first call's to report, not the warm-up's
+    assert asyncio.run(LLMEndpoint(1).warm(OllamaLLM(closed_loopback_url(), "m", timeout_s=5.0, max_retries=0,
+                                                    backoff_s=0.0))) == 0
+    # an LLM that is no server's client is not checked (an embedded model is not loaded for a warm-up)
+    checked: list[bool] = []
+    fake = FunctionLLM(lambda messages, schema: {"summary": "ok"})
+    fake.check = lambda: checked.append(True)  # type: ignore[method-assign]
+    asyncio.run(LLMEndpoint(1).warm(fake, [DocumentGist]))
+    assert checked == []
+
+
 def test_a_call_to_an_endpoint_that_is_gone_is_made_on_another() -> None:
     gone = Endpoint(_Local(None), 4, "gone")
     alive = Endpoint(_Local(LLMEndpoint(1)), 1, "alive")

@@ -243,7 +243,8 @@ class ForageStep:
         await self._thread(self.store.open)  # through the CPU gate: the gate is found (or made) now too
         warm = getattr(self.llm, "warm", None)
         if warm is not None:
-            await warm()
+            await warm([batch_schema(self.cfg.judge_batch), batch_schema(self.cfg.judge_batch, deep=True),
+                        DocumentGist, RelevanceGate, SectionChoice, Reformulation])
         if requirement is not None:
             await self._requirement_vector(self._bind(requirement))
 
