@@ -140,5 +140,8 @@ def test_the_node_gate_through_the_session_rays_actor(ray_cluster) -> None:
     node = ray.get_runtime_context().get_node_id()
     actor = ray.get_actor(gate_name(settings, node), namespace="forage")
     ray.kill(actor)  # the gate is gone: steps go on without it
+    with pytest.raises(ray.exceptions.RayActorError):
+        for _ in range(10_000):  # until the kill has landed (it does asynchronously)
+            ray.get(actor.stats.remote(), timeout=60)
     asyncio.run(step("alone"))
     assert order[-2:] == ["alone in", "alone out"] and gate._broken
