@@ -36,6 +36,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import re
+import shutil
 import sys
 import tempfile
 import time
@@ -224,12 +225,20 @@ def main() -> int:
         print(f"SciFact not found at {args.beir}; pass --beir DIR", file=sys.stderr)
         return 2
 
+    folder = Path(tempfile.mkdtemp(prefix="forage-parallel-"))
+    try:
+        return run_all(args, folder)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)  # the store and the runs of every slot count
+
+
+def run_all(args: argparse.Namespace, folder: Path) -> int:
+    """Every (order, hold, slots) run of ``args``, each on a fresh local Ray, the store and runs in ``folder``."""
     import ray
 
     from actors.options import llm_slot_resources
     from infra.ray_runtime import start_ray
 
-    folder = Path(tempfile.mkdtemp(prefix="forage-parallel-"))
     with LoopbackOllama(models=(CHAT_MODEL, EMBED_MODEL), embed_dim=768, responder=responder,
                         responder_delay_s=args.delay) as server:
         base = Settings.load().updated(
