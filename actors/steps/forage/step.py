@@ -454,30 +454,27 @@ class ForageStep:
         scope = set(self._scope) if self._scope is not None else None
         summaries = {d: s for d, s in self._summaries.items() if scope is None or d in scope}  # a snapshot
 
-        def paper_search() -> tuple[list[Hit], list[str], list[str]]:
-            if not self._paper_stage() or vector is None:
-                return [], [], []
-            pool = self.cfg.paper_k * 4
-            found = self.store.hybrid(query, vector, pool, alpha,
-                                      ChunkFilter(exclude_kinds=PAPER_KINDS, doc_ids=self._scope))
-            if len({h.chunk.doc_id for h in found}) < self.cfg.paper_k:  # few abstracts: papers by best chunk
-                found += self.store.hybrid(query, vector, pool, alpha, ChunkFilter(doc_ids=self._scope))
-            by_summary = self._papers_by_summary(summaries, vector)
-            papers = fuse_papers(list(dict.fromkeys(h.chunk.doc_id for h in found)), by_summary, self.cfg.paper_k)
-            return self._chunks_of_papers(query, vector, papers, flt, alpha), papers, by_summary
-
-        def chunk_search() -> list[Hit]:
+        def search() -> tuple[list[Hit], list[str], list[str]]:
             hits: list[Hit] = []
+            papers: list[str] = []
+            by_summary: list[str] = []
+            if self._paper_stage() and vector is not None:
+                pool = self.cfg.paper_k * 4
+                found = self.store.hybrid(query, vector, pool, alpha,
+                                          ChunkFilter(exclude_kinds=PAPER_KINDS, doc_ids=self._scope))
+                if len({h.chunk.doc_id for h in found}) < self.cfg.paper_k:  # few abstracts: papers by best chunk
+                    found += self.store.hybrid(query, vector, pool, alpha, ChunkFilter(doc_ids=self._scope))
+                by_summary = self._papers_by_summary(summaries, vector)
+                papers = fuse_papers(list(dict.fromkeys(h.chunk.doc_id for h in found)), by_summary,
+                                     self.cfg.paper_k)
+                hits += self._chunks_of_papers(query, vector, papers, flt, alpha)
             if self.cfg.bm25_k > 0:
                 hits += self.store.bm25(query, self.cfg.bm25_k, flt)
             if self.cfg.vector_k > 0 and vector is not None:
                 hits += self.store.vector(vector, self.cfg.vector_k, flt)
-            return hits
+            return hits, papers, by_summary
 
-        async with self._one_place():
-            by_paper, papers, by_summary = await self._thread(paper_search)
-            by_chunk = await self._thread(chunk_search)
-        found = by_paper + by_chunk
+        found, papers, by_summary = await self._thread(search)
         fresh: dict[str, ChunkRecord] = {}
         for hit in found:
             chunk = hit.chunk
@@ -524,14 +521,11 @@ class ForageStep:
 
     # -- classify --------------------------------------------------------------------------------------
     async def _judge_all(self, req: Requirement, chunks: Sequence[ChunkRecord], stage: str,
-                         it: _Iteration, *, record: bool = True,
-                         relevance: dict[str, float] | None = None) -> list[ChunkJudgement]:
+                         it: _Iteration, *, relevance: dict[str, float], record: bool = True) -> list[ChunkJudgement]:
         """Judge ``chunks`` in batches of ``forage.judge_batch`` (one LLM call per batch). The batches
         are independent, so with an LLM that queues calls their calls run concurrently (see
         :meth:`_together`); judgements are recorded in chunk order whatever order the answers come in.
-        ``relevance``: what :meth:`_prepare` gave for these chunks (computed here when None)."""
-        if relevance is None:
-            relevance = await self._prepare(req, chunks)
+        ``relevance``: what :meth:`_prepare` gave for these chunks (read with the CPU steps before the calls)."""
         off_topic = [c for c in chunks if relevance.get(c.chunk_id, 1.0) < self._floors[1]]
         # the judge sees the closest passages first (a weak model does best at the start of its prompt)
         shown = sorted((c for c in chunks if c not in off_topic), key=lambda c: -relevance.get(c.chunk_id, 0.0))
