@@ -16,6 +16,7 @@ from infra.settings import Settings
 Role = Literal["orchestrator", "status_hub", "searcher", "ingestor", "forager", "writer", "llm_endpoint",
                "embed_endpoint", "cpu_gate"]
 
+_NODE_ACTORS = ("llm_endpoint", "embed_endpoint", "cpu_gate")  # one per node, detached, shared by every run there
 LLM_SLOT = "llm_slot"  # the Ray custom resource of one LLM endpoint's capacity
 
 _IDEMPOTENT: dict[tuple[str, str], bool] = {
@@ -71,39 +72,35 @@ def options_for(role: Role, settings: Settings, *, name: str | None = None,
         opts["max_restarts"] = 0
         opts["max_concurrency"] = 1000
         if home_node is not None:
-            from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
-            opts["scheduling_strategy"] = NodeAffinitySchedulingStrategy(node_id=home_node, soft=False)
+            opts["scheduling_strategy"] = _pinned_to(home_node)
     if role == "llm_endpoint":
-        # one per node with llm_slot resources, shared by every run's LLM callers: found by name, kept when the
-        # driver that created it exits; not restarted (pinned to its node: it goes when the node goes, and
-        # callers make their call again on another endpoint)
-        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
-        opts.update(max_restarts=0, max_concurrency=10_000, lifetime="detached", get_if_exists=True,
-                    resources={LLM_SLOT: float(endpoint_slots)})
-        if endpoint_node is not None:
-            opts["scheduling_strategy"] = NodeAffinitySchedulingStrategy(node_id=endpoint_node, soft=False)
+        # one per node with llm_slot resources, shared by every run's LLM callers; not restarted (pinned to its node:
+        # it goes when the node goes, and callers make their call again on another endpoint)
+        opts.update(max_restarts=0, max_concurrency=10_000, resources={LLM_SLOT: float(endpoint_slots)})
     if role == "embed_endpoint":
-        # one per node and embedding configuration, shared by every run's Foragers and Ingestors there: found by
-        # name, kept when the actor that created it exits, pinned to its node; restarted if it dies (its calls are
-        # idempotent, so they are made again). It asks for no CPU: its callers hold theirs while they wait on it.
-        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
-        opts.update(max_restarts=-1, max_task_retries=0, max_concurrency=8, lifetime="detached", get_if_exists=True)
-        if endpoint_node is not None:
-            opts["scheduling_strategy"] = NodeAffinitySchedulingStrategy(node_id=endpoint_node, soft=False)
+        # one per node and embedding configuration, shared by every run's Foragers and Ingestors there; restarted if
+        # it dies (its calls are idempotent, so they are made again). It asks for no CPU: its callers hold theirs
+        # while they wait on it.
+        opts.update(max_restarts=-1, max_task_retries=0, max_concurrency=8)
     if role == "cpu_gate":
-        # one per node, shared by every run's Foragers there: found by name, kept when the actor that created it
-        # exits, pinned to its node, not restarted (a caller that cannot reach it goes on without it)
-        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
-        opts.update(max_restarts=0, max_concurrency=10_000, lifetime="detached", get_if_exists=True)
+        # one per node, shared by every run's Foragers there; not restarted (a caller that cannot reach it goes on
+        # without it)
+        opts.update(max_restarts=0, max_concurrency=10_000)
+    if role in _NODE_ACTORS:
+        # found by name, kept when the actor (or driver) that created it exits, pinned to its node
+        opts.update(lifetime="detached", get_if_exists=True)
         if endpoint_node is not None:
-            opts["scheduling_strategy"] = NodeAffinitySchedulingStrategy(node_id=endpoint_node, soft=False)
+            opts["scheduling_strategy"] = _pinned_to(endpoint_node)
     if name is not None:
         opts["name"] = name
     return opts
+
+
+def _pinned_to(node_id: str) -> Any:
+    """Hard affinity to one Ray node."""
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    return NodeAffinitySchedulingStrategy(node_id=node_id, soft=False)
 
 
 def driver_node() -> str | None:

@@ -80,6 +80,7 @@ CHUNKS = "chunks"
 DOCUMENTS = "documents"
 LOCK_DIR = "_locks"
 OPTIMIZE_LOCK = "optimize.lock"  # held by whoever optimizes; others leave it to them
+VECTOR_INDEX_LOCK = "vector-index.lock"  # held by whoever trains the ANN index; others leave it to them
 LOCK_STRIPES = 64
 LIBRARY_META = "library.json"  # the embedding model and size (infra.store.meta)
 VECTOR_INDEX_META = "vector-index.json"  # rows and settings the ANN index was trained with
@@ -839,7 +840,7 @@ class LanceStore(Store):
         else:
             options = {"num_partitions": max(1, int(math.sqrt(rows))), "num_sub_vectors": max(1, self.dim // 8)}
         try:
-            with self._lock_now("vector-index.lock"):
+            with self._lock_now(VECTOR_INDEX_LOCK):
                 config = (HnswSq if kind == "IVF_HNSW_SQ" else IvfPq)(distance_type="cosine", **options)
                 table.create_index("vector", config=config, replace=True)
                 info = {"type": kind, "rows": rows, **options}
