@@ -7,7 +7,8 @@ One local Ray (loopback only, as Forage starts it). Measured in the same run:
 
 * **alone**: one Ray task with an Ingestor's CPU reservation (so the same thread limits as an Ingestor)
   parses every PDF one after the other with the configured parser (PyMuPDF here), then chunks them
-  (timed apart) and embeds all chunks in batches of ``embed.batch_size`` (MiniLM here), nothing stored.
+  (timed apart) and embeds all chunks and their sentence windows (``embed.window_sentences``, as an Ingestor
+  writing to LanceDB does) in batches of ``embed.batch_size`` (MiniLM here), nothing stored.
 * **pipeline, N Ingestors**: a fresh LanceDB folder, N Ingestor actors created and warmed up (store,
   embedder, parser loaded), then :meth:`actors.crew.RayCrew.ingest` of all PDFs: parse, chunk,
   embed, store, one document per Ingestor at a time, as a research run does.
@@ -47,6 +48,8 @@ def measure_alone(settings: Settings, paths: list[str]) -> dict:
     embedder = build_embedder(settings)
     embedder.embed(["warm up the model"])  # loaded before the clock starts, as a ready Ingestor has it
     step = IngestStep(settings, store=None, embedder=embedder, parser=parser)  # type: ignore[arg-type]
+    # what an Ingestor writing to the LanceDB store embeds: the chunks and their sentence windows
+    step.window_sentences = settings.embed.window_sentences if settings.store.backend == "lancedb" else 0
     parsed = []
     t = time.perf_counter()
     for p in paths:
@@ -54,17 +57,19 @@ def measure_alone(settings: Settings, paths: list[str]) -> dict:
     parse_s = time.perf_counter() - t
     t = time.perf_counter()
     inputs: list[str] = []
+    n_chunks = 0
     for p, doc in zip(paths, parsed, strict=True):
         path = Path(p)
         prepared = step.prepare_parsed(file_sha256(path), Candidate(key=f"file:{path}", path=str(path)), path, doc)
         inputs += prepared.inputs
+        n_chunks += len(prepared.chunks)
     chunk_s = time.perf_counter() - t
     batch = settings.embed.batch_size
     t = time.perf_counter()
     for start in range(0, len(inputs), batch):
         embedder.embed(inputs[start:start + batch])
     embed_s = time.perf_counter() - t
-    return {"pages": sum(d.n_pages for d in parsed), "chunks": len(inputs), "parse_s": parse_s,
+    return {"pages": sum(d.n_pages for d in parsed), "chunks": n_chunks, "inputs": len(inputs), "parse_s": parse_s,
             "chunk_s": chunk_s, "embed_s": embed_s, "threads": _threads()}
 
 
@@ -129,9 +134,11 @@ def main() -> None:
         print(f"machine: {os.cpu_count()} cores; parser pymupdf, embedder {base.embed.backend} "
               f"(batch {base.embed.batch_size}, {alone['threads']} torch threads in a task with an Ingestor's "
               f"{cpus} CPU reservation)")
-        print(f"documents {docs}, pages {pages}, chunks {chunks}")
+        print(f"documents {docs}, pages {pages}, chunks {chunks}, sentence windows {alone['inputs'] - chunks} "
+              f"(embed.window_sentences {base.embed.window_sentences})")
         print(f"alone:    parse {parse_s:7.1f} s ({pages / parse_s:5.2f} pages/s)   chunk {alone['chunk_s']:5.1f} s   "
-              f"embed {embed_s:6.1f} s ({chunks / embed_s:6.1f} chunks/s)   parse + embed {bound:7.1f} s")
+              f"embed {embed_s:6.1f} s ({chunks / embed_s:6.1f} chunks/s, {alone['inputs'] / embed_s:6.1f} "
+              f"texts/s)   parse + embed {bound:7.1f} s")
         for pool in args.pools:
             store = work / f"store-{pool}"
             settings = base.updated(ingest={"pool_size": pool}, store={"path": str(store)})

@@ -47,25 +47,31 @@ def percentiles(samples: list[float]) -> tuple[float, float]:
     return statistics.median(ordered) * 1000, ordered[min(len(ordered) - 1, int(0.95 * len(ordered)))] * 1000
 
 
-def seed_corpus(beir: Path, cache: Path | None) -> tuple[list, list, list[str], np.ndarray]:
-    """(documents, their chunks, the test claims, their vectors) from SciFact through the product's ingestion."""
+def seed_corpus(beir: Path, cache: Path | None, seed_store: Path | None = None
+                ) -> tuple[list, list, list[str], np.ndarray]:
+    """(documents, their chunks, the test claims, their vectors) from SciFact through the product's ingestion (or
+    read from ``seed_store``, a store that `forage eval retrieval --store` loaded); each chunk comes with its vector
+    and its sentence-window vectors (embed.window_sentences)."""
     from actors.steps.evaluation.retrieval import load_beir, load_corpus
     from infra.embed import build_embedder
     from infra.store import build_store
 
     dataset = load_beir(beir)
     with tempfile.TemporaryDirectory(prefix="forage-scale-seed-") as tmp:
-        settings = Settings.load().updated(store={"path": Path(tmp) / "store"},
+        settings = Settings.load().updated(store={"path": seed_store or Path(tmp) / "store"},
                                            ingest={"cache_dir": cache} if cache else {})
         store, embedder = build_store(settings), build_embedder(settings)
         t = time.perf_counter()
-        load_corpus(settings, store, embedder, dataset)
-        print(f"seed: {len(dataset.corpus)} SciFact abstracts ingested in {time.perf_counter() - t:.1f}s")
-        exported = list(store.export_documents())
+        if seed_store is None:
+            load_corpus(settings, store, embedder, dataset)
+            print(f"seed: {len(dataset.corpus)} SciFact abstracts ingested in {time.perf_counter() - t:.1f}s")
+        exported = [(d, cs, vs, store.windows_of(d.doc_id) or [[] for _ in cs])
+                    for d, cs, vs in store.export_documents()]
         claims = [dataset.queries[q] for q in sorted(dataset.qrels("test"))]
         vectors = np.asarray(embedder.embed(claims), dtype=np.float32)
-    return [d for d, _, _ in exported], [(c, np.asarray(v, dtype=np.float32)) for _, cs, vs in exported
-                                         for c, v in zip(cs, vs, strict=True)], claims, vectors
+    return [d for d, *_ in exported], [(c, np.asarray(v, dtype=np.float32), np.asarray(w, dtype=np.float32))
+                                       for _, cs, vs, ws in exported
+                                       for c, v, w in zip(cs, vs, ws, strict=True)], claims, vectors
 
 
 def build(path: Path, size: int, docs: list, chunks: list, rng: np.random.Generator) -> tuple[object, float]:
@@ -75,8 +81,8 @@ def build(path: Path, size: int, docs: list, chunks: list, rng: np.random.Genera
 
     store = LanceStore(path, dim=384, auto_optimize_rows=None)
     by_doc: dict[str, list] = {}
-    for chunk, vector in chunks:
-        by_doc.setdefault(chunk.doc_id, []).append((chunk, vector))
+    for chunk, vector, windows in chunks:
+        by_doc.setdefault(chunk.doc_id, []).append((chunk, vector, windows))
     seeds = [(d, by_doc[d.doc_id]) for d in docs if d.doc_id in by_doc]
     started = time.perf_counter()
     written, copy, batch = 0, 0, []
@@ -87,14 +93,17 @@ def build(path: Path, size: int, docs: list, chunks: list, rng: np.random.Genera
             doc_id = f"{copy:04d}{doc.doc_id[4:]}"
             new_doc = DocumentRecord.model_validate({**doc.model_dump(), "doc_id": doc_id,
                                                      "key": f"{doc.key}#copy{copy}"})
-            new_chunks, vectors = [], []
-            for chunk, vector in items[: size - written]:
+            new_chunks, vectors, windows = [], [], []
+            for chunk, vector, own_windows in items[: size - written]:
                 text = chunk.text if copy == 0 else f"{chunk.text} variant{copy}"
                 new_chunks.append(chunk.model_copy(update={"doc_id": doc_id, "text": text,
                                                            "chunk_id": f"{doc_id[:16]}:{chunk.ordinal}"}))
                 moved = vector if copy == 0 else vector + rng.normal(0, 0.02, vector.shape).astype(np.float32)
                 vectors.append(moved / np.linalg.norm(moved))
-            batch.append((new_doc, new_chunks, vectors))
+                if copy and len(own_windows):
+                    own_windows = own_windows + rng.normal(0, 0.02, own_windows.shape).astype(np.float32)
+                windows.append(own_windows)
+            batch.append((new_doc, new_chunks, vectors, windows))
             written += len(new_chunks)
             if len(batch) >= 500:
                 store.upsert_documents(batch)
@@ -161,6 +170,9 @@ def main() -> int:
     ap.add_argument("--queries", type=int, default=200)
     ap.add_argument("--out", type=Path)
     ap.add_argument("--keep", type=Path, help="build the stores under this folder and keep them")
+    ap.add_argument("--seed-store", type=Path,
+                    help="read the seed chunks (vectors and window vectors) from this SciFact store, one that "
+                         "`forage eval retrieval --store` loaded, instead of ingesting the abstracts again")
     ap.add_argument("--reuse", action="store_true",
                     help="with --keep: use a kept store of the size asked for (and its index when of the type "
                          "asked for) instead of building it again")
@@ -177,9 +189,10 @@ def main() -> int:
 
     settings = Settings.load()
     cache = settings.ingest.cache_dir
-    docs, chunks, claims, vectors = seed_corpus(args.beir, cache)
+    docs, chunks, claims, vectors = seed_corpus(args.beir, cache, args.seed_store)
     claims, vectors = claims[: args.queries], vectors[: args.queries]
-    print(f"seed: {len(docs)} documents, {len(chunks)} chunks; {len(claims)} queries; top {K}")
+    print(f"seed: {len(docs)} documents, {len(chunks)} chunks ({sum(len(w) for *_, w in chunks)} sentence windows); "
+          f"{len(claims)} queries; top {K}")
     rng = np.random.default_rng(0)
     random.seed(0)
     rows = []

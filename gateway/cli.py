@@ -382,7 +382,7 @@ def eval_retrieval(
     k: Annotated[int, typer.Option(min=1, help="Documents ranked per query (nDCG@k, Recall@k, MRR@k).")] = 10,
     alpha: Annotated[float | None, typer.Option(min=0.0, max=1.0, help="Hybrid weight of the vector side "
                                                 "(default: store.hybrid_alpha).")] = None,
-    fusion: Annotated[FusionName, typer.Option(help="Hybrid fusion.")] = FusionName.relative_score,
+    fusion: Annotated[FusionName | None, typer.Option(help="Hybrid fusion (default: store.hybrid_fusion).")] = None,
     split: Annotated[str, typer.Option(help="qrels split to evaluate.")] = "test",
     store: Annotated[Path | None, typer.Option(help="Store folder to load into and keep (default: a temporary "
                                                "one). Known documents are not loaded again.")] = None,
@@ -408,7 +408,8 @@ def eval_retrieval(
         err.print(f"[dim]loaded {done:,}/{total:,} documents ({seconds:.0f} s)[/dim]", highlight=False)
 
     try:
-        results = evaluate_retrieval(Settings.load(), beir, modes=modes, k=k, alpha=alpha, fusion=fusion.value,
+        results = evaluate_retrieval(Settings.load(), beir, modes=modes, k=k, alpha=alpha,
+                                     fusion=None if fusion is None else fusion.value,
                                      split=split, store_path=store, n_chunks=chunks, limit_queries=limit_queries,
                                      tune=tune, tune_split=tune_split, tune_limit=tune_limit,
                                      batch_docs=batch_docs, progress=progress)

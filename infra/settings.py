@@ -100,6 +100,13 @@ class EmbedSettings(Section):
         default=None, description="Tokens per chunk; default follows the embedder (MiniLM 256, nomic 512)."
     )
     chunk_overlap: int | None = Field(default=None, description="Token overlap; default MiniLM 32, nomic 64.")
+    window_sentences: int = Field(
+        default=2, ge=0, le=20,
+        description="Sentences per retrieval window: each run of this many consecutive sentences of a chunk is "
+                    "embedded on its own too (with the chunk's context line), and vector search scores a chunk by "
+                    "the best of its own and its windows' similarity; 0 embeds chunks only. SciFact: dense nDCG@10 "
+                    "0.66 -> 0.71 at 2 sentences, about twice the embedding work (docs/retrieval.md). The LanceDB "
+                    "store keeps windows; Weaviate does not.")
     shared: bool = Field(
         default=True, description="MiniLM in a Ray run: one model per node (an embedding endpoint actor, "
                                   "actors/embed_endpoint.py) serves every Forager and Ingestor there and is kept "
@@ -113,9 +120,10 @@ class StoreSettings(Section):
                                        "Weaviate shared by a lab's Ray cluster (docs/cluster.md).")
     path: Path = Field(default=Path(".forage/store"), description="LanceDB folder.")
     hybrid_alpha: float = Field(
-        default=0.4, ge=0, le=1,
-        description="Weight of the vector side in hybrid fusion (relative-score: at ≤0.5 a pure paraphrase can "
-                    "never outrank a keyword match). 0.4 is tuned on BEIR SciFact train (docs/retrieval.md).")
+        default=0.6, ge=0, le=1,
+        description="Weight of the vector side in hybrid fusion (relative-score: above 0.5 a close paraphrase can "
+                    "outrank a keyword match). 0.6 is tuned on BEIR SciFact train with sentence windows "
+                    "(embed.window_sentences; 0.4 without them) (docs/retrieval.md).")
     vector_index_rows: int | None = Field(
         default=50_000, ge=256,
         description="LanceDB: train an approximate-nearest-neighbour index on the chunk vectors once the store holds "
@@ -134,7 +142,9 @@ class StoreSettings(Section):
                                description="HNSW candidate list of an indexed search (IVF_HNSW_SQ; None: LanceDB's "
                                            "default). Larger: better recall, slower (bench/search_scale.py).")
     hybrid_fusion: Literal["relative_score", "rrf"] = Field(
-        default="relative_score", description="How hybrid search fuses BM25 and vector ranks (Weaviate store).")
+        default="relative_score",
+        description="How hybrid search fuses its BM25 and vector lists (both stores): 'relative_score' (each side "
+                    "min-max scaled) or 'rrf' (reciprocal ranks) (docs/retrieval.md).")
     weaviate_host: str = Field(default="127.0.0.1", description="Weaviate host: the head node's lab address.")
     weaviate_http_port: int = Field(default=8080, ge=1, le=65535, description="Weaviate REST port.")
     weaviate_grpc_port: int = Field(default=50051, ge=1, le=65535, description="Weaviate gRPC port (queries, batches).")

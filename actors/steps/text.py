@@ -93,6 +93,17 @@ def sentences(text: str) -> list[str]:
     return out
 
 
+def sentence_windows(text: str, size: int) -> list[str]:
+    """Every run of ``size`` consecutive sentences of ``text`` (whitespace normalised), in order; none when the text
+    has ``size`` sentences or fewer (it is its own window) or ``size`` is 0."""
+    if size < 1:
+        return []
+    parts = [s for s in sentences(" ".join(text.split())) if s]
+    if len(parts) <= size:
+        return []
+    return [" ".join(parts[i:i + size]) for i in range(len(parts) - size + 1)]
+
+
 def prose_sentences(text: str) -> list[str]:
     """The plausible sentences of a passage in order (heading lines, figure text and markup left out, whitespace
     normalised): what extractive sections and answers quote from."""

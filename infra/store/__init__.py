@@ -50,7 +50,7 @@ def build_store(settings: Settings, dim: int | None = None) -> Store:
         return LanceStore(cfg.path, dim=dim or embedding_dim(settings), embed_model=embedding_name(settings),
                           vector_index_rows=cfg.vector_index_rows, vector_index_type=cfg.vector_index_type,
                           ann_nprobes=cfg.ann_nprobes, ann_refine=cfg.ann_refine,
-                          ann_ef=cfg.ann_ef)
+                          ann_ef=cfg.ann_ef, fusion=cfg.hybrid_fusion)
     if backend == "weaviate":
         from infra.store.weaviate import WeaviateStore
 

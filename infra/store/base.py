@@ -121,7 +121,11 @@ class ChunkFilter(_Record):
                                        "sources": None})
 
 
-Upsert = tuple[DocumentRecord, Sequence[ChunkRecord], Sequence[Sequence[float]]]
+#: One document's write: the document, its chunks and one vector per chunk; optionally a fourth element, each chunk's
+#: window vectors (its sentence windows embedded on their own: the vector search re-scores its candidates with them,
+#: :meth:`Store.checked_windows`). A store that keeps no windows ignores them.
+Upsert = (tuple[DocumentRecord, Sequence[ChunkRecord], Sequence[Sequence[float]]]
+          | tuple[DocumentRecord, Sequence[ChunkRecord], Sequence[Sequence[float]], Sequence[Sequence[Sequence[float]]]])
 FUSIONS = ("relative_score", "rrf")
 
 
@@ -132,6 +136,7 @@ class Store(ABC):
 
     name: str
     dim: int
+    keeps_windows: bool = False  # whether it stores window vectors (Upsert's fourth element) and scores with them
     embed_model: str | None  # the model whose vectors it holds (None: not recorded yet)
 
     # -- the shared checks ------------------------------------------------------------------------
@@ -158,13 +163,14 @@ class Store(ABC):
         """A query vector, checked as a stored one is."""
         return self.checked_vectors([vector], 1)[0]
 
-    def checked_batch(self, items: Sequence[Upsert]) -> tuple[list[DocumentRecord], list[np.ndarray]]:
-        """The documents of one write (``n_chunks`` set) and each one's vectors as an array, once every item is
-        checked: vectors paired with chunks, no chunk id twice in a document, no chunk of another document, no
-        doc_id or key twice in the write."""
+    def checked_batch(self, items: Sequence[Upsert]
+                      ) -> tuple[list[DocumentRecord], list[np.ndarray], list[list[np.ndarray]]]:
+        """The documents of one write (``n_chunks`` set), each one's vectors as an array and its chunks' window
+        vectors (:meth:`checked_windows`), once every item is checked: vectors and windows paired with chunks, no
+        chunk id twice in a document, no chunk of another document, no doc_id or key twice in the write."""
         docs: list[DocumentRecord] = []
         arrays: list[np.ndarray] = []
-        for doc, chunks, vectors in items:
+        for doc, chunks, vectors, *_ in items:
             arrays.append(self.checked_vectors(vectors, len(chunks)))
             ids = [c.chunk_id for c in chunks]
             if len(set(ids)) != len(ids):
@@ -180,22 +186,38 @@ class Store(ABC):
                 twice = sorted(v for v, n in Counter(values).items() if n > 1)
                 raise StoreError(f"one write holds several documents with the same {field_name}: "
                                  f"{', '.join(t[:40] for t in twice[:3])}", retryable=False)
-        return docs, arrays
+        return docs, arrays, self.checked_windows(items)
+
+    def checked_windows(self, items: Sequence[Upsert]) -> list[list[np.ndarray]]:
+        """Each item's window vectors, per chunk a (windows, dim) float32 array (none: (0, dim)), each window checked
+        as a chunk's vector is; an item without windows gives empty arrays."""
+        out: list[list[np.ndarray]] = []
+        for item in items:
+            chunks = item[1]
+            given = item[3] if len(item) > 3 else None  # type: ignore[misc]
+            windows: Sequence[Sequence[Sequence[float]]] = [()] * len(chunks) if given is None else given
+            if len(windows) != len(chunks):
+                raise StoreError(f"got windows for {len(windows)} chunks of {len(chunks)}; they must pair up one "
+                                 "to one", retryable=False)
+            out.append([self.checked_vectors(w, len(w)) for w in windows])
+        return out
 
     def check_hybrid(self, alpha: float, fusion: str, vector: Sequence[float]) -> np.ndarray:
         """A hybrid search's weight, fusion and query vector (bad input fails the same way whatever alpha is)."""
         if not 0.0 <= alpha <= 1.0:
             raise StoreError(f"alpha must be within [0, 1], got {alpha}", retryable=False)
         if fusion not in FUSIONS:
-            raise StoreError(f"unknown fusion {fusion!r}; use 'relative_score' or 'rrf'", retryable=False)
+            raise StoreError(f"unknown fusion {fusion!r}; use one of {', '.join(FUSIONS)}", retryable=False)
         return self.checked_vector(vector)
 
     # -- documents and the registry ---------------------------------------------------------------
     def upsert_document(self, doc: DocumentRecord, chunks: Sequence[ChunkRecord],
-                        vectors: Sequence[Sequence[float]]) -> None:
-        """Store a document and its chunks, replacing any earlier version with the same key or doc_id.
-        Readers never see a document without its chunks (registry row written last)."""
-        self.upsert_documents([(doc, chunks, vectors)])
+                        vectors: Sequence[Sequence[float]],
+                        windows: Sequence[Sequence[Sequence[float]]] | None = None) -> None:
+        """Store a document and its chunks (and each chunk's window vectors, see :data:`Upsert`), replacing any
+        earlier version with the same key or doc_id. Readers never see a document without its chunks (registry row
+        written last)."""
+        self.upsert_documents([(doc, chunks, vectors) if windows is None else (doc, chunks, vectors, windows)])
 
     @abstractmethod
     def upsert_documents(self, items: Sequence[Upsert]) -> None:
@@ -251,6 +273,11 @@ class Store(ABC):
         """Every document (or those of ``doc_ids`` that exist, in that order) with its chunks in ordinal order
         and their vectors: what a migration or a metadata fix writes back."""
 
+    def windows_of(self, doc_id: str) -> list[list[list[float]]] | None:
+        """The window vectors of a stored document's chunks, in ordinal order (what a migration or a metadata fix
+        writes back beside :meth:`export_documents`); None when this store keeps none."""
+        return None
+
     @abstractmethod
     def library_meta(self) -> LibraryMeta | None:
         """What the library records of itself (its embedding model), or None before the first write."""
@@ -279,7 +306,7 @@ METADATA_FIELDS = frozenset({"title", "authors", "year", "origin", "venue", "ven
 def update_metadata(store: Store, doc_id: str, changes: dict[str, object],
                     add_flags: Sequence[str] = ()) -> DocumentRecord:
     """Rewrite a stored document's bibliographic fields (:data:`METADATA_FIELDS`), and add ``add_flags`` to its
-    flags, by writing it back with its own chunks and vectors through :meth:`Store.upsert_document` (one atomic
+    flags, by writing it back with its own chunks, vectors and window vectors through :meth:`Store.upsert_document` (one atomic
     write; the chunks' search text, which holds the title, follows). The vectors are kept: their context
     line read the old title. StoreError when the document is not stored or a field is not one of these."""
     unknown = sorted(set(changes) - METADATA_FIELDS)
@@ -292,6 +319,6 @@ def update_metadata(store: Store, doc_id: str, changes: dict[str, object],
     doc, chunks, vectors = found
     updated = DocumentRecord.model_validate({**doc.model_dump(), **changes,
                                              "flags": tuple(dict.fromkeys((*doc.flags, *add_flags)))})
-    store.upsert_document(updated, chunks, vectors)
+    store.upsert_document(updated, chunks, vectors, store.windows_of(doc_id))
     return updated
 

@@ -90,6 +90,10 @@ VectorIndexType = Literal["IVF_HNSW_SQ", "IVF_PQ"]
 _CHUNK_COLUMNS = list(ChunkRecord.model_fields)
 _DOC_COLUMNS = list(DocumentRecord.model_fields)
 SEARCH_TEXT = "search_text"
+# each chunk's sentence-window vectors (a list of vectors, maybe empty): vector search re-scores its candidates by the
+# best of the chunk's own and its windows' similarity (docs/retrieval.md, "Sentence windows"). A store written before
+# this column existed has none: its chunks are scored by their own vector, as they were.
+WINDOWS = "windows"
 SCALAR_INDEXES = {CHUNKS: ("chunk_id", "doc_id"), DOCUMENTS: ("doc_id", "key")}
 # a bitmap index on the section kind: every search's default filter (references left out) is answered from it; as a
 # scan of the column it cost ~30 ms per search side at 1M chunks, more than the indexed search itself
@@ -146,6 +150,7 @@ def chunk_schema(dim: int) -> pa.Schema:
         pa.field("vector", pa.list_(pa.float32(), dim)),
         pa.field(SEARCH_TEXT, pa.string(), nullable=False),
         pa.field("context", pa.string()),
+        pa.field(WINDOWS, pa.list_(pa.list_(pa.float32(), dim))),
     ])
 
 
@@ -240,6 +245,29 @@ _retry_conflicts = retry(
 )
 
 
+def window_similarity(windows: pa.ChunkedArray | pa.Array, query: np.ndarray) -> np.ndarray:
+    """Per row of a ``windows`` column (a list of vectors each), the best cosine similarity of one of them to
+    ``query``; -inf for a row without windows (null or empty)."""
+    column = windows.combine_chunks() if isinstance(windows, pa.ChunkedArray) else windows
+    n = len(column)
+    best = np.full(n, -np.inf)
+    if n == 0:
+        return best
+    column = column.fill_null([])
+    offsets = np.asarray(column.offsets)
+    flat = column.flatten()  # FixedSizeList of every window, in row order
+    if len(flat) == 0:
+        return best
+    dim = flat.type.list_size
+    vectors = np.asarray(flat.flatten()).reshape(len(flat), dim)
+    norms = np.linalg.norm(vectors, axis=1)
+    sims = (vectors @ query) / (np.where(norms > 0, norms, 1.0) * (np.linalg.norm(query) or 1.0))
+    counts = np.diff(offsets)
+    rows = np.flatnonzero(counts)
+    best[rows] = np.maximum.reduceat(sims, offsets[:-1][rows] - offsets[0])
+    return best
+
+
 def _normalize(scores: dict[str, float]) -> dict[str, float]:
     """Min-max normalize to [0, 1]; a single score (or all equal) becomes 1."""
     if not scores:
@@ -323,17 +351,20 @@ class LanceStore(Store):
     """
 
     name = "lancedb"
+    keeps_windows = True  # each chunk's sentence-window vectors (WINDOWS), for vector search to re-score with
 
     def __init__(self, path: Path | str, dim: int = 384, *,
                  read_consistency: timedelta = timedelta(0), hybrid_candidates: int = 4,
                  auto_optimize_rows: int | None = 2000, embed_model: str | None = None,
                  vector_index_rows: int | None = VECTOR_INDEX_ROWS, vector_index_type: VectorIndexType = "IVF_HNSW_SQ",
-                 ann_nprobes: int = 20, ann_refine: int | None = 10, ann_ef: int | None = None) -> None:
+                 ann_nprobes: int = 20, ann_refine: int | None = 10, ann_ef: int | None = None,
+                 fusion: Fusion = "relative_score") -> None:
         if dim <= 0:
             raise StoreError(f"vector dimension must be positive, got {dim}", retryable=False)
         self.path = Path(path)
         self.dim = dim
         self.hybrid_candidates = max(1, hybrid_candidates)
+        self.fusion: Fusion = fusion  # what hybrid() fuses with when not told
         self.auto_optimize_rows = auto_optimize_rows
         self.embed_model = embed_model
         self.vector_index_rows = vector_index_rows
@@ -356,7 +387,8 @@ class LanceStore(Store):
         options = {"read_consistency": self._read_consistency, "hybrid_candidates": self.hybrid_candidates,
                    "auto_optimize_rows": self.auto_optimize_rows, "embed_model": self.embed_model,
                    "vector_index_rows": self.vector_index_rows, "vector_index_type": self.vector_index_type,
-                   "ann_nprobes": self.ann_nprobes, "ann_refine": self.ann_refine, "ann_ef": self.ann_ef}
+                   "ann_nprobes": self.ann_nprobes, "ann_refine": self.ann_refine, "ann_ef": self.ann_ef,
+                   "fusion": self.fusion}
         return (_reopen, (self.path, self.dim, options))
 
     def __repr__(self) -> str:
@@ -478,6 +510,19 @@ class LanceStore(Store):
             rows.sort(key=lambda r: r["ordinal"])
             yield doc, [self._to_chunk(r) for r in rows], [[float(x) for x in r["vector"]] for r in rows]
 
+    def windows_of(self, doc_id: str) -> list[list[list[float]]] | None:
+        """The window vectors of the document's chunks in ordinal order (empty lists for a store written before they
+        existed)."""
+        where = f"doc_id = {sql_str(doc_id)}"
+
+        def run(t: Table) -> list[dict[str, Any]]:
+            columns = ["ordinal", *([WINDOWS] if WINDOWS in t.schema.names else [])]
+            return t.search().where(where).select(columns).to_list()
+
+        none: list[dict[str, Any]] = []
+        rows = sorted(self._read(CHUNKS, where, run, none), key=lambda r: r["ordinal"])
+        return [[[float(x) for x in w] for w in (r.get(WINDOWS) or [])] for r in rows]
+
     def _ensure_fts(self, table: Table) -> None:
         """Create the native BM25 index on ``search_text`` (``text`` in a store written before that
         column existed) unless it exists (caller holds the tables lock)."""
@@ -543,18 +588,19 @@ class LanceStore(Store):
     # ------------------------------------------------------------------ conversion
 
     def _chunk_table(self, chunks: Sequence[ChunkRecord], vectors: np.ndarray, titles: Sequence[str],
-                     with_search_text: bool = True) -> pa.Table:
-        """Arrow rows of ``chunks`` (``titles[i]``: the title of chunk i's document); without the
-        ``search_text`` column for a store written before it existed."""
+                     windows: Sequence[np.ndarray], names: Sequence[str] | None = None) -> pa.Table:
+        """Arrow rows of ``chunks`` (``titles[i]``: the title of chunk i's document, ``windows[i]`` its window
+        vectors); only the columns in ``names`` when given (a store written before some of them existed)."""
         schema = chunk_schema(self.dim)
         columns: dict[str, Any] = {name: [getattr(c, name) for c in chunks] for name in _CHUNK_COLUMNS}
         columns["pages"] = [list(c.pages) for c in chunks]
         columns[SEARCH_TEXT] = [search_text(title, c) for title, c in zip(titles, chunks, strict=True)]
+        columns[WINDOWS] = [w.tolist() for w in windows]
         arrays = [pa.array(columns[f.name], type=f.type) if f.name != "vector" else
                   pa.FixedSizeListArray.from_arrays(pa.array(vectors.reshape(-1), pa.float32()), self.dim)
                   for f in schema]
         data = pa.Table.from_arrays(arrays, schema=schema)
-        return data if with_search_text else data.drop_columns([SEARCH_TEXT])
+        return data if names is None else data.select([f.name for f in schema if f.name in set(names)])
 
     @staticmethod
     def _doc_table(docs: Sequence[DocumentRecord]) -> pa.Table:
@@ -590,17 +636,18 @@ class LanceStore(Store):
         """
         if not items:
             return
-        docs, arrays = self.checked_batch(items)
-        chunk_rows = [c for _, chunks, _ in items for c in chunks]
-        titles = [doc.title for doc, chunks, _ in items for _ in chunks]
+        docs, arrays, per_item = self.checked_batch(items)
+        windows = [w for item_windows in per_item for w in item_windows]
+        chunk_rows = [c for item in items for c in item[1]]
+        titles = [item[0].title for item in items for _ in item[1]]
         vectors = np.concatenate(arrays) if arrays else np.zeros((0, self.dim), dtype=np.float32)
         names = [n for d in docs for n in ("doc:" + d.doc_id, "key:" + d.key)]
         with self._locked(*names):
-            self._replace(docs, chunk_rows, vectors, titles)
+            self._replace(docs, chunk_rows, vectors, titles, windows)
         self._maybe_optimize()
 
     def _replace(self, docs: Sequence[DocumentRecord], chunks: Sequence[ChunkRecord], vectors: np.ndarray,
-                 titles: Sequence[str]) -> None:
+                 titles: Sequence[str], windows: Sequence[np.ndarray]) -> None:
         """Chunks, then registry rows, then the replaced versions' chunks (caller holds the locks)."""
         chunk_table = self._table(CHUNKS, create=True)
         doc_table = self._table(DOCUMENTS, create=True)
@@ -610,7 +657,7 @@ class LanceStore(Store):
         what = docs[0].origin or docs[0].key if len(docs) == 1 else f"{len(docs)} documents"
         mine = f"doc_id = {sql_str(doc_ids[0])}" if len(docs) == 1 else f"doc_id IN {_sql_list(doc_ids)}"
         their_keys = f"key = {sql_str(keys[0])}" if len(docs) == 1 else f"key IN {_sql_list(keys)}"
-        chunk_data = self._chunk_table(chunks, vectors, titles, SEARCH_TEXT in chunk_table.schema.names)
+        chunk_data = self._chunk_table(chunks, vectors, titles, windows, chunk_table.schema.names)
         doc_data = self._doc_table(docs)
         try:
             earlier = (doc_table.search().where(f"{their_keys} OR {mine}")
@@ -959,8 +1006,10 @@ class LanceStore(Store):
         return sorted(hits, key=lambda h: (-h.score, h.chunk.doc_id, h.chunk.ordinal))
 
     def vector(self, vector: Sequence[float], k: int, flt: ChunkFilter | None = None) -> list[Hit]:
-        """Nearest chunks by cosine similarity (score = 1 - cosine distance, in [-1, 1]).
-        ``flt=None`` means the default :class:`ChunkFilter` (references excluded)."""
+        """Nearest chunks by cosine similarity (score = 1 - cosine distance, in [-1, 1]): the ``k`` chunks whose own
+        vectors are nearest, each then scored by the best of its own and its sentence windows' similarity
+        (:data:`WINDOWS`; a chunk without windows keeps its own) and re-ordered by that. ``flt=None`` means the
+        default :class:`ChunkFilter` (references excluded)."""
         query_vector = self.checked_vector(vector)
         flt = flt or ChunkFilter()
         if k <= 0:
@@ -981,19 +1030,28 @@ class LanceStore(Store):
                 q = q.ef(max(self.ann_ef, k * (self.ann_refine or 1)))
             if where:
                 q = q.where(where, prefilter=True)
-            return q.select([*_CHUNK_COLUMNS, "_distance"]).limit(k).to_list()
+            windows = [WINDOWS] if WINDOWS in t.schema.names else []
+            found = q.select([*_CHUNK_COLUMNS, "_distance", *windows]).limit(k).to_arrow()
+            best = window_similarity(found.column(WINDOWS), query_vector) if windows else None
+            rows = found.drop_columns(windows).to_pylist()
+            if best is not None:
+                for row, b in zip(rows, best.tolist(), strict=True):
+                    row["_window"] = b
+            return rows
 
         rows = self._read(CHUNKS, "vector search", run, [])
-        hits = [Hit(chunk=self._to_chunk(r), score=1.0 - float(r["_distance"])) for r in rows
-                if not math.isnan(r["_distance"])]
+        hits = [Hit(chunk=self._to_chunk(r), score=max(1.0 - float(r["_distance"]), r.get("_window", -math.inf)))
+                for r in rows if not math.isnan(r["_distance"])]
         return sorted(hits, key=lambda h: (-h.score, h.chunk.doc_id, h.chunk.ordinal))
 
     def hybrid(self, query: str, vector: Sequence[float], k: int, alpha: float = 0.5,
-               flt: ChunkFilter | None = None, *, fusion: Fusion = "relative_score") -> list[Hit]:
-        """BM25 and vector search fused (see :func:`fuse`); alpha=1 pure vector, alpha=0 pure BM25.
+               flt: ChunkFilter | None = None, *, fusion: Fusion | None = None) -> list[Hit]:
+        """BM25 and vector search fused (see :func:`fuse`, by ``fusion`` or the store's); alpha=1 pure vector,
+        alpha=0 pure BM25.
 
         Each side contributes its top ``k * hybrid_candidates`` hits to the fusion.
         """
+        fusion = fusion or self.fusion
         self.check_hybrid(alpha, fusion, vector)
         if k <= 0:
             return []

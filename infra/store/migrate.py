@@ -15,10 +15,10 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from infra.errors import StoreError
-from infra.store.base import ChunkFilter, ChunkRecord, DocumentRecord, Store
+from infra.store.base import ChunkFilter, ChunkRecord, DocumentRecord, Store, Upsert
 from infra.store.meta import LibraryMeta
 
-Item = tuple[DocumentRecord, list[ChunkRecord], list[list[float]]]
+Item = Upsert
 
 
 class MigrationReport(BaseModel):
@@ -45,7 +45,7 @@ def migrate(source: Store, target: Store, *, batch_documents: int = 16, batch_ch
             return
         target.upsert_documents(batch)
         documents += len(batch)
-        chunks += sum(len(c) for _, c, _ in batch)
+        chunks += sum(len(item[1]) for item in batch)
         batches += 1
         batch.clear()
         if progress:
@@ -57,8 +57,9 @@ def migrate(source: Store, target: Store, *, batch_documents: int = 16, batch_ch
                              f"{doc.origin or doc.key}", retryable=False)
         expected[doc.doc_id] = (doc.model_copy(update={"n_chunks": len(doc_chunks)}), len(doc_chunks),
                                 doc_chunks[0] if doc_chunks else None, vectors[0] if vectors else None)
-        batch.append((doc, doc_chunks, vectors))
-        if len(batch) >= batch_documents or sum(len(c) for _, c, _ in batch) >= batch_chunks:
+        windows = source.windows_of(doc.doc_id)  # kept where both stores keep them (LanceDB to LanceDB)
+        batch.append((doc, doc_chunks, vectors) if windows is None else (doc, doc_chunks, vectors, windows))
+        if len(batch) >= batch_documents or sum(len(item[1]) for item in batch) >= batch_chunks:
             flush()
     flush()
     return MigrationReport(documents=documents, chunks=chunks, batches=batches,

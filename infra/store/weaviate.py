@@ -377,8 +377,8 @@ class WeaviateStore(Store):
     def upsert_documents(self, items: Sequence[Upsert]) -> None:
         """Store documents with their chunks (see the module docstring for the order). Bad input
         raises before anything is written; a failed chunk batch registers none of the documents."""
-        docs, arrays = self.checked_batch(items)
-        objects = [chunk_object(c, doc.title, v) for (doc, chunks, _), array in zip(items, arrays, strict=True)
+        docs, arrays, _ = self.checked_batch(items)  # window vectors checked, not kept (keeps_windows is False)
+        objects = [chunk_object(c, doc.title, v) for (doc, chunks, *_), array in zip(items, arrays, strict=True)
                    for c, v in zip(chunks, array.tolist(), strict=True)]
         if docs:
             self._run("upsert", lambda: self._write(docs, objects))

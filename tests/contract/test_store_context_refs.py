@@ -58,7 +58,9 @@ def test_lance_store_written_before_context_and_references_gains_them(tmp_path: 
     from infra.store.lancedb import DOCUMENT_SCHEMA, LanceStore, chunk_schema
 
     path = tmp_path / "old"
-    old_chunks = chunk_schema(384).remove(chunk_schema(384).get_field_index("context"))
+    old_chunks = chunk_schema(384)
+    for name in ("context", "windows"):
+        old_chunks = old_chunks.remove(old_chunks.get_field_index(name))
     old_docs = DOCUMENT_SCHEMA
     for name in ("references", "venue", "venue_kind"):
         old_docs = old_docs.remove(old_docs.get_field_index(name))

@@ -214,7 +214,7 @@ def test_a_metadata_fix_keeps_chunks_and_vectors_and_searches_by_the_new_title(s
 
     doc, chunks = make_doc("f" * 64, ["photosynthesis in leaves", "carbon fixation"], title="Proceedings of the 45th")
     other, other_chunks = make_doc("9" * 64, ["unrelated words"])
-    put(store, doc, chunks)
+    store.upsert_document(doc, chunks, [hash_vec(c.text) for c in chunks], [[unit(7)], []])
     put(store, other, other_chunks)
     assert [d.doc_id for d in documents_of(store, [other.doc_id, "nope", doc.doc_id])] == [other.doc_id, doc.doc_id]
     fixed = update_metadata(store, doc.doc_id, {"title": "Calvin cycle kinetics", "authors": ("Melvin Calvin",),
@@ -224,6 +224,10 @@ def test_a_metadata_fix_keeps_chunks_and_vectors_and_searches_by_the_new_title(s
     assert (got.year, got.origin, got.key, got.n_chunks) == (1950, "paper.pdf, doi:10.1000/calvin", doc.key, 2)
     assert store.chunks(ChunkFilter(doc_ids=(doc.doc_id,))) == chunks  # the same chunks
     assert ids(store.vector(hash_vec("carbon fixation"), 1)) == [cid(doc.doc_id, 1)]  # and their vectors
+    if store.keeps_windows:  # and their window vectors
+        assert store.windows_of(doc.doc_id) == [[unit(7)], []]
+        top = store.vector(unit(7), 3)[0]  # windows re-score the candidates the chunk vectors find (all 3 here)
+        assert top.chunk.chunk_id == cid(doc.doc_id, 0) and top.score == pytest.approx(1.0, abs=1e-6)
     assert cid(doc.doc_id, 0) in ids(store.bm25("calvin kinetics", 5))  # the title is in the search text
     assert store.get_document(other.doc_id) == other.model_copy(update={"n_chunks": 1})
     with pytest.raises(StoreError, match="no document"):
@@ -529,10 +533,53 @@ def test_hybrid_rrf_fusion(fusion_store: tuple[Store, dict[str, str]]) -> None:
     assert [h.score for h in hits] == pytest.approx(sorted(expected.values(), reverse=True))
 
 
+def test_the_store_fuses_as_configured_when_not_told(store_spec: tuple[str, str]) -> None:
+    """``store.hybrid_fusion`` (build_store passes it to either store) is what ``hybrid`` fuses with by default."""
+    store = open_store(*store_spec, fusion="rrf")
+    doc, chunks = make_doc("r" * 64, ["kinase inhibitor", "unrelated words", "kinase inhibitor", "nothing here"])
+    put(store, doc, chunks, [unit(5), unit(0), mix((0, 1.0), (5, 1.0)), [-v for v in unit(0)]])
+    by_default = store.hybrid("kinase inhibitor", unit(0), 4, alpha=0.5)
+    assert by_default == store.hybrid("kinase inhibitor", unit(0), 4, alpha=0.5, fusion="rrf")
+    assert ids(by_default) != ids(store.hybrid("kinase inhibitor", unit(0), 4, alpha=0.5, fusion="relative_score"))
+
+
 def test_hybrid_is_deterministic(corpus_store: Store) -> None:
     runs = {tuple((h.chunk.chunk_id, round(h.score, 9)) for h in
                   corpus_store.hybrid("household survey", hash_vec("income questionnaire"), 5)) for _ in range(3)}
     assert len(runs) == 1
+
+
+def test_window_vectors_score_a_chunk_by_its_best_sentence_window(store: Store) -> None:
+    """A chunk's window vectors (Upsert's fourth element): a store that keeps them scores the chunk by the best of
+    its own and its windows' cosine; one that does not (Weaviate) takes them and searches chunk vectors."""
+    doc, chunks = make_doc("s" * 64, ["a long chunk", "another chunk", "a third"])
+    own = [mix((0, 1.0), (1, 1.0)), unit(2), unit(3)]
+    windows = [[unit(4), unit(1)], [], [mix((3, 1.0), (1, 0.2))]]
+    store.upsert_document(doc, chunks, own, windows)
+    hits = store.vector(unit(1), 3)
+    if store.keeps_windows:
+        assert ids(hits) == [chunks[0].chunk_id, chunks[2].chunk_id, chunks[1].chunk_id]
+        assert [h.score for h in hits] == pytest.approx([1.0, 0.2 / math.sqrt(1.04), 0.0], abs=1e-5)
+        # windows re-order the candidates the chunk vectors find; they find none a chunk vector misses
+        assert ids(store.vector(unit(4), 3))[0] == chunks[0].chunk_id
+    else:
+        assert hits[0].chunk.chunk_id == chunks[0].chunk_id and hits[0].score == pytest.approx(1 / math.sqrt(2))
+    assert store.count_chunks(doc.doc_id) == 3 and store.bm25("another", 1)[0].chunk.chunk_id == chunks[1].chunk_id
+    # written again without windows: the chunks are scored by their own vectors
+    store.upsert_document(doc, chunks, own)
+    assert store.vector(unit(1), 1)[0].score == pytest.approx(1 / math.sqrt(2), abs=1e-5)
+
+
+def test_bad_window_vectors_register_nothing(store: Store) -> None:
+    doc, chunks = make_doc("u" * 64, ["one", "two"])
+    good = [hash_vec(c.text) for c in chunks]
+    cases = {"pair up": [[good[0]]], "dimensions": [[good[0]], [[0.5] * (DIM - 1)]],
+             "zero": [[good[0]], [[0.0] * DIM]]}
+    for message, windows in cases.items():
+        with pytest.raises(StoreError, match=message) as err:
+            store.upsert_document(doc, chunks, good, windows)
+        assert err.value.retryable is False
+    assert store.get_document(doc.doc_id) is None and store.count_chunks() == 0
 
 
 # ---------------------------------------------------------------- failures leave nothing half-written

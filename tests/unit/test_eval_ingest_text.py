@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from actors.steps.events import RecordingEmit
+from actors.steps.text import sentence_windows
 from actors.steps.ingest.step import IngestStep, TextDocument, text_markdown
 from infra.embed.ollama import OllamaEmbedder
 from infra.settings import Settings
@@ -69,7 +70,10 @@ def test_text_document_is_stored_like_a_parsed_pdf(setup, server: LoopbackOllama
         assert chunk.token_count <= step.max_tokens and chunk.section_kind == "abstract"
         assert TITLE not in chunk.text  # the title heading is not chunk text ...
     [inputs] = embed_calls(server)  # ... it reaches the embedder through the context line
-    assert inputs == [f"{TITLE} — Abstract\n{c.text}" for c in chunks]
+    assert inputs[:len(chunks)] == [f"{TITLE} — Abstract\n{c.text}" for c in chunks]
+    # then each chunk's sentence windows (embed.window_sentences, 2 by default), with the same context line
+    assert inputs[len(chunks):] == [f"{TITLE} — Abstract\n{w}" for c in chunks for w in sentence_windows(c.text, 2)]
+    assert len(inputs) > len(chunks)
     [event] = [e for e in emit.events if e.kind != "progress"]
     assert (event.stage, event.kind, event.payload["status"]) == (Stage.INGEST, "document", "stored")
     assert [e.payload["phase"] for e in emit.events if e.kind == "progress"] == ["chunking", "embedding", "stored"]
@@ -83,7 +87,9 @@ def test_a_batch_is_embedded_in_one_call_and_stored_per_document(setup, server: 
     results = step.ingest_texts("run-1", docs)
     assert [r.status for r in results] == ["stored"] * 5 and [r.key for r in results] == [d.key for d in docs]
     [inputs] = embed_calls(server)
-    assert len(inputs) == sum(r.n_chunks for r in results) == store.count_chunks()
+    chunks = store.chunks(ChunkFilter(exclude_kinds=()), limit=1000)
+    assert len(chunks) == sum(r.n_chunks for r in results) == store.count_chunks()
+    assert len(inputs) == len(chunks) + sum(len(sentence_windows(c.text, 2)) for c in chunks)  # and their windows
     assert sorted(d.key for d in store.list_documents()) == sorted(d.key for d in docs)
     for r in results:
         assert store.count_chunks(r.doc_id) == r.n_chunks
@@ -144,3 +150,28 @@ def test_a_text_only_step_refuses_pdfs_with_a_reason(setup, tmp_path: Path) -> N
     pdf.write_bytes(b"%PDF-1.7\n")
     result = step.ingest(IngestRequest(run_id="run-1", candidate=Candidate(key=f"file:{pdf}", path=str(pdf))))
     assert result.status == "failed" and "no PDF parser" in result.reason and result.retryable is False
+
+
+def test_sentence_windows_are_embedded_only_when_asked_and_kept(tmp_path: Path, server: LoopbackOllama) -> None:
+    """``embed.window_sentences=0`` embeds chunks only, and so does a store that keeps no windows (Weaviate):
+    their vectors would be work for nothing."""
+
+    class NoWindows(LanceStore):
+        keeps_windows = False
+
+    for name, settings, store in (
+            ("off", Settings.load(embed={"backend": "ollama", "window_sentences": 0}), LanceStore),
+            ("kept-nowhere", Settings.load(embed={"backend": "ollama"}), NoWindows)):
+        before = len(embed_calls(server))
+        step = IngestStep(settings, store(tmp_path / name, dim=768), OllamaEmbedder(host=server.url, timeout_s=10))
+        result = step.ingest_text("run-1", f"beir:mini:{name}", TITLE, ABSTRACT)
+        [inputs] = embed_calls(server)[before:]
+        assert result.status == "stored" and len(inputs) == result.n_chunks, name
+    # three sentences per window: fewer windows than two
+    step = IngestStep(Settings.load(embed={"backend": "ollama", "window_sentences": 3}),
+                      LanceStore(tmp_path / "three", dim=768), OllamaEmbedder(host=server.url, timeout_s=10))
+    before = len(embed_calls(server))
+    result = step.ingest_text("run-1", "beir:mini:three", TITLE, ABSTRACT)
+    [inputs] = embed_calls(server)[before:]
+    chunks = step.store.chunks(ChunkFilter(doc_ids=(result.doc_id,), exclude_kinds=()), limit=100)
+    assert inputs[len(chunks):] == [f"{TITLE} — Abstract\n{w}" for c in chunks for w in sentence_windows(c.text, 3)]

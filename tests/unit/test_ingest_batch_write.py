@@ -26,15 +26,15 @@ class CountingStore(LanceStore):
 
     def upsert_documents(self, items: Sequence) -> None:
         self.batches.append(len(items))
-        if any(doc.key == self.refuse for doc, _, _ in items):
+        if any(item[0].key == self.refuse for item in items):
             raise StoreError(f"refused {self.refuse}", retryable=True)
         super().upsert_documents(items)
 
-    def upsert_document(self, doc, chunks, vectors) -> None:  # type: ignore[no-untyped-def]
+    def upsert_document(self, doc, chunks, vectors, windows=None) -> None:  # type: ignore[no-untyped-def]
         self.singles += 1
         if doc.key == self.refuse:
             raise StoreError(f"refused {self.refuse}", retryable=True)
-        LanceStore.upsert_documents(self, [(doc, chunks, vectors)])
+        LanceStore.upsert_documents(self, [(doc, chunks, vectors, windows)])
 
 
 def _step(store: LanceStore, server: LoopbackOllama) -> IngestStep:  # noqa: F811

@@ -12,12 +12,13 @@ import pytest
 
 from actors.steps.events import RecordingEmit
 from actors.steps.ingest.step import IngestStep
+from actors.steps.text import sentence_windows
 from infra.embed.minilm import MiniLMEmbedder
 from infra.embed.ollama import OllamaEmbedder
 from infra.pdf.base import ParsedDocument
 from infra.pdf.pymupdf import PyMuPDFParser
 from infra.settings import Settings
-from infra.store.base import ChunkFilter
+from infra.store.base import ChunkFilter, ChunkRecord
 from infra.store.lancedb import LanceStore
 from messages.ingest import IngestRequest
 from messages.search import Candidate
@@ -134,9 +135,13 @@ def test_stores_document_chunks_and_vectors(setup, server: LoopbackOllama, tmp_p
     assert {c.section_kind for c in chunks} >= {"abstract", "body", "references"}
 
     inputs = embedded_inputs(server)  # context line in front of each chunk's exact text
-    assert len(inputs) == len(chunks)
+    assert len(inputs) == n_inputs(chunks)
     for text, chunk in zip(inputs, chunks):
         assert text == f"{TITLE} — {chunk.section_path}\n{chunk.text}"
+    # then each chunk's sentence windows (not the references'), behind the same context line
+    assert inputs[len(chunks):] == [f"{TITLE} — {c.section_path}\n{w}" for c in chunks
+                                    if c.section_kind != "references" for w in sentence_windows(c.text, 2)]
+    assert len(inputs) > len(chunks)
 
     [event] = summaries(emit)
     assert (event.stage, event.kind) == (Stage.INGEST, "document")
@@ -287,6 +292,16 @@ def cached_step(tmp_path: Path, server: LoopbackOllama, store_name: str, cache: 
     return step, store, parser, emit
 
 
+def n_inputs(chunks: list[ChunkRecord]) -> int:
+    """How many strings the embedder reads for these chunks: each chunk, and the sentence windows (2 sentences, the
+    default) of every chunk but the references."""
+    return len(chunks) + sum(len(sentence_windows(c.text, 2)) for c in chunks if c.section_kind != "references")
+
+
+def all_chunks(store: LanceStore, doc_id: str) -> list[ChunkRecord]:
+    return store.chunks(ChunkFilter(doc_ids=(doc_id,), exclude_kinds=()), limit=1000)
+
+
 def stored(store: LanceStore) -> tuple:
     """(document, its chunks, their vectors) of the store's one document."""
     (item,) = store.export_documents()
@@ -300,7 +315,7 @@ def test_the_cache_serves_another_store_without_parsing_or_embedding(server: Loo
     r1 = first.ingest(request(path))
     assert r1.status == "stored" and parser_a.calls == 1
     embeds = len(embedded_inputs(server))
-    assert embeds == r1.n_chunks > 0
+    assert embeds == n_inputs(all_chunks(store_a, r1.doc_id)) and r1.n_chunks > 0
     done = summaries(emit_a)[-1].payload
     assert done["parse_cached"] == 0.0 and "embed_cached" not in done
 
@@ -334,11 +349,11 @@ def test_a_changed_file_or_chunking_misses_and_a_damaged_entry_is_parsed_again(s
     assert parser2.calls == 1 and len(embedded_inputs(server)) > before  # another file: parsed and embedded
 
     # smaller chunks: the parse is reused, the new chunks are embedded
-    step3, _, parser3, _ = cached_step(tmp_path, server, "c", cache, chunk_tokens=64, chunk_overlap=8)
+    step3, store3, parser3, _ = cached_step(tmp_path, server, "c", cache, chunk_tokens=64, chunk_overlap=8)
     before = len(embedded_inputs(server))
     r3 = step3.ingest(request(path))
     assert r3.status == "stored" and parser3.calls == 0
-    assert len(embedded_inputs(server)) - before == r3.n_chunks
+    assert len(embedded_inputs(server)) - before == n_inputs(all_chunks(store3, r3.doc_id))
 
     # another parser (or another version of it: its name carries the version) parses the file again
     step_other, _, parser_other, _ = cached_step(tmp_path, server, "o", cache)

@@ -42,7 +42,8 @@ def _fill(store: LanceStore, n_docs: int, dim: int) -> dict[str, int]:
                               token_count=4, pages=(1,)) for i in range(n)]
         doc = DocumentRecord(doc_id=doc_id, key=f"file:/lib/{d}.pdf", title=f"Paper {d}", year=2000 + d,
                              authors=("A. Author",), markdown=f"# Paper {d}", parser="test", origin=f"{d}.pdf")
-        store.upsert_document(doc, chunks, [_vec(c.chunk_id, dim) for c in chunks])
+        windows = [[_vec(f"{c.chunk_id}/{w}", dim) for w in range(i % 3)] for i, c in enumerate(chunks)]
+        store.upsert_document(doc, chunks, [_vec(c.chunk_id, dim) for c in chunks], windows)
         counts[doc_id] = n
     return counts
 
@@ -61,6 +62,10 @@ def _same_library(a: LanceStore, b: LanceStore) -> None:
                                                                  strict=True):
         assert (doc, chunks) == (doc2, chunks2)
         assert np.allclose(np.asarray(vectors2), np.asarray(vectors), atol=1e-6)
+        if a.keeps_windows and b.keeps_windows:  # the window vectors come along
+            windows, windows2 = a.windows_of(doc.doc_id), b.windows_of(doc.doc_id)
+            assert windows and [len(w) for w in windows2] == [len(w) for w in windows]
+            assert all(np.allclose(w2, w, atol=1e-6) for w, w2 in zip(windows, windows2) if w)
 
 
 def test_migrate_lancedb_to_lancedb_copies_everything_in_batches(tmp_path: Path) -> None:

@@ -453,7 +453,7 @@ def _mode_json(result: ModeResult) -> dict[str, float]:
 
 
 def evaluate_retrieval(settings: Settings, folder: Path, *, modes: Sequence[Mode] = MODES, k: int = 10,
-                       alpha: float | None = None, fusion: Fusion = "relative_score", split: str = "test",
+                       alpha: float | None = None, fusion: Fusion | None = None, split: str = "test",
                        store_path: Path | None = None, n_chunks: int | None = None,
                        limit_queries: int | None = None, tune: bool = False, tune_split: str = "train",
                        tune_limit: int | None = None, batch_docs: int = 256,
@@ -472,6 +472,7 @@ def evaluate_retrieval(settings: Settings, folder: Path, *, modes: Sequence[Mode
     from infra.store import build_store
 
     alpha = settings.store.hybrid_alpha if alpha is None else alpha
+    fusion = settings.store.hybrid_fusion if fusion is None else fusion
     n_chunks = 4 * k if n_chunks is None else n_chunks
     if k < 1:
         raise ConfigError(f"k must be at least 1, got {k}")

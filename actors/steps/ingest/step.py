@@ -33,6 +33,7 @@ from time import perf_counter
 from actors.steps.ingest.chunking import chunk_context_line, chunk_sections, context_line, window_for
 from actors.steps.ingest.contextual import Contextualizer
 from actors.steps.events import Emit, null_emit
+from actors.steps.text import sentence_windows
 from actors.steps.ingest.sections import outline
 from infra.embed.base import Embedder
 from infra.errors import ForageError, PDFError
@@ -40,7 +41,7 @@ from infra.ingest_cache import IngestCache
 from infra.llm.base import LLM
 from infra.pdf.base import ParsedDocument, PDFParser
 from infra.settings import Settings
-from infra.store.base import ChunkRecord, DocumentRecord, Store
+from infra.store.base import ChunkRecord, DocumentRecord, Store, Upsert
 from messages.ingest import IngestRequest, IngestResult
 from messages.search import Candidate, VenueKind
 from messages.status import Stage
@@ -144,6 +145,18 @@ class _Prepared:
     chunks: list[ChunkRecord]
     inputs: list[str]
     timings: dict[str, float] = field(default_factory=dict)
+    #: the chunk each sentence window belongs to: ``inputs`` holds the chunks' strings, then the windows' in this order
+    window_of: list[int] = field(default_factory=list)
+
+    def upsert(self, vectors: Sequence[Sequence[float]]) -> Upsert:
+        """The store write of this document from the vectors of all its inputs (chunks', then windows')."""
+        n = len(self.chunks)
+        if not self.window_of:
+            return (self.doc, self.chunks, vectors[:n])
+        windows: list[list[Sequence[float]]] = [[] for _ in range(n)]
+        for owner, vector in zip(self.window_of, vectors[n:], strict=True):
+            windows[owner].append(vector)
+        return (self.doc, self.chunks, vectors[:n], windows)
 
 
 class IngestStep:
@@ -160,6 +173,8 @@ class IngestStep:
         self.parser = parser
         self.emit = emit
         self.max_tokens, self.overlap = window_for(settings, embedder)
+        # sentence windows only for a store that keeps them (their embedding would be wasted elsewhere)
+        self.window_sentences = settings.embed.window_sentences if getattr(store, "keeps_windows", False) else 0
         cache_dir = settings.ingest.cache_dir
         self.cache = IngestCache(cache_dir) if cache_dir is not None else None
         self.contextualizer: Contextualizer | None = None
@@ -398,11 +413,22 @@ class IngestStep:
                 contexts[chunk.section_path] = context_line(title, chunk.section_path, self.embedder.token_spans)
             inputs.append(contexts[chunk.section_path] + chunk_context_line(chunk.context, self.embedder.token_spans)
                           + chunk.text)
+        window_of: list[int] = []
+        if self.window_sentences:
+            windows = []
+            for n, chunk in enumerate(chunks):
+                if chunk.section_kind == "references":
+                    continue  # never searched by default: its windows would be embedding work for nothing
+                lead = contexts[chunk.section_path] + chunk_context_line(chunk.context, self.embedder.token_spans)
+                for text in sentence_windows(chunk.text, self.window_sentences):
+                    windows.append(lead + text)
+                    window_of.append(n)
+            inputs += windows
         doc = DocumentRecord(
             doc_id=doc_id, key=key, title=title, authors=tuple(authors), year=year, abstract=tree.abstract,
             sections=tree.paths, markdown=markdown, parser=parser, flags=flags, n_chunks=len(chunks),
             origin=origin, references=tree.references, venue=venue, venue_kind=venue_kind)
-        return _Prepared(doc, chunks, inputs, timings)
+        return _Prepared(doc, chunks, inputs, timings, window_of)
 
     def _contextualize(self, title: str, abstract: str, chunks: list[ChunkRecord], flags: tuple[str, ...],
                        origin: str, timings: dict[str, float]) -> tuple[list[ChunkRecord], tuple[str, ...]]:
@@ -463,7 +489,7 @@ class IngestStep:
         that write failed (nothing of it was registered: the caller stores them one by one)."""
         t = perf_counter()
         try:
-            self.store.upsert_documents([(item.doc, item.chunks, v) for item, v in zip(items, vectors, strict=True)])
+            self.store.upsert_documents([item.upsert(v) for item, v in zip(items, vectors, strict=True)])
         except Exception as exc:  # noqa: BLE001 - retried per document, where a failure names its document
             log.warning("batch write of %d documents failed (%s); storing them one by one", len(items), exc)
             return False
@@ -475,7 +501,8 @@ class IngestStep:
 
     def _store(self, item: _Prepared, vectors: Sequence[Sequence[float]]) -> None:
         t = perf_counter()
-        self.store.upsert_document(item.doc, item.chunks, vectors)
+        doc, chunks, own, *windows = item.upsert(vectors)
+        self.store.upsert_document(doc, chunks, own, windows[0] if windows else None)
         item.timings["store_s"] = perf_counter() - t
 
     def _stored(self, run_id: str, item: _Prepared, path: str | None, previous: DocumentRecord | None,
