@@ -306,8 +306,8 @@ METADATA_FIELDS = frozenset({"title", "authors", "year", "origin", "venue", "ven
 def update_metadata(store: Store, doc_id: str, changes: dict[str, object],
                     add_flags: Sequence[str] = ()) -> DocumentRecord:
     """Rewrite a stored document's bibliographic fields (:data:`METADATA_FIELDS`), and add ``add_flags`` to its
-    flags, by writing it back with its own chunks, vectors and window vectors through :meth:`Store.upsert_document` (one atomic
-    write; the chunks' search text, which holds the title, follows). The vectors are kept: their context
+    flags, by writing it back with its own chunks, vectors and window vectors through
+    :meth:`Store.upsert_document` (one atomic write; the chunks' search text, which holds the title, follows). The vectors are kept: their context
     line read the old title. StoreError when the document is not stored or a field is not one of these."""
     unknown = sorted(set(changes) - METADATA_FIELDS)
     if unknown:

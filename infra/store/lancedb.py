@@ -110,8 +110,13 @@ def _has_fts(indexed: set[tuple[str, str]]) -> bool:
 
 
 def _missing_columns(name: str, table: Table) -> list[pa.Field]:
-    """The fields of :data:`ADDED_COLUMNS` a table written by an older Forage lacks."""
-    return [f for f in ADDED_COLUMNS.get(name, ()) if f.name not in table.schema.names]
+    """The fields of :data:`ADDED_COLUMNS` (and, for the chunks, :data:`WINDOWS`) a table written by an older Forage
+    lacks."""
+    added = ADDED_COLUMNS.get(name, ())
+    dim = getattr(table.schema.field("vector").type, "list_size", None) if name == CHUNKS else None
+    if dim:  # (a table of another layout is refused by the dimension check, not changed here)
+        added = (*added, chunk_schema(int(dim)).field(WINDOWS))
+    return [f for f in added if f.name not in table.schema.names]
 
 
 def _missing_indexes(name: str, table: Table, indexed: set[tuple[str, str]]) -> list[tuple[str, str]]:
@@ -453,8 +458,9 @@ class LanceStore(Store):
         return table
 
     def _add_missing_columns(self, name: str, table: Table) -> None:
-        """Columns of :data:`ADDED_COLUMNS` a table written by an older Forage lacks, added as nulls
-        (read back as the field's default). Caller holds the tables lock."""
+        """Columns of :data:`ADDED_COLUMNS` (and the chunks' :data:`WINDOWS`) a table written by an older Forage
+        lacks, added as nulls (read back as the field's default; a chunk without windows is scored by its own
+        vector). Caller holds the tables lock."""
         missing = _missing_columns(name, table)
         if not missing:
             return

@@ -86,3 +86,12 @@ def test_lance_store_written_before_context_and_references_gains_them(tmp_path: 
     assert ids(store.bm25("lampreys", 5)) == [new_chunks[0].chunk_id]
     assert {f.name for f in lancedb.connect(str(path)).open_table("documents").schema} >= {"references", "venue",
                                                                                         "venue_kind"}
+    # the chunks gain the windows column: the old chunk is scored by its own vector, a new one by its windows too
+    assert "windows" in lancedb.connect(str(path)).open_table("chunks").schema.names
+    assert store.vector(hash_vec(old_rows[0].text), 2)[0].chunk.chunk_id == old_rows[0].chunk_id
+    windowed, windowed_chunks = make_doc("c" * 64, ["a chunk with a window"])
+    window = [0.0] * 384
+    window[3] = 1.0
+    store.upsert_document(windowed, windowed_chunks, [hash_vec("something else entirely")], [[window]])
+    top = store.vector(window, 3)[0]
+    assert top.chunk.chunk_id == windowed_chunks[0].chunk_id and abs(top.score - 1.0) < 1e-6

@@ -33,8 +33,8 @@ from time import perf_counter
 from actors.steps.ingest.chunking import chunk_context_line, chunk_sections, context_line, window_for
 from actors.steps.ingest.contextual import Contextualizer
 from actors.steps.events import Emit, null_emit
-from actors.steps.text import sentence_windows
 from actors.steps.ingest.sections import outline
+from actors.steps.text import sentence_windows
 from infra.embed.base import Embedder
 from infra.errors import ForageError, PDFError
 from infra.ingest_cache import IngestCache
