@@ -4,12 +4,14 @@
     FORAGE_INGEST__CACHE_DIR=… .venv/bin/python bench/search_scale.py --sizes 1000000  # a lab library
     .venv/bin/python bench/search_scale.py --index IVF_HNSW_SQ,IVF_PQ --search "default;ef=200;refine=4"
     .venv/bin/python bench/search_scale.py --sizes 1000000 --keep /data/scale --reuse ...   # measure a kept store again
+    .venv/bin/python bench/search_scale.py --seed-store /tmp/scifact  # seed from `forage eval retrieval --store`
 
 The texts and vectors are real where they can be: the 5,183 SciFact abstracts are chunked and embedded by the
 product's own ingestion (MiniLM; the ingest cache makes a second run free), and their chunks are repeated to the
 size asked, each copy with a word of variation in its text (so BM25 sees distinct rows) and its vector moved by
 small Gaussian noise and normalised again (so the vectors keep the real clusters without being duplicates). The
-queries are the SciFact test claims, embedded by the same model.
+queries are the SciFact test claims, embedded by the same model. Each chunk's sentence-window vectors
+(embed.window_sentences) are copied with it, moved by the same noise.
 
 Per size it prints: the load time (documents written through ``upsert_documents`` in batches, then the store's own
 ``optimize``: BM25 index), the exact (flat) vector / BM25 / hybrid latency p50 and p95 over the queries (top 20),
