@@ -21,3 +21,23 @@ def test_a_text_no_longer_than_one_window_is_its_own_window() -> None:
     assert sentence_windows("Only one.", 2) == []
     assert sentence_windows("", 2) == []
     assert sentence_windows("One. Two. Three.", 0) == []  # windows off
+
+
+def test_window_similarity_takes_each_rows_best_window_and_skips_rows_without() -> None:
+    import math
+
+    import numpy as np
+    import pyarrow as pa
+
+    from infra.store.lancedb import window_similarity
+
+    column = pa.array([[[1, 0], [0, 1]], None, [], [[1, 1]], [[-1, 0], [0, -2]]],
+                      type=pa.list_(pa.list_(pa.float32(), 2)))
+    query = np.array([2.0, 0.0])  # lengths do not matter: cosine
+    best = window_similarity(column, query).tolist()
+    assert best[0] == 1.0 and best[1] == best[2] == -math.inf
+    assert math.isclose(best[3], 1 / math.sqrt(2), rel_tol=1e-6) and best[4] == 0.0
+    # a slice (what a chunked column holds) and a chunked column answer the same per row
+    assert window_similarity(column.slice(1), query).tolist() == best[1:]
+    assert window_similarity(pa.chunked_array([column.slice(0, 2), column.slice(2)]), query).tolist() == best
+    assert window_similarity(pa.array([None, []], type=column.type), query).tolist() == [-math.inf, -math.inf]
