@@ -124,8 +124,9 @@ class ChunkFilter(_Record):
 #: One document's write: the document, its chunks and one vector per chunk; optionally a fourth element, each chunk's
 #: window vectors (its sentence windows embedded on their own: the vector search re-scores its candidates with them,
 #: :meth:`Store.checked_windows`). A store that keeps no windows ignores them.
-Upsert = (tuple[DocumentRecord, Sequence[ChunkRecord], Sequence[Sequence[float]]]
-          | tuple[DocumentRecord, Sequence[ChunkRecord], Sequence[Sequence[float]], Sequence[Sequence[Sequence[float]]]])
+Vectors = Sequence[Sequence[float]]
+Upsert = (tuple[DocumentRecord, Sequence[ChunkRecord], Vectors]
+          | tuple[DocumentRecord, Sequence[ChunkRecord], Vectors, Sequence[Vectors]])
 FUSIONS = ("relative_score", "rrf")
 
 
@@ -307,8 +308,9 @@ def update_metadata(store: Store, doc_id: str, changes: dict[str, object],
                     add_flags: Sequence[str] = ()) -> DocumentRecord:
     """Rewrite a stored document's bibliographic fields (:data:`METADATA_FIELDS`), and add ``add_flags`` to its
     flags, by writing it back with its own chunks, vectors and window vectors through
-    :meth:`Store.upsert_document` (one atomic write; the chunks' search text, which holds the title, follows). The vectors are kept: their context
-    line read the old title. StoreError when the document is not stored or a field is not one of these."""
+    :meth:`Store.upsert_document` (one atomic write; the chunks' search text, which holds the title, follows). The
+    vectors are kept: their context line read the old title. StoreError when the document is not stored or a field
+    is not one of these."""
     unknown = sorted(set(changes) - METADATA_FIELDS)
     if unknown:
         raise StoreError(f"not a bibliographic field: {', '.join(unknown)} "

@@ -12,7 +12,8 @@ def test_every_run_of_consecutive_sentences_in_order() -> None:
         "Drought makes it worse. Irrigation helps (Smith et al. 2020).",
         "Irrigation helps (Smith et al. 2020). Shade does not.",
     ]
-    assert sentence_windows(text, 3)[0] == "Heat cuts yield. Drought makes it worse. Irrigation helps (Smith et al. 2020)."
+    assert sentence_windows(text, 3)[0] == ("Heat cuts yield. Drought makes it worse. "
+                                            "Irrigation helps (Smith et al. 2020).")
     assert len(sentence_windows(text, 1)) == 4
 
 
