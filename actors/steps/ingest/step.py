@@ -407,23 +407,20 @@ class IngestStep:
         if self.contextualizer is not None:
             chunks, flags = self._contextualize(title, tree.abstract, chunks, flags, origin, timings)
         contexts: dict[str, str] = {}
-        inputs = []
+        leads = []  # each chunk's context line(s), in front of its text and of its sentence windows
         for chunk in chunks:
             if chunk.section_path not in contexts:
                 contexts[chunk.section_path] = context_line(title, chunk.section_path, self.embedder.token_spans)
-            inputs.append(contexts[chunk.section_path] + chunk_context_line(chunk.context, self.embedder.token_spans)
-                          + chunk.text)
+            leads.append(contexts[chunk.section_path] + chunk_context_line(chunk.context, self.embedder.token_spans))
+        inputs = [lead + chunk.text for lead, chunk in zip(leads, chunks, strict=True)]
         window_of: list[int] = []
         if self.window_sentences:
-            windows = []
-            for n, chunk in enumerate(chunks):
+            for n, (lead, chunk) in enumerate(zip(leads, chunks, strict=True)):
                 if chunk.section_kind == "references":
                     continue  # never searched by default: its windows would be embedding work for nothing
-                lead = contexts[chunk.section_path] + chunk_context_line(chunk.context, self.embedder.token_spans)
                 for text in sentence_windows(chunk.text, self.window_sentences):
-                    windows.append(lead + text)
+                    inputs.append(lead + text)
                     window_of.append(n)
-            inputs += windows
         doc = DocumentRecord(
             doc_id=doc_id, key=key, title=title, authors=tuple(authors), year=year, abstract=tree.abstract,
             sections=tree.paths, markdown=markdown, parser=parser, flags=flags, n_chunks=len(chunks),
