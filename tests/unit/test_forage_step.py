@@ -27,7 +27,7 @@ from actors.steps.schemas import (
 )
 from infra.llm.fakes import FunctionLLM
 from infra.settings import Settings
-from infra.store.base import ChunkRecord, DocumentRecord
+from infra.store.base import ChunkFilter, ChunkRecord, DocumentRecord
 from messages.forage import ForageRequest
 from messages.plan import Requirement
 from messages.status import Stage
@@ -1080,6 +1080,40 @@ def test_an_interesting_passage_stands_only_as_close_to_the_requirement_as_an_an
     unchecked = forage(ForageStep(settings(vector_k=N_BODY_CHUNKS), store, embedder,
                                   FunctionLLM(Oracle({"Forest canopies shape": "interesting"}))))
     assert unchecked.coverage == 0.5  # the judge's word alone (no check): as before
+
+
+def test_evidence_the_judge_did_not_confirm_is_ordered_by_retrieval_not_by_the_judges_labels(own_store, embedder):
+    """A weak judge calls the canopy paper's sun-leaves passage an answer (the retrieval signals do not confirm
+    it) and the light-reaction and fluorescence passages only interesting. Its labels used to put the unconfirmed
+    "answer" first; now the documents follow the store's own hybrid search for the requirement over them (the
+    signal measured on SciFact), which is neither the judge's order nor the re-embedded passages' similarity."""
+    store = own_store
+    add(store, embedder, LATE)
+    verdicts = {"Sun leaves": ("answers", "result"), "split water": "interesting", "Excited chlorophyll": "interesting"}
+    step = ForageStep(settings(relevance_check=True, vector_k=20, bm25_k=20), store, embedder,
+                      FunctionLLM(Oracle(verdicts)))
+    cov = forage(step)
+    by_id = {j.chunk_id: j for j in cov.judgements}
+    sun = by_id[cid(FOREST, 2)]
+    assert sun.tag == "answers" and sun.confirmed is False  # the judge's word, not confirmed
+    assert cov.coverage == 0.5 and {e.tag for e in cov.evidence} == {"interesting"}
+    cited = [e.doc_id for e in cov.evidence]
+    assert set(cited) == {PHOTO[0].doc_id, FOREST[0].doc_id, LATE[0].doc_id}
+    # the store's hybrid search for the requirement over the cited documents, each at its best chunk
+    vector = embedder.embed([REQ.text])[0]
+    hits = store.hybrid(REQ.text, vector, 20, Settings.load().store.hybrid_alpha, ChunkFilter(doc_ids=tuple(cited)))
+    assert cited == list(dict.fromkeys(h.chunk.doc_id for h in hits))
+    assert cited[0] != FOREST[0].doc_id  # not the judge's unconfirmed answer first
+    by_similarity = sorted(cited, key=lambda d: -max(j.relevance for j in cov.judgements if j.doc_id == d))
+    assert cited != by_similarity  # nor the re-embedded passages' similarity
+
+    # without a query vector (no vector search configured) BM25 alone ranks them
+    lexical = forage(ForageStep(settings(relevance_check=True, vector_k=0, bm25_k=20), store, embedder,
+                                FunctionLLM(Oracle(verdicts))))
+    cited = [e.doc_id for e in lexical.evidence]
+    assert len(cited) >= 2
+    hits = store.bm25(REQ.text, 20, ChunkFilter(doc_ids=tuple(cited)))
+    assert cited == list(dict.fromkeys(h.chunk.doc_id for h in hits))
 
 
 class RecordingGate:

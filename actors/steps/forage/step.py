@@ -112,6 +112,7 @@ _JUDGE_SYSTEM = (
 )
 PAPER_KINDS = ("body", "references", "caption")  # excluded when retrieving papers: title and abstract remain
 _KIND_RANK = {"method": 0, "result": 0, None: 0, "background": 1}
+RANK_CHUNKS_PER_DOC = 4  # chunks per evidence document the ranking search fetches (ForageStep._rank_evidence)
 _INTERESTING = ("- interesting: the passage is on the requirement's topic but does not itself give the "
                 "information; the document probably gives it elsewhere.\n")
 
@@ -235,6 +236,7 @@ class ForageStep:
         self._confirmation = (settings.answer_confirmation()
                               if self.cfg.relevance_check and isinstance(self.relevance, EmbeddingSimilarity) else None)
         self.overruled = 0  # verdicts the relevance check overruled, all iterations
+        self._evidence_rank: dict[str, int] = {}  # doc id -> its place in the retrieval ranking (_rank_evidence)
 
     async def warm(self, requirement: Requirement | None = None) -> None:
         """Open what the first iteration reads before it starts: the store's tables, the LLM's way to its server
@@ -288,6 +290,7 @@ class ForageStep:
                 await self._reformulate(req, it)
 
         # end
+        await self._rank_evidence(req)
         coverage = self.coverage()
         evidence = self.evidence()
         papers = self.answering_papers()
@@ -396,11 +399,13 @@ class ForageStep:
 
     def evidence(self) -> tuple[Evidence, ...]:
         """One Evidence per document with answers or interesting chunks that stand (:meth:`supported`): documents
-        with a confirmed answer first,
-        then those whose answers the retrieval signals did not confirm (tagged interesting), then interesting
-        ones; within each group documents whose best chunk is a method or a result before background ones, then
-        the most similar to the requirement first (the relevance check's similarity); chunk ids in the same order
-        (confirmed answers first, methods and results before background, most similar first)."""
+        with a confirmed answer first (those whose best confirmed answer is a method or a result before background
+        ones), then every other one; within each group by the retrieval ranking of the documents for the
+        requirement (:meth:`_rank_evidence`), then the most similar to the requirement first (the relevance
+        check's similarity). The judge's own labels — an unconfirmed 'answers' against 'interesting', the kind of
+        an unconfirmed passage — do not order the documents: a weak judge's labels are noise, and a judgment
+        the retrieval signals did not confirm does not stand alone. Chunk ids in the order confirmed answers
+        first, methods and results before background, most similar first."""
         by_doc: dict[str, list[ChunkJudgement]] = {}
         for j in self._judgements.values():
             if self.supported(j):
@@ -409,15 +414,43 @@ class ForageStep:
         def group(j: ChunkJudgement) -> int:
             return 0 if _counts(j) else 1 if j.tag == "answers" else 2
 
-        ranked: list[tuple[tuple[int, int, float], Evidence]] = []
+        unranked = len(self._evidence_rank)
+        ranked: list[tuple[tuple[int, int, int, float], Evidence]] = []
         for doc_id, judged in by_doc.items():
             ordered = sorted(judged, key=lambda j: (group(j), _KIND_RANK[j.kind], -_rel(j)))  # stable
             lead = ordered[0]
-            ranked.append(((group(lead), _KIND_RANK[lead.kind], -_rel(lead)), Evidence(
-                doc_id=doc_id, title=self._doc(doc_id).title, tag="answers" if _counts(lead) else "interesting",
+            confirmed = _counts(lead)
+            key = (0 if confirmed else 1, _KIND_RANK[lead.kind] if confirmed else 0,
+                   self._evidence_rank.get(doc_id, unranked), -max(_rel(j) for j in judged))
+            ranked.append((key, Evidence(
+                doc_id=doc_id, title=self._doc(doc_id).title, tag="answers" if confirmed else "interesting",
                 motive=lead.motive, summary=self._summaries.get(doc_id, ""),
                 chunk_ids=tuple(j.chunk_id for j in ordered))))
         return tuple(e for _, e in sorted(ranked, key=lambda pair: pair[0]))  # stable: judging order within a rank
+
+    async def _rank_evidence(self, req: Requirement) -> None:
+        """Rank the documents with evidence that stands by the store's own search for the requirement (hybrid:
+        BM25 and the embedding with its sentence windows, the run's fusion; BM25 alone without a query vector),
+        each document at its best chunk's place, over those documents only. This is the signal measured on
+        SciFact (docs/retrieval.md); the similarity of one re-embedded passage, which ordered the evidence
+        before, ranks worse. A document the search does not reach comes after the ranked ones."""
+        docs = tuple(dict.fromkeys(j.doc_id for j in self._judgements.values() if self.supported(j)))
+        if len(docs) < 2:
+            self._evidence_rank = {d: 0 for d in docs}
+            return
+        vector = await self._requirement_vector(req)
+        flt = ChunkFilter(doc_ids=docs)
+        k = RANK_CHUNKS_PER_DOC * len(docs)
+
+        def search() -> list[Hit]:
+            if vector is None:
+                return self.store.bm25(req.text, k, flt)
+            return self.store.hybrid(req.text, vector, k, self.settings.store.hybrid_alpha, flt)
+
+        rank: dict[str, int] = {}
+        for hit in await self._thread(search):
+            rank.setdefault(hit.chunk.doc_id, len(rank))
+        self._evidence_rank = rank
 
     def _useful_docs(self) -> list[str]:
         """Documents with a verdict that stands (:meth:`supported`): summarized, named to the reformulation as seen.
