@@ -95,3 +95,48 @@ def test_lance_store_written_before_context_and_references_gains_them(tmp_path: 
     store.upsert_document(windowed, windowed_chunks, [hash_vec("something else entirely")], [[window]])
     top = store.vector(window, 3)[0]
     assert top.chunk.chunk_id == windowed_chunks[0].chunk_id and abs(top.score - 1.0) < 1e-6
+
+
+def test_lance_windows_are_stored_in_half_precision_and_a_float32_store_keeps_its_own(tmp_path: Path) -> None:
+    """New stores keep the window vectors in float16 (half the bytes; they only re-score candidates). A store
+    written with float32 windows (Forage before 2026-11-27) keeps its column type: new documents are written in
+    it, and both kinds of rows are scored by their windows."""
+    import lancedb
+    import pyarrow as pa
+
+    from infra.store.lancedb import WINDOWS, LanceStore, chunk_schema
+
+    window = [0.0] * 384
+    window[3] = 1.0
+    fresh = LanceStore(tmp_path / "new")
+    doc, chunks = make_doc("d" * 64, ["a chunk with a window"])
+    fresh.upsert_document(doc, chunks, [hash_vec("something else entirely")], [[window]])
+    stored = lancedb.connect(str(tmp_path / "new")).open_table("chunks").schema.field(WINDOWS).type
+    assert stored == pa.list_(pa.list_(pa.float16(), 384))
+    top = fresh.vector(window, 3)[0]
+    assert top.chunk.chunk_id == chunks[0].chunk_id and abs(top.score - 1.0) < 1e-3
+    assert fresh.windows_of(doc.doc_id) == [[window]]
+    # stored at unit length: a window of large values (an unnormalised embedder's) does not overflow half precision
+    big, big_chunks = make_doc("9" * 64, ["a chunk with a loud window"])
+    loud = [0.0] * 384
+    loud[7], loud[8] = 3e5, 4e5
+    fresh.upsert_document(big, big_chunks, [hash_vec("elsewhere")], [[loud]])
+    top = fresh.vector([x / 5e5 for x in loud], 3)[0]
+    assert top.chunk.chunk_id == big_chunks[0].chunk_id and abs(top.score - 1.0) < 1e-3
+
+    old_schema = chunk_schema(384)
+    old_schema = old_schema.set(old_schema.get_field_index(WINDOWS),
+                                pa.field(WINDOWS, pa.list_(pa.list_(pa.float32(), 384))))
+    lancedb.connect(str(tmp_path / "old")).create_table("chunks", schema=old_schema)
+    old = LanceStore(tmp_path / "old")
+    first, first_chunks = make_doc("e" * 64, ["the first chunk"])
+    old.upsert_document(first, first_chunks, [hash_vec("far away")], [[window]])
+    other = [0.0] * 384
+    other[5] = 1.0
+    second, second_chunks = make_doc("f" * 64, ["the second chunk"])
+    old.upsert_documents([(second, second_chunks, [hash_vec("far away too")], [[other]])])
+    table = lancedb.connect(str(tmp_path / "old")).open_table("chunks")
+    assert table.schema.field(WINDOWS).type == pa.list_(pa.list_(pa.float32(), 384)) and table.count_rows() == 2
+    assert old.vector(window, 2)[0].chunk.chunk_id == first_chunks[0].chunk_id
+    assert old.vector(other, 2)[0].chunk.chunk_id == second_chunks[0].chunk_id
+    assert old.windows_of(second.doc_id) == [[other]]

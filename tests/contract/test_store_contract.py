@@ -559,7 +559,8 @@ def test_window_vectors_score_a_chunk_by_its_best_sentence_window(store: Store) 
     hits = store.vector(unit(1), 3)
     if store.keeps_windows:
         assert ids(hits) == [chunks[0].chunk_id, chunks[2].chunk_id, chunks[1].chunk_id]
-        assert [h.score for h in hits] == pytest.approx([1.0, 0.2 / math.sqrt(1.04), 0.0], abs=1e-5)
+        # (window vectors may be stored in half precision: three decimals)
+        assert [h.score for h in hits] == pytest.approx([1.0, 0.2 / math.sqrt(1.04), 0.0], abs=1e-3)
         # windows re-order the candidates the chunk vectors find; they find none a chunk vector misses
         assert ids(store.vector(unit(4), 3))[0] == chunks[0].chunk_id
     else:
