@@ -38,8 +38,8 @@ actor). Each iteration it runs these nodes:
   requirement's words it holds: :meth:`ForageStep.confirms`) is a method or a result, 0.75 if the
   confirmed answers are background only (background alone never gives full coverage), 0.5 if there are
   only unconfirmed answers or interesting chunks, else 0.0; one :class:`Evidence` per useful document,
-  confirmed answers first, methods and results ranked above background; the number of distinct papers
-  with a confirmed answer.
+  confirmed answers first (methods and results above background), each group in the store's hybrid ranking of
+  the documents for the requirement; the number of distinct papers with a confirmed answer.
 
 A follow-up run (``forage research --from RUN``) scopes every search to ``request.doc_ids`` (the
 earlier run's documents and its own) and judges ``request.seed_chunk_ids`` (the earlier run's
