@@ -13,8 +13,9 @@ holds a vector for each chunk (its context line — title and section — and te
 
 Per signal and split it prints where relevant passages lie (2nd / 10th percentile, median: what the topic and answer
 floors are calibrated from, bench/relevance_floors.py), the best non-relevant passage per query (median, 90th
-percentile), how often the passage the signal ranks first among the ``k`` is relevant (P@1), and the mean per-query
-AUC of relevant against non-relevant passages. Floors calibrated for one signal do not carry to the other.
+percentile), how often the passage the signal ranks first among the ``k`` is relevant (P@1; beside it the hybrid
+search's own first hit, ``hybrid_p_at_1``: the order the Forager's evidence follows), and the mean per-query AUC of
+relevant against non-relevant passages. Floors calibrated for one signal do not carry to the other.
 
 Usage: FORAGE_INGEST__CACHE_DIR=… python bench/relevance_signal.py [--beir DIR] [--store DIR] [--train-queries 400]
 ``--store``: a SciFact store `forage eval retrieval --store` loaded (else one is loaded into a temporary folder).
@@ -57,8 +58,8 @@ def passages(store, embedder, dataset, qrels, qids, corpus_ids, alpha: float, k:
         text = np.asarray(embedder.embed([h.chunk.text for h in hits]), dtype=np.float32)
         text /= np.linalg.norm(text, axis=1, keepdims=True)
         relevant = {c for c, g in qrels[q].items() if g > 0}
-        for hit, t in zip(hits, text @ query, strict=True):
-            rows.append({"qid": q, "relevant": bool(relevant & set(corpus_ids.get(hit.chunk.doc_id, []))),
+        for rank, (hit, t) in enumerate(zip(hits, text @ query, strict=True)):
+            rows.append({"qid": q, "rank": rank, "relevant": bool(relevant & set(corpus_ids.get(hit.chunk.doc_id, []))),
                          "text": float(t), "store": stored[hit.chunk.chunk_id]})
     return rows
 
@@ -105,7 +106,9 @@ def main() -> None:
             qids = select_queries(qrels, args.train_queries if split == "train" else None)
             rows = passages(store, embedder, dataset, qrels, qids, report.corpus_ids, settings.store.hybrid_alpha,
                             args.k)
-            out[split] = {"queries": len(qids), "passages": len(rows), **{
+            firsts = [r["relevant"] for r in rows if r["rank"] == 0]
+            out[split] = {"queries": len(qids), "passages": len(rows),
+                          "hybrid_p_at_1": round(sum(firsts) / max(1, len(firsts)), 4), **{
                 s: {name: round(v, 4) for name, v in figures(rows, s).items()} for s in SIGNALS}}
             print(split, json.dumps(out[split]), flush=True)
     if args.out:

@@ -1116,6 +1116,34 @@ def test_evidence_the_judge_did_not_confirm_is_ordered_by_retrieval_not_by_the_j
     assert cited == list(dict.fromkeys(h.chunk.doc_id for h in hits))
 
 
+class HybridFails:
+    """The store, but its hybrid search fails (a store read error): retrieval here uses BM25 and vector search
+    (``settings``: no paper stage), so only the ranking of the evidence meets the failure."""
+
+    def __init__(self, store) -> None:
+        self._store = store
+
+    def __getattr__(self, name: str):
+        return getattr(self._store, name)
+
+    def hybrid(self, *args, **kwargs):
+        from infra.errors import StoreError
+
+        raise StoreError("LanceDB read failed (hybrid search): disk I/O error")
+
+
+def test_a_failed_evidence_ranking_is_a_failed_step_not_a_failed_requirement(store, embedder):
+    verdicts = {"Sun leaves": ("answers", "result"), "split water": "interesting"}
+    emit = RecordingEmit(RUN)
+    step = ForageStep(settings(relevance_check=True, vector_k=20, bm25_k=20), HybridFails(store), embedder,
+                      FunctionLLM(Oracle(verdicts)), emit=emit)
+    cov = forage(step)
+    assert cov.status == "ok" and cov.coverage == 0.5
+    assert {e.doc_id for e in cov.evidence} == {PHOTO[0].doc_id, FOREST[0].doc_id}  # nothing lost, order unranked
+    assert any("rank evidence" in f and "disk I/O error" in f for f in cov.failed_steps)
+    assert any(e.kind == "step_failed" and e.payload.get("step") == "rank_evidence" for e in emit.events)
+
+
 class RecordingGate:
     """The CPU gate's shape (``cpu(order)`` → an async context manager) recording each place held, and checking
     that no LLM call is made while this step holds one."""

@@ -78,7 +78,7 @@ from actors.steps.schemas import (
 )
 from actors.steps.text import search_query
 from infra.embed.base import Embedder, cosine
-from infra.errors import LLMOutputError, LLMTimeout
+from infra.errors import LLMOutputError, LLMTimeout, StoreError
 from infra.llm.base import LLM, ChatMessage, T
 from infra.llm.slotted import background_calls, rounds_ahead
 from infra.rerank import EmbeddingSimilarity, Relevance
@@ -290,7 +290,7 @@ class ForageStep:
                 await self._reformulate(req, it)
 
         # end
-        await self._rank_evidence(req)
+        await self._rank_evidence(req, it)
         coverage = self.coverage()
         evidence = self.evidence()
         papers = self.answering_papers()
@@ -428,12 +428,13 @@ class ForageStep:
                 chunk_ids=tuple(j.chunk_id for j in ordered))))
         return tuple(e for _, e in sorted(ranked, key=lambda pair: pair[0]))  # stable: judging order within a rank
 
-    async def _rank_evidence(self, req: Requirement) -> None:
+    async def _rank_evidence(self, req: Requirement, it: _Iteration) -> None:
         """Rank the documents with evidence that stands by the store's own search for the requirement (hybrid:
         BM25 and the embedding with its sentence windows, the run's fusion; BM25 alone without a query vector),
-        each document at its best chunk's place, over those documents only. This is the signal measured on
-        SciFact (docs/retrieval.md); the similarity of one re-embedded passage, which ordered the evidence
-        before, ranks worse. A document the search does not reach comes after the ranked ones."""
+        each document at its best chunk's place, over those documents only. On SciFact the hybrid's first hit is
+        relevant more often than the passage either similarity puts first (bench/relevance_signal.py). A
+        document the search does not reach comes after the ranked ones. A failed search is a failed step (the
+        evidence keeps the ranking it had), not a failed requirement: it only orders what was found."""
         docs = tuple(dict.fromkeys(j.doc_id for j in self._judgements.values() if self.supported(j)))
         if len(docs) < 2:
             self._evidence_rank = {d: 0 for d in docs}
@@ -447,8 +448,16 @@ class ForageStep:
                 return self.store.bm25(req.text, k, flt)
             return self.store.hybrid(req.text, vector, k, self.settings.store.hybrid_alpha, flt)
 
+        try:
+            hits = await self._thread(search)
+        except StoreError as exc:
+            reason = f"iteration {it.number}: rank evidence: {exc}"
+            self.failed_steps.append(reason)
+            self.emit(Stage.FORAGE, "step_failed", reason, iteration=it.number, requirement_id=req.id,
+                      step="rank_evidence")
+            return
         rank: dict[str, int] = {}
-        for hit in await self._thread(search):
+        for hit in hits:
             rank.setdefault(hit.chunk.doc_id, len(rank))
         self._evidence_rank = rank
 
