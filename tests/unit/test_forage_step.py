@@ -25,6 +25,7 @@ from actors.steps.schemas import (
     RelevanceGate,
     SectionChoice,
 )
+from infra.errors import StoreError
 from infra.llm.fakes import FunctionLLM
 from infra.settings import Settings
 from infra.store.base import ChunkFilter, ChunkRecord, DocumentRecord
@@ -1127,8 +1128,6 @@ class HybridFails:
         return getattr(self._store, name)
 
     def hybrid(self, *args, **kwargs):
-        from infra.errors import StoreError
-
         raise StoreError("LanceDB read failed (hybrid search): disk I/O error")
 
 
