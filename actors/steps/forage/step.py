@@ -435,7 +435,7 @@ class ForageStep:
         relevant more often than the passage either similarity puts first (bench/relevance_signal.py). A
         document the search does not reach comes after the ranked ones. A failed search is a failed step (the
         evidence keeps the ranking it had), not a failed requirement: it only orders what was found."""
-        docs = tuple(dict.fromkeys(j.doc_id for j in self._judgements.values() if self.supported(j)))
+        docs = tuple(self._useful_docs())
         if len(docs) < 2:
             self._evidence_rank = {d: 0 for d in docs}
             return
