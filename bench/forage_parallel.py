@@ -24,7 +24,9 @@ Foragers run at once and each LLM call is made by the node's LLM endpoint actor,
 (``ray.llm_order``): ``chain`` the call with the most rounds of dependent calls still ahead of its
 requirement first and summaries nothing waits for last, ``fifo`` the order calls reach the endpoint. Printed: wall time, LLM calls per requirement,
 the critical-path bound (LLM calls of the longest requirement × delay), the slot bound
-(max(critical path, all calls × delay / slots): no schedule on that many slots can be faster), and
+(max(critical path, ⌈all calls / slots⌉ × delay): every call takes the same delay, so some slot serves at least
+⌈calls / slots⌉ of them one after another, and no schedule on that many slots can be faster; before 2026-11-27 the
+bound was all calls × delay / slots, which no schedule reaches when the calls do not divide evenly), and
 the speed-up over 1 slot; then where the time between calls goes: when the first call arrived, the gap between a
 requirement's dependent calls (p50, p90), and the machine's CPU seconds per LLM call by process role (Foragers,
 the LLM endpoint, the status hub, Ray's daemons, the driver with the stand-in). Goals (issue 5): wall ≤ 1.15 × the critical path (printed as wall/critical; with fewer
@@ -35,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import math
 import re
 import shutil
 import sys
@@ -266,7 +269,7 @@ def run_all(args: argparse.Namespace, folder: Path) -> int:
                 finally:
                     ray.shutdown()
                 critical = max(calls) * args.delay
-                bound = max(critical, sum(calls) * args.delay / slots)
+                bound = max(critical, math.ceil(sum(calls) / slots) * args.delay)
                 first_wall = first_wall or wall
                 print(f"{order:>8} {hold:>6.2f} {slots:>5} {wall:>8.2f} {' '.join(map(str, calls)):>22} {critical:>16.2f} "
                       f"{bound:>13.2f} {wall / bound:>10.3f} {wall / critical:>13.3f} {first_wall / wall:>8.2f}x  {schedule}",
