@@ -451,10 +451,7 @@ class ForageStep:
         try:
             hits = await self._thread(search)
         except StoreError as exc:
-            reason = f"iteration {it.number}: rank evidence: {exc}"
-            self.failed_steps.append(reason)
-            self.emit(Stage.FORAGE, "step_failed", reason, iteration=it.number, requirement_id=req.id,
-                      step="rank_evidence")
+            self._step_failed(it, "rank_evidence", f"iteration {it.number}: rank evidence: {exc}")
             return
         rank: dict[str, int] = {}
         for hit in hits:
@@ -701,11 +698,9 @@ class ForageStep:
             out += await self._judge_batch(req, missing, stage, it, retry=False)
         elif missing:
             it.unjudged += len(missing)
-            reason = (f"iteration {it.number}: classify: no valid verdict for "
-                      f"{', '.join(c.chunk_id for c in missing)}")
-            self.failed_steps.append(reason)
-            self.emit(Stage.FORAGE, "step_failed", reason, iteration=it.number, requirement_id=req.id,
-                      step="classify", chunk_ids=[c.chunk_id for c in missing])
+            self._step_failed(it, "classify", f"iteration {it.number}: classify: no valid verdict for "
+                                              f"{', '.join(c.chunk_id for c in missing)}",
+                              chunk_ids=[c.chunk_id for c in missing])
         return out
 
     # -- reformulate -----------------------------------------------------------------------------------
@@ -969,11 +964,14 @@ class ForageStep:
         try:
             return await self.llm.structured(messages, schema)
         except (LLMOutputError, LLMTimeout) as exc:
-            reason = f"iteration {it.number}: {step}: {_failure(exc)}"
-            self.failed_steps.append(reason)
-            self.emit(Stage.FORAGE, "step_failed", reason, iteration=it.number,
-                      requirement_id=self.requirement.id if self.requirement else None, step=step)
+            self._step_failed(it, step, f"iteration {it.number}: {step}: {_failure(exc)}")
             return None
+
+    def _step_failed(self, it: _Iteration, step: str, reason: str, **payload: Any) -> None:
+        """Record a failed step of this requirement's iteration (its result lists it) and say so in an event."""
+        self.failed_steps.append(reason)
+        self.emit(Stage.FORAGE, "step_failed", reason, iteration=it.number,
+                  requirement_id=self.requirement.id if self.requirement else None, step=step, **payload)
 
     async def _load_docs(self, doc_ids: Sequence[str]) -> None:
         """Read the documents of ``doc_ids`` not known yet in one store read, in a thread: the event loop,
