@@ -285,6 +285,12 @@ class Store(ABC):
 
     # -- search ------------------------------------------------------------------------------------
     @abstractmethod
+    def similarity(self, vector: Sequence[float], chunk_ids: Sequence[str]) -> dict[str, float]:
+        """chunk id -> the score :meth:`vector` gives that chunk for ``vector`` (the cosine of its own vector, or on a
+        store that :attr:`keeps_windows` the best of its own and its windows'), for each of ``chunk_ids`` the store
+        holds (others are left out), whatever their kind: no search, the stored vectors are read and compared."""
+
+    @abstractmethod
     def bm25(self, query: str, k: int, flt: ChunkFilter | None = None) -> list[Hit]: ...
     @abstractmethod
     def vector(self, vector: Sequence[float], k: int, flt: ChunkFilter | None = None) -> list[Hit]: ...

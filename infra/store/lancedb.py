@@ -1070,6 +1070,28 @@ class LanceStore(Store):
                 for r in rows if not math.isnan(r["_distance"])]
         return sorted(hits, key=lambda h: (-h.score, h.chunk.doc_id, h.chunk.ordinal))
 
+    def similarity(self, vector: Sequence[float], chunk_ids: Sequence[str]) -> dict[str, float]:
+        query_vector = self.checked_vector(vector)
+        wanted = list(dict.fromkeys(chunk_ids))
+        if not wanted:
+            return {}
+
+        def run(t: Table) -> dict[str, float]:
+            windows = [WINDOWS] if WINDOWS in t.schema.names else []
+            found = (t.search().where(f"chunk_id IN {_sql_list(wanted)}").select(["chunk_id", "vector", *windows])
+                     .limit(len(wanted)).to_arrow())
+            if found.num_rows == 0:
+                return {}
+            own = np.asarray(found.column("vector").combine_chunks().flatten(), dtype=np.float32)
+            own = own.reshape(found.num_rows, -1)
+            norms = np.linalg.norm(own, axis=1) * (np.linalg.norm(query_vector) or 1.0)
+            scores = (own @ query_vector) / np.where(norms > 0, norms, 1.0)
+            if windows:
+                scores = np.maximum(scores, window_similarity(found.column(WINDOWS), query_vector))
+            return dict(zip(found.column("chunk_id").to_pylist(), scores.tolist(), strict=True))
+
+        return self._read(CHUNKS, "similarity", run, {})
+
     def hybrid(self, query: str, vector: Sequence[float], k: int, alpha: float = 0.5,
                flt: ChunkFilter | None = None, *, fusion: Fusion | None = None) -> list[Hit]:
         """BM25 and vector search fused (see :func:`fuse`, by ``fusion`` or the store's); alpha=1 pure vector,

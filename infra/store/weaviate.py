@@ -39,6 +39,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 from urllib.parse import urlsplit
 
+import numpy as np
 import snowballstemmer  # type: ignore[import-untyped]
 import weaviate
 from weaviate.classes.config import Configure, DataType, Property, Tokenization, VectorDistances
@@ -582,6 +583,25 @@ class WeaviateStore(Store):
         res = self._run("vector search", lambda: collection.query.near_vector(
             near_vector=query, limit=k, filters=build_filter(flt), return_metadata=MetadataQuery(distance=True)))
         return self._hits(res.objects, lambda m: 1.0 - float(m.distance or 0.0), flt)
+
+    def similarity(self, vector: Sequence[float], chunk_ids: Sequence[str]) -> dict[str, float]:
+        """Each listed chunk's cosine with ``vector`` (Weaviate keeps no windows), from its stored vector."""
+        query = self.checked_vectors([vector], 1)[0]
+        wanted = list(dict.fromkeys(chunk_ids))
+        collection = self._chunks()
+        if collection is None or not wanted:
+            return {}
+        def fetch(part: list[str]) -> Any:
+            return self._run("similarity", lambda: collection.query.fetch_objects(
+                filters=Filter.by_property("chunk_id").contains_any(part), limit=len(part), include_vector=True))
+
+        out: dict[str, float] = {}
+        for start in range(0, len(wanted), MAX_RESULTS):
+            for o in fetch(wanted[start:start + MAX_RESULTS]).objects:
+                own = np.asarray(_default_vector(o.vector), dtype=np.float32)
+                norm = float(np.linalg.norm(own) * np.linalg.norm(query)) or 1.0
+                out[str(o.properties["chunk_id"])] = float(own @ query) / norm
+        return out
 
     def hybrid(self, query: str, vector: Sequence[float], k: int, alpha: float = 0.5,
                flt: ChunkFilter | None = None, *, fusion: Fusion | None = None) -> list[Hit]:

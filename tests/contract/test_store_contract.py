@@ -571,6 +571,29 @@ def test_window_vectors_score_a_chunk_by_its_best_sentence_window(store: Store) 
     assert store.vector(unit(1), 1)[0].score == pytest.approx(1 / math.sqrt(2), abs=1e-5)
 
 
+def test_similarity_is_the_vector_search_score_of_each_listed_chunk(store: Store) -> None:
+    """``similarity`` reads the listed chunks' stored vectors (and windows, where kept) and scores them as vector
+    search does, without a search: chunks it does not hold are left out, any kind counts (a reference too)."""
+    doc, chunks = make_doc("w" * 64, ["a long chunk", "another chunk", "a third", "Smith J. 2020. A reference."],
+                           kinds=["body", "body", "body", "references"])
+    own = [mix((0, 1.0), (1, 1.0)), unit(2), unit(3), mix((1, 1.0), (5, 1.0))]
+    windows = [[unit(4), unit(1)], [], [mix((3, 1.0), (1, 0.2))], []]
+    store.upsert_document(doc, chunks, own, windows)
+    listed = [chunks[2].chunk_id, "missing:0", chunks[0].chunk_id, chunks[3].chunk_id, chunks[1].chunk_id]
+    scores = store.similarity(unit(1), listed)
+    assert set(scores) == {c.chunk_id for c in chunks}
+    searched = {h.chunk.chunk_id: h.score for h in store.vector(unit(1), 3)}  # references are not searched
+    assert all(scores[cid] == pytest.approx(score, abs=1e-3) for cid, score in searched.items())
+    assert scores[chunks[3].chunk_id] == pytest.approx(1 / math.sqrt(2), abs=1e-5)
+    if store.keeps_windows:
+        assert scores[chunks[0].chunk_id] == pytest.approx(1.0, abs=1e-3)
+    else:
+        assert scores[chunks[0].chunk_id] == pytest.approx(1 / math.sqrt(2), abs=1e-5)
+    assert store.similarity(unit(1), []) == {} and store.similarity(unit(1), ["missing:0"]) == {}
+    with pytest.raises(StoreError, match="dimensions"):
+        store.similarity([1.0, 0.0], [chunks[0].chunk_id])
+
+
 def test_bad_window_vectors_register_nothing(store: Store) -> None:
     doc, chunks = make_doc("u" * 64, ["one", "two"])
     good = [hash_vec(c.text) for c in chunks]
