@@ -36,11 +36,12 @@ class Forager:
             # with ray.llm_slots every LLM call is made by a node's LLM endpoint, holding one of its slots
             llm = actor_llm(self.settings, self._llm)
             embedder = actor_embedder(self.settings, self._embedder)
-            relevance, problem = build_relevance(self.settings, embedder)
+            store = build_store(self.settings)
+            relevance, problem = build_relevance(self.settings, embedder, store)
             if problem:
                 self._emit(Stage.FORAGE, "degraded", problem, step="relevance check")
             gate = node_cpu_gate(self.settings)
-            self._step = ForageStep(self.settings, build_store(self.settings), embedder, llm, emit=self._emit,
+            self._step = ForageStep(self.settings, store, embedder, llm, emit=self._emit,
                                     relevance=relevance, cpu=gate.held if gate is not None else None)
         return self._step
 

@@ -16,7 +16,8 @@ best passing candidate is from a relevant paper) and false (unanswerable queries
 each family the threshold is chosen on train as the loosest that keeps false <= ``--false`` there, then applied
 to test.
 
-Usage: FORAGE_INGEST__CACHE_DIR=… python bench/coverage_signal.py [--beir DIR] [--k 12] [--out FILE]
+Usage: FORAGE_INGEST__CACHE_DIR=… python bench/coverage_signal.py [--beir DIR] [--k 12] [--signal text|store]
+       [--store DIR] [--out FILE]
 """
 
 from __future__ import annotations
@@ -96,19 +97,26 @@ def candidates(hits: list, sims: list[float], shares: list[tuple[float, float, f
 
 
 def profile(store, embedder, dataset, qrels, qids, corpus_ids, alpha: float, k: int,
-            idf: Callable[[str], float], vectors: dict[str, list[float]]) -> list[dict]:
+            idf: Callable[[str], float], vectors: dict[str, list[float]], signal: str = "text") -> list[dict]:
+    """Per query, its answerable and unanswerable candidates; ``signal``: the similarity is the cosine of the claim
+    and the chunk text embedded again (``text``) or the store's own score of the chunk (``store``: its vector or best
+    sentence window, :meth:`Store.similarity`)."""
     rows = []
     for q, vector in zip(qids, embedder.embed([dataset.queries[q] for q in qids]) if qids else [], strict=True):
         claim = dataset.queries[q]
         relevant = {c for c, g in qrels[q].items() if g > 0}
         relevant_docs = {d for d, ids in corpus_ids.items() if relevant & set(ids)}
         hits = store.hybrid(claim, vector, k + 8, alpha)  # k once the relevant papers (1-2 chunks each) are out
-        new = [h.chunk for h in hits if h.chunk.chunk_id not in vectors]
-        for chunk, v in zip(new, embedder.embed([c.text for c in new]) if new else [], strict=True):
-            vectors[chunk.chunk_id] = list(v)
+        if signal == "store":
+            stored = store.similarity(vector, [h.chunk.chunk_id for h in hits])
+            sims = [stored[h.chunk.chunk_id] for h in hits]
+        else:
+            new = [h.chunk for h in hits if h.chunk.chunk_id not in vectors]
+            for chunk, v in zip(new, embedder.embed([c.text for c in new]) if new else [], strict=True):
+                vectors[chunk.chunk_id] = list(v)
+            sims = [sum(a * b for a, b in zip(vectors[h.chunk.chunk_id], vector, strict=True)) for h in hits]
         words = content_words(claim)
         idf_total = sum(idf(w) for w in words)
-        sims = [sum(a * b for a, b in zip(vectors[h.chunk.chunk_id], vector, strict=True)) for h in hits]
         stems = content_stems(claim)
         # (IDF-weighted share, the 5-letter-key word share and the stemmed share: actors.steps.plan.requirements)
         shares = [(sum(idf(w) for w in words & content_words(h.chunk.text)) / idf_total if idf_total else 0.0,
@@ -158,6 +166,12 @@ def main() -> None:
     ap.add_argument("--false", type=float, default=0.10, dest="false_max")
     ap.add_argument("--train-queries", type=int, default=200)
     ap.add_argument("--test-queries", type=int, default=150)
+    ap.add_argument("--signal", choices=("text", "store"), default="text",
+                    help="the similarity: the chunk text embedded again (the check before 2026-11-27) or the "
+                         "store's own score of the chunk (its vector or best sentence window)")
+    ap.add_argument("--store", type=Path, default=None,
+                    help="a SciFact store `forage eval retrieval --store` loaded (else one is loaded into a "
+                         "temporary folder)")
     ap.add_argument("--out", type=Path)
     args = ap.parse_args()
     dataset = load_beir(args.beir)
@@ -167,7 +181,7 @@ def main() -> None:
     cache = Path(tempfile.gettempdir()) / "forage-coverage-signal-vectors.pkl"  # chunk vectors: a re-run is quick
     vectors: dict[str, list[float]] = pickle.loads(cache.read_bytes()) if cache.exists() else {}
     with tempfile.TemporaryDirectory(prefix="forage-coverage-") as tmp:
-        settings = Settings.load().updated(store={"path": Path(tmp) / "store"})
+        settings = Settings.load().updated(store={"path": args.store or Path(tmp) / "store"})
         store, embedder = build_store(settings), build_embedder(settings)
         report = load_corpus(settings, store, embedder, dataset)
         store.optimize()
@@ -175,11 +189,11 @@ def main() -> None:
             qrels = dataset.qrels(split)
             qids = select_queries(qrels, args.train_queries if split == "train" else args.test_queries)
             splits[split] = profile(store, embedder, dataset, qrels, qids, report.corpus_ids,
-                                    settings.store.hybrid_alpha, args.k, idf, vectors)
+                                    settings.store.hybrid_alpha, args.k, idf, vectors, args.signal)
             cache.write_bytes(pickle.dumps(vectors))
-    out: dict[str, object] = {"k": args.k, "false_max": args.false_max,
+    out: dict[str, object] = {"k": args.k, "false_max": args.false_max, "signal": args.signal,
                               "queries": {s: len(r) for s, r in splits.items()}, "families": []}
-    print(f"queries: {out['queries']}; threshold chosen on train for false <= {args.false_max}")
+    print(f"signal: {args.signal}; queries: {out['queries']}; threshold chosen on train for false <= {args.false_max}")
     print("family | threshold | train answered / hit / false | test answered / hit / false")
     for name, score in FAMILIES.items():
         t = loosest(splits["train"], score, args.false_max)

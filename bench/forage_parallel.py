@@ -223,6 +223,10 @@ def main() -> int:
     parser.add_argument("--requirements", type=int, default=8)
     parser.add_argument("--docs", type=int, default=80)
     parser.add_argument("--num-cpus", type=int, default=2, help="CPUs of the local Ray")
+    parser.add_argument("--signal", choices=["store", "text"], default="store",
+                        help="the relevance check's similarity (forage.relevance_signal): the store's own score, the "
+                             "default with MiniLM since 2026-11-27, or the passage text embedded again (the stand-in's "
+                             "/api/embed; the default with an Ollama embedder, and everywhere before)")
     args = parser.parse_args()
     if not (args.beir / "corpus.jsonl").is_file():
         print(f"SciFact not found at {args.beir}; pass --beir DIR", file=sys.stderr)
@@ -250,10 +254,10 @@ def run_all(args: argparse.Namespace, folder: Path) -> int:
             store={"path": folder / "store"}, run={"runs_dir": folder / "runs"},
             # the stand-in's embeddings are word hashes, not meanings: the relevance floors calibrated for real
             # embedders would hide every passage from the judge and leave one call per requirement
-            forage={"answer_similarity": 0.0, "topic_similarity": 0.0})
+            forage={"answer_similarity": 0.0, "topic_similarity": 0.0, "relevance_signal": args.signal})
         requirements = build_store(base, args.beir, args.docs, args.requirements)
         print(f"{len(requirements)} requirements, {args.docs} abstracts, stand-in delay {args.delay:.2f} s per call, "
-              f"Ray with {args.num_cpus} CPUs\n")
+              f"Ray with {args.num_cpus} CPUs, relevance check on the {args.signal}'s similarity\n")
         holds = args.hold if args.hold is not None else [base.ray.llm_hold_s]
         print(f"{'order':>8} {'hold s':>6} {'slots':>5} {'wall s':>8} {'calls/req':>22} {'critical path s':>16} {'slot bound s':>13} "
               f"{'wall/bound':>10} {'wall/critical':>13} {'speed-up':>9}  schedule")

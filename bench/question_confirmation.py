@@ -5,7 +5,9 @@
 
 A Forager counts an "answers" for coverage only when retrieval signals confirm it (``ForageStep.confirms``): the
 passage's embedding similarity to the requirement plus 0.4 x the share of the requirement's content words it holds
-reaches ``forage.answer_confirmation`` (MiniLM 0.95, chosen on BEIR SciFact train, whose queries are claims). The
+reaches ``forage.answer_confirmation`` (MiniLM: 1.00 for the store's score, the check's default signal, and 0.95 for
+the text embedded again; chosen on BEIR SciFact train, whose queries are claims). The run's signal is what is
+measured (``build_relevance``; ``FORAGE_FORAGE__RELEVANCE_SIGNAL=text`` for the other). The
 planner words requirements as questions, and a question shares fewer words with its answer than a claim with its
 evidence. This bench takes the hand-written questions of ``bench/data/paper_questions.json`` (answerable ones, each
 with the one paper of the 16 shared PDFs that answers it, and unanswerable ones near the library's topics), ingests
@@ -41,7 +43,7 @@ sys.path.insert(0, str(REPO))
 from actors.steps.plan.requirements import content_words, own_question, word_share  # noqa: E402
 from infra.settings import CONFIRM_WORD_WEIGHT, Settings  # noqa: E402
 
-FLOORS = (0.7, 0.75, 0.8, 0.85, 0.9, 0.95)
+FLOORS = (0.75, 0.8, 0.85, 0.9, 0.95, 1.0, 1.05, 1.1)
 
 
 def main() -> int:
@@ -56,7 +58,7 @@ def main() -> int:
     from actors.steps.ingest.step import IngestStep
     from infra.embed import build_embedder
     from infra.pdf import build_parser
-    from infra.rerank import EmbeddingSimilarity
+    from infra.rerank import build_relevance
     from infra.store import build_store
     from infra.store.base import ChunkFilter
     from messages.ingest import IngestRequest
@@ -64,8 +66,9 @@ def main() -> int:
 
     spec = json.loads(args.questions.read_text(encoding="utf-8"))
     settings = Settings.load().updated(store={"path": Path(tempfile.mkdtemp(prefix="question-check-")) / "store"})
-    floor = settings.answer_confirmation()
     store, embedder = build_store(settings), build_embedder(settings)
+    similarity, _ = build_relevance(settings, embedder, store)  # the run's signal, its floors and confirmation
+    floor = similarity.confirmation
     step = IngestStep(settings, store, embedder, build_parser(settings))
     started = time.perf_counter()
     doc_of: dict[str, str] = {}  # file name -> doc id
@@ -77,9 +80,8 @@ def main() -> int:
         doc_of[path.name] = result.doc_id
     step.index_new_chunks()
     print(f"{len(doc_of)} papers, {store.count_chunks():,} chunks ingested in {time.perf_counter() - started:.0f} s; "
-          f"embedder {embedder.name}; top {args.k} hybrid chunks per question; the check's floor for "
-          f"{settings.embed.backend}: {floor}\n")
-    similarity = EmbeddingSimilarity(embedder, settings.similarity_floors())
+          f"embedder {embedder.name}; top {args.k} hybrid chunks per question; the check's signal "
+          f"{similarity.name}, floors (answer, topic) {similarity.floors}, confirmation {floor}\n")
     alpha = settings.store.hybrid_alpha
 
     def scored(question: str, leave_out: str | None) -> list[dict]:
@@ -87,7 +89,7 @@ def main() -> int:
         flt = ChunkFilter() if leave_out is None else ChunkFilter(
             doc_ids=tuple(d for d in doc_of.values() if d != leave_out))
         hits = store.hybrid(question, vector, args.k, alpha, flt)
-        sims = similarity.score(question, [h.chunk.text for h in hits])
+        sims = similarity.score(question, [h.chunk for h in hits])
         wanted = content_words(own_question(question))
         return [{"doc_id": h.chunk.doc_id, "chunk_id": h.chunk.chunk_id, "sim": round(s, 4),
                  "share": round(word_share(wanted, h.chunk.text), 4),
@@ -125,7 +127,7 @@ def main() -> int:
                   + ("  <- the check's floor" if value == floor and half is None else ""))
     # related evidence (ForageStep.supported): an 'interesting' passage counts (coverage 0.5, cited) only at or above
     # the answer floor; before 2026-11-26 every passage the judge was shown (from the topic floor on) could
-    answer_floor, topic_floor = settings.similarity_floors()
+    answer_floor, topic_floor = similarity.floors
     print("\nrelated evidence with a judge that calls every passage interesting: the questions left with some "
           "passage that stands")
     print(f"{'related floor':>22} {'own paper':>10} {'absent':>8} {'left out':>9}")

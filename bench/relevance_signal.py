@@ -1,21 +1,25 @@
 """Which similarity should check the judge? The re-embedded passage text against the store's own scores, on SciFact.
 
-The relevance check (actors/steps/forage/step.py) scores each passage a Forager judges by the cosine similarity of
-the requirement and the passage's text, embedded again for the check (`EmbeddingSimilarity`). The store already
+The relevance check (actors/steps/forage/step.py) scores each passage a Forager judges by a cosine similarity to
+the requirement: before 2026-11-27 of the passage's text, embedded again for the check (`EmbeddingSimilarity`), now
+by default the store's own (`StoreSimilarity`). The store
 holds a vector for each chunk (its context line — title and section — and text) and, with sentence windows
 (embed.window_sentences), one per two sentences; its vector search scores a chunk by the best of them
 (docs/retrieval.md). This bench compares the two signals on what a Forager judges in one start node — the top
 ``--k`` hybrid chunks of each judged query — with no LLM:
 
-* ``text``: cosine of the query and the chunk text embedded again (the check today);
+* ``text``: cosine of the query and the chunk text embedded again (the check before 2026-11-27;
+  ``forage.relevance_signal = "text"``);
 * ``store``: the store's vector-search score of the same chunk (own vector or best window, whichever is higher),
-  read by a vector search restricted to the hits' documents: no embedding.
+  read from the stored vectors (``Store.similarity``): no embedding (the check's default since 2026-11-27).
 
 Per signal and split it prints where relevant passages lie (2nd / 10th percentile, median: what the topic and answer
 floors are calibrated from, bench/relevance_floors.py), the best non-relevant passage per query (median, 90th
 percentile), how often the passage the signal ranks first among the ``k`` is relevant (P@1; beside it the hybrid
 search's own first hit, ``hybrid_p_at_1``: the order the Forager's evidence follows), and the mean per-query AUC of
-relevant against non-relevant passages. Floors calibrated for one signal do not carry to the other.
+relevant against non-relevant passages, and what one check of the ``k`` passages costs per signal (wall and CPU
+ms, the query's vector known). Floors calibrated for one signal do not carry to the other: the 2nd and 10th
+percentiles of relevant passages on train are the topic and answer floors (the rule of bench/relevance_floors.py).
 
 Usage: FORAGE_INGEST__CACHE_DIR=… python bench/relevance_signal.py [--beir DIR] [--store DIR] [--train-queries 400]
 ``--store``: a SciFact store `forage eval retrieval --store` loaded (else one is loaded into a temporary folder).
@@ -27,6 +31,7 @@ import argparse
 import json
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import numpy as np
@@ -35,32 +40,39 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from actors.steps.evaluation.retrieval import load_beir, load_corpus, select_queries  # noqa: E402
 from infra.embed import build_embedder  # noqa: E402
+from infra.rerank import EmbeddingSimilarity, StoreSimilarity  # noqa: E402
 from infra.settings import Settings  # noqa: E402
 from infra.store import build_store  # noqa: E402
-from infra.store.base import ChunkFilter  # noqa: E402
 
 SIGNALS = ("text", "store")
 
 
-def passages(store, embedder, dataset, qrels, qids, corpus_ids, alpha: float, k: int) -> list[dict]:  # noqa: ANN001
-    """Per query and hit: whether it is relevant and each signal's score."""
+def passages(settings, store, embedder, dataset, qrels, qids, corpus_ids, alpha: float, k: int,  # noqa: ANN001
+             cost: dict[str, list[float]]) -> list[dict]:
+    """Per query and hit: whether it is relevant and each signal's score, by the product's own implementations
+    (``EmbeddingSimilarity``, ``StoreSimilarity``); ``cost`` gets each signal's wall and CPU seconds per query (its
+    query vector already known, as a Forager's is after its first check)."""
+    signals = {"text": EmbeddingSimilarity(embedder, settings.similarity_floors("text")),
+               "store": StoreSimilarity(store, embedder, settings.similarity_floors("store"))}
     rows = []
     vectors = embedder.embed([dataset.queries[q] for q in qids]) if qids else []
     for q, vector in zip(qids, vectors, strict=True):
-        query = np.asarray(vector, dtype=np.float32)
-        query /= np.linalg.norm(query) or 1.0
-        hits = store.hybrid(dataset.queries[q], vector, k, alpha)
+        claim = dataset.queries[q]
+        hits = store.hybrid(claim, vector, k, alpha)
         if not hits:
             continue
-        docs = tuple(dict.fromkeys(h.chunk.doc_id for h in hits))
-        width = sum(store.count_chunks(d) for d in docs)
-        stored = {h.chunk.chunk_id: h.score for h in store.vector(vector, width, ChunkFilter(doc_ids=docs))}
-        text = np.asarray(embedder.embed([h.chunk.text for h in hits]), dtype=np.float32)
-        text /= np.linalg.norm(text, axis=1, keepdims=True)
+        chunks = [h.chunk for h in hits]
+        scores = {}
+        for name, signal in signals.items():
+            signal.query_vector(claim)  # computed once per requirement in a Forager: not part of a check
+            wall, cpu = time.perf_counter(), time.process_time()
+            scores[name] = signal.score(claim, chunks)
+            cost.setdefault(f"{name}_wall", []).append(time.perf_counter() - wall)
+            cost.setdefault(f"{name}_cpu", []).append(time.process_time() - cpu)
         relevant = {c for c, g in qrels[q].items() if g > 0}
-        for rank, (hit, t) in enumerate(zip(hits, text @ query, strict=True)):
+        for rank, hit in enumerate(hits):
             rows.append({"qid": q, "rank": rank, "relevant": bool(relevant & set(corpus_ids.get(hit.chunk.doc_id, []))),
-                         "text": float(t), "store": stored[hit.chunk.chunk_id]})
+                         **{name: float(scores[name][rank]) for name in SIGNALS}})
     return rows
 
 
@@ -104,10 +116,12 @@ def main() -> None:
         for split in ("train", "test"):
             qrels = dataset.qrels(split)
             qids = select_queries(qrels, args.train_queries if split == "train" else None)
-            rows = passages(store, embedder, dataset, qrels, qids, report.corpus_ids, settings.store.hybrid_alpha,
-                            args.k)
+            cost: dict[str, list[float]] = {}
+            rows = passages(settings, store, embedder, dataset, qrels, qids, report.corpus_ids,
+                            settings.store.hybrid_alpha, args.k, cost)
             firsts = [r["relevant"] for r in rows if r["rank"] == 0]
             out[split] = {"queries": len(qids), "passages": len(rows),
+                          "ms_per_check": {name: round(1000 * float(np.mean(v)), 1) for name, v in cost.items()},
                           "hybrid_p_at_1": round(sum(firsts) / max(1, len(firsts)), 4), **{
                 s: {name: round(v, 4) for name, v in figures(rows, s).items()} for s in SIGNALS}}
             print(split, json.dumps(out[split]), flush=True)

@@ -72,7 +72,7 @@ async def ask_step(settings: Any, library: Path | None = None) -> tuple[Any, str
     client = build_llm(settings)
     await client.check()
     embedder = build_embedder(settings)
-    relevance, problem = build_relevance(settings, embedder)
+    relevance, problem = build_relevance(settings, embedder, db)
     step = AskStep(db, embedder, client, alpha=settings.store.hybrid_alpha, scope=scope,
                    relevance=relevance if settings.forage.relevance_check else None,
                    extractive=settings.extractive())

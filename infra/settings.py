@@ -267,6 +267,11 @@ _SIMILARITY: dict[str, tuple[float, float]] = {"minilm": (0.43, 0.33), "ollama":
 # (bench/coverage_signal.py, docs/evidence.md). Other embedders: not calibrated here, so no confirmation.
 _CONFIRMATION: dict[str, float] = {"minilm": 0.95}
 CONFIRM_WORD_WEIGHT = 0.4
+# The same two for the store's own score of a chunk (its vector or best 2-sentence window: forage.relevance_signal
+# "store"), chosen by the same rules on the same SciFact train queries (bench/relevance_signal.py for the floors,
+# bench/coverage_signal.py --signal store for the confirmation; docs/evidence.md). Only MiniLM is calibrated.
+_STORE_SIMILARITY: dict[str, tuple[float, float]] = {"minilm": (0.52, 0.40)}
+_STORE_CONFIRMATION: dict[str, float] = {"minilm": 1.0}
 
 
 class ForageSettings(Section):
@@ -285,25 +290,36 @@ class ForageSettings(Section):
     relevance_check: bool = Field(
         default=True,
         description="Check every verdict with a signal independent of the judge: the cosine similarity of the "
-                    "passage's and the requirement's embeddings. A passage below topic_similarity is not shown to "
-                    "the judge (unrelated); an 'answers' below answer_similarity counts as 'interesting'; each "
-                    "overruled verdict is recorded (events, run.json). False: the judge's word alone.")
+                    "passage's and the requirement's embeddings (relevance_signal says which). A passage below "
+                    "topic_similarity is not shown to the judge (unrelated); an 'answers' below answer_similarity "
+                    "counts as 'interesting'; each overruled verdict is recorded (events, run.json). False: the "
+                    "judge's word alone.")
+    relevance_signal: Literal["auto", "store", "text"] = Field(
+        default="auto",
+        description="The similarity the relevance check reads: 'store' is the score the store's vector search gives "
+                    "the chunk (its vector or best sentence window; nothing embedded again, and it separates "
+                    "relevant passages better on SciFact), 'text' the chunk text embedded again. 'auto': 'store' "
+                    "where it is calibrated (MiniLM, a LanceDB store with sentence windows), else 'text'.")
     answer_similarity: float | None = Field(
         default=None, ge=-1, le=1,
-        description="Least similarity of an 'answers' the check confirms. None follows the embedder: MiniLM "
-                    f"{_SIMILARITY['minilm'][0]:.2f} (90 % of relevant passages of BEIR SciFact train reach it; "
-                    f"docs/evidence.md has the trade-off), nomic {_SIMILARITY['ollama'][0]:.2f} (not calibrated).")
+        description="Least similarity of an 'answers' the check confirms. None follows the embedder and the "
+                    f"signal: MiniLM {_STORE_SIMILARITY['minilm'][0]:.2f} with the store's score, "
+                    f"{_SIMILARITY['minilm'][0]:.2f} with the text's (90 % of relevant passages of BEIR SciFact train "
+                    f"reach it; docs/evidence.md has the trade-off), nomic {_SIMILARITY['ollama'][0]:.2f} (not "
+                    "calibrated).")
     answer_confirmation: float | None = Field(
         default=None, ge=0, le=2,
         description="Least similarity + 0.4 x word share (the share of the requirement's content words in the "
                     "passage) of an 'answers' that counts for coverage and answering papers; one below it stays "
-                    "an unconfirmed answer (coverage 0.5, recorded). None follows the embedder: MiniLM "
-                    f"{_CONFIRMATION['minilm']:.2f} (from BEIR SciFact train, docs/evidence.md); other embedders "
-                    "are not calibrated here, so their answers count without it; 0 turns it off.")
+                    "an unconfirmed answer (coverage 0.5, recorded). None follows the embedder and the signal: "
+                    f"MiniLM {_STORE_CONFIRMATION['minilm']:.2f} with the store's score, "
+                    f"{_CONFIRMATION['minilm']:.2f} with the text's (from BEIR SciFact train, docs/evidence.md); other "
+                    "embedders are not calibrated here, so their answers count without it; 0 turns it off.")
     topic_similarity: float | None = Field(
         default=None, ge=-1, le=1,
-        description="Least similarity of a passage the judge is shown. None follows the embedder: MiniLM "
-                    f"{_SIMILARITY['minilm'][1]:.2f}, nomic {_SIMILARITY['ollama'][1]:.2f}.")
+        description="Least similarity of a passage the judge is shown. None follows the embedder and the "
+                    f"signal: MiniLM {_STORE_SIMILARITY['minilm'][1]:.2f} (store) or {_SIMILARITY['minilm'][1]:.2f} "
+                    f"(text), nomic {_SIMILARITY['ollama'][1]:.2f}.")
     reranker: str | None = Field(
         default=None,
         description="A sentence-transformers CrossEncoder (model name, e.g. 'cross-encoder/ms-marco-MiniLM-L6-v2', "
@@ -469,18 +485,28 @@ class Settings(BaseSettings):
         """The values given explicitly (a copy), sections as nested dicts."""
         return _merged({}, self._explicit)
 
-    def similarity_floors(self) -> tuple[float, float]:
-        """(answer_similarity, topic_similarity) of the relevance check, following the embedder unless set."""
-        answer, topic = _SIMILARITY[self.embed.backend]
+    def relevance_signal(self, store_keeps_windows: bool) -> Literal["store", "text"]:
+        """Which similarity the relevance check reads (forage.relevance_signal): 'auto' is the store's score where
+        it is calibrated — this embedder has store floors and the store keeps sentence windows — else the text's."""
+        if self.forage.relevance_signal != "auto":
+            return self.forage.relevance_signal
+        calibrated = self.embed.backend in _STORE_SIMILARITY and self.embed.window_sentences > 0
+        return "store" if calibrated and store_keeps_windows else "text"
+
+    def similarity_floors(self, signal: Literal["store", "text"] = "text") -> tuple[float, float]:
+        """(answer_similarity, topic_similarity) of the relevance check for ``signal``, following the embedder
+        unless set (an embedder without store floors uses its text floors for both)."""
+        table = _STORE_SIMILARITY if signal == "store" else _SIMILARITY
+        answer, topic = table.get(self.embed.backend, _SIMILARITY[self.embed.backend])
         return (answer if self.forage.answer_similarity is None else self.forage.answer_similarity,
                 topic if self.forage.topic_similarity is None else self.forage.topic_similarity)
 
-    def answer_confirmation(self) -> float | None:
-        """The confirmation floor of an 'answers' (forage.answer_confirmation, following the embedder unless set);
-        None: no confirmation (an embedder not calibrated, or 0)."""
+    def answer_confirmation(self, signal: Literal["store", "text"] = "text") -> float | None:
+        """The confirmation floor of an 'answers' for ``signal`` (forage.answer_confirmation, following the embedder
+        unless set); None: no confirmation (an embedder not calibrated for that signal, or 0)."""
         value = self.forage.answer_confirmation
         if value is None:
-            value = _CONFIRMATION.get(self.embed.backend)
+            value = (_STORE_CONFIRMATION if signal == "store" else _CONFIRMATION).get(self.embed.backend)
         return value or None
 
     def extractive(self) -> bool:

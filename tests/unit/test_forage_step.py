@@ -1004,14 +1004,15 @@ class PhraseRelevance:
 
     name = "phrases"
     floors = (0.6, 0.2)
+    confirmation = None  # its own scale, as a reranker's
 
     def __init__(self, table: dict[str, float]) -> None:
         self.table = table
         self.asked: list[str] = []
 
-    def score(self, query, texts):
+    def score(self, query, chunks):
         self.asked.append(query)
-        return [max((v for p, v in self.table.items() if p in t), default=0.0) for t in texts]
+        return [max((v for p, v in self.table.items() if p in c.text), default=0.0) for c in chunks]
 
 
 def test_a_configured_signal_orders_and_filters_what_the_judge_sees(store, embedder):

@@ -122,10 +122,12 @@ def retrieval_p1(store: Store, embedder: Embedder, dataset: BeirDataset, qrels: 
 
 async def forage_query(settings: Settings, store: Store, embedder: Embedder, llm: Any, requirement_text: str,
                        run_id: str = "eval-evidence") -> Any:
-    """One iteration of the real Forager for one requirement: its RequirementCoverage."""
+    """One iteration of the real Forager for one requirement, with the run's relevance signal
+    (:func:`~infra.rerank.build_relevance`): its RequirementCoverage."""
     from actors.steps.forage.step import ForageStep
+    from infra.rerank import build_relevance
 
-    step = ForageStep(settings, store, embedder, llm)
+    step = ForageStep(settings, store, embedder, llm, relevance=build_relevance(settings, embedder, store)[0])
     requirement = Requirement(id="R1", text=requirement_text)
     return await step.forage(ForageRequest(run_id=run_id, iteration=1, requirement=requirement))
 
@@ -178,7 +180,9 @@ def evaluate_evidence(settings: Settings, folder: Path, *, n_queries: int = 50, 
             "answerable": len(answerable), "unanswerable": len(unanswerable), "held_out_documents": len(held_out),
             "n_docs": len(dataset.corpus) - len(held_out), "embedder": embedder.name,
             "llm": getattr(llm, "name", type(llm).__name__), "preset": settings.preset,
-            "similarity_floors": list(base.similarity_floors()), "load_s": round(load_s, 1),
+            "relevance_signal": base.relevance_signal(store.keeps_windows),
+            "similarity_floors": list(base.similarity_floors(base.relevance_signal(store.keeps_windows))),
+            "load_s": round(load_s, 1),
             "retrieval_p1": retrieval_p1(store, embedder, dataset, qrels, answerable, corpus_ids,
                                          base.store.hybrid_alpha),
             "modes": {}, "queries": {},
@@ -208,7 +212,7 @@ def evaluate_evidence(settings: Settings, folder: Path, *, n_queries: int = 50, 
     return out
 
 
-SWEEP_FLOORS = (0.43, 0.5, 0.55, 0.6, 0.65, 0.7, 0.73)
+SWEEP_FLOORS = (0.43, 0.5, 0.52, 0.55, 0.6, 0.65, 0.7, 0.73, 0.76)  # the text's and the store's floors
 
 
 def coverage_at(verdicts: Sequence[tuple[Any, ...]], floor: float) -> float:

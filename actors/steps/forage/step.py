@@ -229,12 +229,12 @@ class ForageStep:
         self._scope: tuple[str, ...] | None = None  # doc_ids every search is limited to (None: the whole store)
         # the relevance check: its signal (embedding similarity unless a reranker is given) and its (answer, topic)
         # floors; -inf: no check
-        self.relevance = relevance or EmbeddingSimilarity(embedder, settings.similarity_floors())
+        self.relevance = relevance or EmbeddingSimilarity(embedder, settings.similarity_floors("text"),
+                                                          settings.answer_confirmation("text"))
         self._floors = self.relevance.floors if self.cfg.relevance_check else (-math.inf, -math.inf)
-        # the confirmation an 'answers' needs to count (similarity + word share; calibrated for the embedding
-        # similarity of the embedder only: a reranker's scores are on their own scale); None: none
-        self._confirmation = (settings.answer_confirmation()
-                              if self.cfg.relevance_check and isinstance(self.relevance, EmbeddingSimilarity) else None)
+        # the confirmation an 'answers' needs to count (similarity + word share; the signal's own, calibrated for
+        # embedding similarities only: a reranker's scores are on their own scale); None: none
+        self._confirmation = self.relevance.confirmation if self.cfg.relevance_check else None
         self.overruled = 0  # verdicts the relevance check overruled, all iterations
         self._evidence_rank: dict[str, int] = {}  # doc id -> its place in the retrieval ranking (_rank_evidence)
 
@@ -619,7 +619,7 @@ class ForageStep:
         similarity or the reranker); empty when the check is off."""
         if not self.cfg.relevance_check or not chunks:
             return {}
-        scores = await self._thread(self.relevance.score, req.text, [c.text for c in chunks])
+        scores = await self._thread(self.relevance.score, req.text, chunks)
         return {c.chunk_id: score for c, score in zip(chunks, scores, strict=True)}
 
     def _checked(self, judgement: ChunkJudgement, relevance: float | None, chunk: ChunkRecord,

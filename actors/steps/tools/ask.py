@@ -3,7 +3,7 @@
 A message that names something (at least ``QUESTION_WORDS`` content words) is a question and always
 retrieves; only a shorter one ("hi", "who are you?") goes to an intent step that may call it chit-chat
 (answered directly). A question retrieves passages from the store (hybrid BM25 + vector search); with
-the relevance check (``relevance``: embedding similarity or a reranker, with its floors) passages far
+the relevance check (``relevance``: the store's similarity, the text's or a reranker, with its floors) passages far
 from the question are dropped, as the Forager drops
 them. One structured LLM call answers from the passages with citations to their numbers; citations
 outside 1..k are removed and a sentence without a valid citation is dropped (the Writer's checks).
@@ -107,7 +107,7 @@ class AskStep:
         chunks: list[ChunkRecord] = [h.chunk for h in hits]
         similarity: dict[str, float] = {}
         if self.relevance is not None and self.floors is not None and chunks:
-            scores = self.relevance.score(question, [c.text for c in chunks])
+            scores = self.relevance.score(question, chunks)
             similarity = {c.chunk_id: score for c, score in zip(chunks, scores, strict=True)}
             chunks = [c for c in chunks if similarity[c.chunk_id] >= self.floors[1]]
         searched = (f" Searched: {len(hits)} passage(s) of the store for the question"
