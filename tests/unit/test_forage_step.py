@@ -27,6 +27,7 @@ from actors.steps.schemas import (
 )
 from infra.errors import StoreError
 from infra.llm.fakes import FunctionLLM
+from infra.rerank import StoreSimilarity
 from infra.settings import Settings
 from infra.store.base import ChunkFilter, ChunkRecord, DocumentRecord
 from messages.forage import ForageRequest
@@ -1198,3 +1199,30 @@ def test_cpu_steps_hold_one_gate_place_up_to_each_llm_call_and_none_during_it(st
     # and the same decisions as without a gate
     alone = forage(ForageStep(settings(**options), store, embedder, FunctionLLM(oracle)))
     assert decisions(cov) == decisions(alone) and cov.llm_calls == alone.llm_calls
+
+
+def test_the_store_signal_checks_a_passage_without_embedding_it(store, embedder):
+    """With the store's own score as the signal (the default with MiniLM and LanceDB), a check embeds nothing but
+    the requirement: the passages' scores are read from their stored vectors. This store holds each chunk text's own
+    embedding (no context line, no windows), so the scores are the text signal's and so are the verdicts."""
+    asked: list[str] = []
+
+    class Counting:
+        def __getattr__(self, name):
+            return getattr(embedder, name)
+
+        def embed(self, texts):
+            asked.extend(texts)
+            return embedder.embed(texts)
+
+    counting = Counting()
+    cfg = settings(relevance_check=True, vector_k=N_BODY_CHUNKS)
+    signal = StoreSimilarity(store, counting, cfg.similarity_floors("text"), cfg.answer_confirmation("text"))
+    via_store = forage(ForageStep(cfg, store, counting, FunctionLLM(YesMan()), relevance=signal))
+    assert asked and not {c.text for _, chunks in ALL for c in chunks} & set(asked)
+    via_text = forage(ForageStep(cfg, store, embedder, FunctionLLM(YesMan())))
+
+    def verdicts(cov):
+        return {j.chunk_id: (j.tag, j.confirmed, round(j.relevance, 4)) for j in cov.judgements}
+
+    assert verdicts(via_store) == verdicts(via_text) and via_store.coverage == via_text.coverage
