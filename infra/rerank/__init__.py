@@ -56,15 +56,27 @@ class QueryVector:
         return self._query[1]
 
 
-class EmbeddingSimilarity:
-    """Cosine similarity of the query's and each chunk text's embedding (one embedder call per ``score``)."""
+class _Similarity:
+    """What both embedding similarities hold: their floors and confirmation, a name after the embedder, and the
+    query's vector (embedded once per query)."""
+
+    kind: str
 
     def __init__(self, embedder: Embedder, floors: tuple[float, float], confirmation: float | None = None) -> None:
-        self.embedder = embedder
         self.floors = floors
         self.confirmation = confirmation
-        self.name = f"similarity:{getattr(embedder, 'name', type(embedder).__name__)}"
-        self.query_vector = QueryVector(embedder)  # the requirement's vector, embedded once
+        self.name = f"{self.kind}:{getattr(embedder, 'name', type(embedder).__name__)}"
+        self.query_vector = QueryVector(embedder)
+
+
+class EmbeddingSimilarity(_Similarity):
+    """Cosine similarity of the query's and each chunk text's embedding (one embedder call per ``score``)."""
+
+    kind = "similarity"
+
+    def __init__(self, embedder: Embedder, floors: tuple[float, float], confirmation: float | None = None) -> None:
+        super().__init__(embedder, floors, confirmation)
+        self.embedder = embedder
 
     def score(self, query: str, chunks: Sequence[ChunkRecord]) -> list[float]:
         if not chunks:
@@ -78,18 +90,17 @@ class EmbeddingSimilarity:
         return out
 
 
-class StoreSimilarity:
+class StoreSimilarity(_Similarity):
     """The store's own vector-search score of each chunk (:meth:`Store.similarity`: its vector or, where the store
     keeps them, its best sentence window): only the query is embedded. A chunk the store no longer holds (deleted
     since it was retrieved) scores -1, below every floor."""
 
+    kind = "store"
+
     def __init__(self, store: Store, embedder: Embedder, floors: tuple[float, float],
                  confirmation: float | None = None) -> None:
+        super().__init__(embedder, floors, confirmation)
         self.store = store
-        self.floors = floors
-        self.confirmation = confirmation
-        self.name = f"store:{getattr(embedder, 'name', type(embedder).__name__)}"
-        self.query_vector = QueryVector(embedder)  # the requirement's vector, embedded once
 
     def score(self, query: str, chunks: Sequence[ChunkRecord]) -> list[float]:
         if not chunks:

@@ -175,13 +175,14 @@ def evaluate_evidence(settings: Settings, folder: Path, *, n_queries: int = 50, 
             optimize()
         corpus_ids = _corpus_ids(report)
         answerable = [q for q in qids if q not in unanswerable]
+        signal = base.relevance_signal(store.keeps_windows)
         out: dict[str, Any] = {
             "dataset": dataset.name, "split": split, "seed": seed, "n_queries": len(qids),
             "answerable": len(answerable), "unanswerable": len(unanswerable), "held_out_documents": len(held_out),
             "n_docs": len(dataset.corpus) - len(held_out), "embedder": embedder.name,
             "llm": getattr(llm, "name", type(llm).__name__), "preset": settings.preset,
-            "relevance_signal": base.relevance_signal(store.keeps_windows),
-            "similarity_floors": list(base.similarity_floors(base.relevance_signal(store.keeps_windows))),
+            "relevance_signal": signal,
+            "similarity_floors": list(base.similarity_floors(signal)),
             "load_s": round(load_s, 1),
             "retrieval_p1": retrieval_p1(store, embedder, dataset, qrels, answerable, corpus_ids,
                                          base.store.hybrid_alpha),
