@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncGenerator, Awaitable, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
 from typing import Any, Protocol, TypeVar
 
 from actors.status_hub import HubEmit
@@ -125,9 +125,40 @@ class RayCrew:
         from actors.options import method_options
         from actors.searcher import Searcher
 
-        if self._searcher is None:
-            self._searcher = self._actor(Searcher, "searcher", self.settings, self.run_id, self.hub, llm=self.llm)
-        return await self._searcher.search.options(**method_options("searcher", "search", self.settings)).remote(request)
+        opts = method_options("searcher", "search", self.settings)
+
+        def searcher() -> Any:
+            if self._searcher is None:
+                self._searcher = self._actor(Searcher, "searcher", self.settings, self.run_id, self.hub,
+                                             llm=self.llm)
+            return self._searcher
+
+        def lost() -> None:
+            self._kill(self._searcher)
+            self._searcher = None
+
+        return await self._again_on_a_fresh_actor(Stage.SEARCH, "searcher", searcher, lost,
+                                                  lambda actor: actor.search.options(**opts).remote(request))
+
+    async def _again_on_a_fresh_actor(self, stage: Stage, role: str, actor: Callable[[], Any],
+                                      lost: Callable[[], None], call: Callable[[Any], Awaitable[T]]) -> T:
+        """``call(actor())``; where the actor is lost under it (``RayActorError``: its process died, its node left
+        the cluster, or Ray is still restarting it and refuses calls), the call once more on a fresh actor, up to
+        ``ray.max_task_retries`` times, with an event saying so. Only for calls that may be made twice: a search
+        (same request, same candidates) and the report (written from the request alone)."""
+        import ray
+
+        lost_times = 0
+        while True:
+            try:
+                return await call(actor())
+            except ray.exceptions.RayActorError as exc:
+                lost()
+                lost_times += 1
+                if lost_times > self.settings.ray.max_task_retries:
+                    raise
+                self.emit(stage, "retried", f"the {role} was lost ({type(exc).__name__}); asked again on a "
+                          "fresh one", reason=f"{role} lost ({lost_times})")
 
     async def ingest(self, requests: Sequence[IngestRequest]) -> list[IngestResult]:
         from actors.options import method_options
@@ -223,12 +254,7 @@ class RayCrew:
     def _replace_ingestor(self, slot: int) -> None:
         """A fresh Ingestor in ``slot``: the old one hung or crashed on a document (Ray may have restarted
         it, or given up after ``ray.max_restarts``); the next documents must not depend on which."""
-        import ray
-
-        try:
-            ray.kill(self._ingestors[slot], no_restart=True)
-        except Exception:  # noqa: BLE001 - already gone
-            pass
+        self._kill(self._ingestors[slot])
         self._ingestors[slot] = self._new_ingestor()
 
     def _failed(self, req: IngestRequest, reason: str, seconds: float, retryable: bool = False) -> IngestResult:
@@ -246,14 +272,7 @@ class RayCrew:
         return self._foragers[requirement_id]
 
     def _drop_forager(self, requirement_id: str) -> None:
-        import ray
-
-        actor = self._foragers.pop(requirement_id, None)
-        if actor is not None:
-            try:
-                ray.kill(actor, no_restart=True)
-            except Exception:  # noqa: BLE001 - already gone
-                pass
+        self._kill(self._foragers.pop(requirement_id, None))
 
     async def start_foragers(self, requirements: Sequence[Requirement]) -> None:
         """Create the Foragers of these requirements and build and warm their steps now (not on first use)."""
@@ -284,15 +303,42 @@ class RayCrew:
                                        status="failed", coverage=0.0, error=reason)
 
     async def write(self, request: WriteRequest) -> Report:
+        """The report, by a Writer created now. The loop is over: its Searcher, Ingestors and Foragers are let go
+        first, so the Writer's CPU reservation comes out of theirs. Were they kept, two runs on a full cluster could
+        each wait for a Writer the other's idle workers hold the room of (seen on a 2-CPU Ray: both runs stuck at
+        "writing the report")."""
         from actors.writer import Writer
 
-        if self._writer is None:
-            self._writer = self._actor(Writer, "writer", self.settings, self.run_id, self.hub, llm=self.llm)
-        return await self._writer.write.remote(request)
+        self._release_loop_workers()
 
-    async def close(self) -> None:
+        def writer() -> Any:
+            if self._writer is None:
+                self._writer = self._actor(Writer, "writer", self.settings, self.run_id, self.hub, llm=self.llm)
+            return self._writer
+
+        def lost() -> None:
+            self._kill(self._writer)
+            self._writer = None
+
+        return await self._again_on_a_fresh_actor(Stage.WRITE, "writer", writer, lost,
+                                                  lambda actor: actor.write.remote(request))
+
+    def _release_loop_workers(self) -> None:
+        for actor in [self._searcher, *self._ingestors, *self._foragers.values()]:
+            self._kill(actor)
+        self._searcher, self._ingestors, self._foragers = None, [], {}
+
+    @staticmethod
+    def _kill(actor: Any) -> None:
         import ray
 
+        if actor is None:
+            return
+        try:
+            ray.kill(actor, no_restart=True)
+        except Exception:  # noqa: BLE001 - already gone
+            pass
+
+    async def close(self) -> None:
         for actor in [self._searcher, self._writer, *self._ingestors, *self._foragers.values()]:
-            if actor is not None:
-                ray.kill(actor, no_restart=True)
+            self._kill(actor)
