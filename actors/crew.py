@@ -113,13 +113,53 @@ class RayCrew:
         self._foragers: dict[str, Any] = {}
         self._writer = None
         self.emit: Emit = emit or HubEmit(run_id, hub)
+        self._watches: set[asyncio.Task[None]] = set()
 
     def _actor(self, cls: type, role: str, *args: Any, **kwargs: Any) -> Any:
         import ray
 
         from actors.options import options_for
 
-        return ray.remote(cls).options(**options_for(role, self.settings)).remote(*args, **kwargs)  # type: ignore[arg-type]
+        options = options_for(role, self.settings)  # type: ignore[arg-type]
+        handle = ray.remote(cls).options(**options).remote(*args, **kwargs)
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # created outside a running loop: nobody to tell
+            return handle
+        watch = loop.create_task(self._watch_placement(handle, role, options))
+        self._watches.add(watch)
+        watch.add_done_callback(self._watches.discard)
+        return handle
+
+    async def _watch_placement(self, handle: Any, role: str, options: dict[str, Any]) -> None:
+        """An actor not yet running after ``ray.room_wait_s`` because the cluster has no room for what it asks (other
+        runs' workers hold it) is said so in the run's events, and again once it runs: a run that waits for room is
+        told apart from a run that hangs. An actor that is only slow to start, or that dies, is not reported here."""
+        import ray
+
+        from actors.options import missing_room
+
+        started = time.monotonic()
+        ready = asyncio.wrap_future(handle.__ray_ready__.remote().future())
+        try:
+            done, _ = await asyncio.wait({ready}, timeout=self.settings.ray.room_wait_s)
+            if done:
+                ready.exception()  # looked at: a worker that died is reported by the call waiting on it
+                return
+            short = missing_room(options, ray.available_resources())
+            if not short:
+                return
+            article = "an" if role[0] in "aeiou" else "a"
+            self.emit(Stage.RUN, "waiting", f"{article} {role} waits for room on the Ray cluster ({short}): other runs' "
+                      "workers hold it; it starts when they finish", role=role, short=short)
+            await ready
+            waited = time.monotonic() - started
+            self.emit(Stage.RUN, "placed", f"the {role} found room after {waited:.0f} s", role=role,
+                      waited_s=round(waited, 1))
+        except ray.exceptions.RayError:  # it died: the call waiting on it says so
+            return
+        finally:
+            ready.cancel()
 
     async def search(self, request: SearchRequest) -> SearchResults:
         from actors.options import method_options
@@ -342,3 +382,6 @@ class RayCrew:
     async def close(self) -> None:
         for actor in [self._searcher, self._writer, *self._ingestors, *self._foragers.values()]:
             self._kill(actor)
+        for watch in list(self._watches):
+            watch.cancel()
+        await asyncio.gather(*self._watches, return_exceptions=True)

@@ -96,6 +96,16 @@ def options_for(role: Role, settings: Settings, *, name: str | None = None,
     return opts
 
 
+def missing_room(options: dict[str, Any], available: dict[str, float]) -> str:
+    """What an actor created with ``options`` asks for and the cluster does not have free (``available``: Ray's
+    ``available_resources()``), e.g. ``"0.25 CPU asked, 0 free"``; '' when every resource it asks for is free
+    somewhere (it may still not fit on one node)."""
+    wants = {"CPU": float(options.get("num_cpus") or 0.0), "GPU": float(options.get("num_gpus") or 0.0),
+             **{k: float(v) for k, v in (options.get("resources") or {}).items()}}
+    return "; ".join(f"{v:g} {k} asked, {available.get(k, 0.0):g} free" for k, v in wants.items()
+                     if v > 0 and available.get(k, 0.0) + 1e-9 < v)
+
+
 def _pinned_to(node_id: str) -> Any:
     """Hard affinity to one Ray node."""
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy

@@ -63,7 +63,7 @@ class ProgressView:
             self.coverage.update({r.id: "—" for r in added})
         self.last = ev.message
         if not self.live and ev.kind in ("iteration", "results", "document", "failed", "coverage", "finished",
-                                         "started", "replanned") and ev.message:
+                                         "started", "replanned", "retried", "waiting", "placed") and ev.message:
             who = f"[{ev.requirement_id}] " if ev.requirement_id else ""
             console.print(f"[dim]{ev.seq:>4}[/dim] {ev.stage.value:<8} {who}{ev.message}", highlight=False)
 

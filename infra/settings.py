@@ -377,6 +377,10 @@ class RayOptions(Section):
     actor_cpus: float = Field(default=0.25, ge=0, description="CPU reservation per worker actor.")
     max_restarts: int = Field(default=2, ge=0, description="Restarts of a crashed worker actor.")
     max_task_retries: int = Field(default=1, ge=0, description="Retries of idempotent actor methods.")
+    room_wait_s: float = Field(
+        default=30.0, gt=0,
+        description="Seconds a run's worker actor may wait to be placed before the run says, in its events, that "
+                    "it waits for room on the cluster (what it asks for and what is free).")
     llm_slots: int | None = Field(
         default=None, ge=1,
         description="LLM slots: a local Ray declares this many of the custom resource 'llm_slot' (a cluster "

@@ -1,6 +1,6 @@
 """A run's Searcher or Writer lost under a call (its process killed, its node gone) is replaced and asked again:
-the run goes on and says so. And the report's Writer does not wait for room the loop's idle workers hold: they are
-let go before it is created.
+the run goes on and says so. The report's Writer does not wait for room the loop's idle workers hold: they are
+let go before it is created. A worker that waits for room on the cluster is said so in the run's events.
 
 Real parts: the shared Ray cluster, RayCrew with real Searcher (a folder of one PDF), Forager and Writer actors, a
 real StatusHub actor; the Writer's model is a scripted fake (``shippable``: it travels to the actor).
@@ -84,3 +84,33 @@ def test_a_lost_searcher_and_writer_are_replaced_and_the_loop_workers_go_before_
     finally:
         asyncio.run(crew.close())
         ray.kill(hub, no_restart=True)
+
+
+def test_a_worker_waiting_for_room_on_the_cluster_is_said_so(ray_cluster, tmp_path: Path) -> None:
+    ray = ray_cluster
+    # every worker asks for more CPU than the session's Ray has: the Searcher is never placed
+    settings = Settings.load(search={"library": tmp_path}, store={"path": tmp_path / "store"},
+                             ray={"actor_cpus": 64, "room_wait_s": 0.5})
+    hub = ray.remote(StatusHub).options(**options_for("status_hub", settings)).remote(RUN)
+    crew = RayCrew(settings, RUN, hub)
+
+    async def search_until_said() -> list:
+        search = asyncio.ensure_future(crew.search(SearchRequest(run_id=RUN, iteration=1, query="anything")))
+        seen, waiting = 0, []
+        for _ in range(120):  # long polls of at most 1 s each: bounded
+            events = await hub.wait.remote(seen, 1.0)
+            seen += len(events)
+            waiting += [e for e in events if e.kind == "waiting"]
+            if waiting or search.done():
+                break
+        search.cancel()
+        await asyncio.gather(search, return_exceptions=True)
+        await crew.close()
+        return waiting
+
+    try:
+        (said,) = asyncio.run(search_until_said())
+    finally:
+        ray.kill(hub, no_restart=True)
+    assert said.stage == Stage.RUN and said.payload["role"] == "searcher"
+    assert said.payload["short"].startswith("64 CPU asked, ") and "waits for room on the Ray cluster" in said.message

@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from actors.options import method_options, options_for
+from actors.options import method_options, missing_room, options_for
 from actors.status_hub import StatusHub
 from infra.settings import Settings
 from messages.status import Stage, StatusEvent
@@ -57,6 +57,17 @@ def test_options_come_from_settings() -> None:
     assert method_options("ingestor", "ingest", s) == {"max_task_retries": 0}
     assert method_options("forager", "forage", s) == {"max_task_retries": 0}  # not idempotent
     assert method_options("writer", "write", s) == {"max_task_retries": 0}
+
+
+def test_missing_room_names_what_a_worker_asks_for_and_the_cluster_lacks() -> None:
+    settings = Settings.load(ray={"actor_cpus": 0.5})
+    forager = options_for("forager", settings)
+    assert missing_room(forager, {"CPU": 2.0}) == ""
+    assert missing_room(forager, {"CPU": 0.25, "GPU": 1.0}) == "0.5 CPU asked, 0.25 free"
+    assert missing_room(forager, {}) == "0.5 CPU asked, 0 free"
+    endpoint = options_for("llm_endpoint", settings, endpoint_slots=2)  # no CPU, two llm_slot units
+    assert missing_room(endpoint, {"CPU": 0.0, "llm_slot": 1.0}) == "2 llm_slot asked, 1 free"
+    assert missing_room({"num_cpus": 0, "num_gpus": 0.5}, {"CPU": 4.0}) == "0.5 GPU asked, 0 free"
 
 
 def test_foragers_spread_and_coordinators_stay_on_the_drivers_node() -> None:
