@@ -121,7 +121,7 @@ class RayCrew:
         from actors.options import options_for
 
         options = options_for(role, self.settings)  # type: ignore[arg-type]
-        handle = ray.remote(cls).options(**options).remote(*args, **kwargs)
+        handle: Any = ray.remote(cls).options(**options).remote(*args, **kwargs)
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:  # created outside a running loop: nobody to tell
@@ -150,8 +150,8 @@ class RayCrew:
             if not short:
                 return
             article = "an" if role[0] in "aeiou" else "a"
-            self.emit(Stage.RUN, "waiting", f"{article} {role} waits for room on the Ray cluster ({short}): other runs' "
-                      "workers hold it; it starts when they finish", role=role, short=short)
+            self.emit(Stage.RUN, "waiting", f"{article} {role} waits for room on the Ray cluster ({short}): other "
+                      "runs' workers hold it; it starts when they finish", role=role, short=short)
             await ready
             waited = time.monotonic() - started
             self.emit(Stage.RUN, "placed", f"the {role} found room after {waited:.0f} s", role=role,
