@@ -131,7 +131,8 @@ import ipaddress
 import logging
 import os
 import socket
-from collections.abc import Iterable, Iterator, Mapping
+import threading
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, Final
 
 import psutil
@@ -276,11 +277,46 @@ def start_ray(
     from ray._private import ray_constants
 
     ray_constants.RAY_DISABLE_FAILURE_SIGNAL_HANDLER = True
-    try:
+
+    def init() -> None:
         with _entrypoint_withheld():
             ray.init(**init_kwargs)
+
+    try:
+        _in_a_lasting_thread(init)
     finally:
         _restore_env(saved_proxy_env)
+
+
+def _in_a_lasting_thread(init: Callable[[], None]) -> None:
+    """Run ``init`` (``ray.init``) in a thread that lives as long as this process.
+
+    A local ``ray.init`` starts Ray's GCS server and raylet with ``PR_SET_PDEATHSIG(SIGKILL)`` (Ray's kernel
+    fate-sharing), and Linux sends that signal when the *thread* that started them ends, not the process. Started
+    from a worker thread that later ends — the gateway starts Ray from its run pool, which it shuts down on a graceful
+    stop; a test's starter thread — Ray's own processes were killed under a live driver, whose ``ray.shutdown()`` then
+    waited 60 s for the GCS and exited 1 (the flaky ``tests/unit/test_ray_sigterm.py``). The main thread lives as
+    long as the process; any other caller's ``ray.init`` runs in a daemon thread that never returns."""
+    if threading.current_thread() is threading.main_thread():
+        init()
+        return
+    started = threading.Event()
+    failed: list[BaseException] = []
+
+    def keeper() -> None:
+        try:
+            init()
+        except BaseException as exc:  # noqa: BLE001 - raised again in the caller's thread
+            failed.append(exc)
+        finally:
+            started.set()
+        if not failed:
+            threading.Event().wait()  # forever: Ray's GCS and raylet share this thread's fate
+
+    threading.Thread(target=keeper, name="forage-ray-keeper", daemon=True).start()
+    started.wait()
+    if failed:
+        raise failed[0]
 
 
 #: what the cluster's job table shows as this driver's entrypoint
