@@ -32,6 +32,7 @@ from actors.steps.evaluation.retrieval import (
     load_beir,
     rank_documents,
     select_queries,
+    stored_corpus_ids,
 )
 from infra.embed.minilm import MiniLMEmbedder
 from infra.store.base import ChunkFilter, Hit
@@ -90,7 +91,7 @@ def main() -> None:
     data = load_beir(args.beir)
     store = LanceStore(args.store, dim=384)
     documents = store.list_documents()
-    corpus_ids = {d.doc_id: [d.key.rsplit(":", 1)[1]] for d in documents}
+    corpus_ids = stored_corpus_ids(documents)
     titles = {d.doc_id: d.title for d in documents}
     words = Words()
     chunk_words = {c.chunk_id: words(search_text(titles[c.doc_id], c))

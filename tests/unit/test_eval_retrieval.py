@@ -10,7 +10,14 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from actors.steps.evaluation.retrieval import load_beir, load_corpus, run_split, tune_fusion
+from actors.steps.evaluation.retrieval import (
+    document_key,
+    load_beir,
+    load_corpus,
+    run_split,
+    stored_corpus_ids,
+    tune_fusion,
+)
 from gateway.cli import app
 from infra.embed.minilm import MiniLMEmbedder
 from infra.settings import Settings
@@ -150,6 +157,15 @@ def test_a_kept_store_is_reused_without_loading_again(first_run, tiny: Path, tmp
     again = json.loads((tmp_path / "again.json").read_text())
     assert again["load"]["stored"] == 0 and again["load"]["skipped"] == 10
     assert set(again["metrics"]) == {"hybrid"} and again["metrics"]["hybrid"] == data["metrics"]["hybrid"]
+
+
+def test_a_kept_stores_documents_map_back_to_their_corpus_ids(first_run) -> None:
+    documents = LanceStore(first_run[2], dim=384).list_documents()
+    mapped = stored_corpus_ids(documents)
+    assert sorted(ids[0] for ids in mapped.values()) == sorted(i for i, _, _ in CORPUS)
+    assert all(document_key("tiny", ids[0]) == d.key for d in documents for ids in [mapped[d.doc_id]])
+    other = documents[0].model_copy(update={"doc_id": "x", "key": "file:/a:b"})
+    assert stored_corpus_ids([other]) == {}  # not a BEIR document
 
 
 def test_missing_folder(tmp_path: Path) -> None:

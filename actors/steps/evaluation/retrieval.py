@@ -35,7 +35,7 @@ from typing import Any, Literal
 from infra.embed.base import Embedder
 from infra.errors import ConfigError, ForageError
 from infra.settings import Settings
-from infra.store.base import Hit, Store
+from infra.store.base import DocumentRecord, Hit, Store
 from infra.store.lancedb import Fusion, LanceStore, fuse
 from messages.status import Stage
 
@@ -286,6 +286,13 @@ class LoadReport:
 def document_key(dataset: str, corpus_id: str) -> str:
     """The store key of a BEIR document."""
     return f"beir:{dataset}:{corpus_id}"
+
+
+def stored_corpus_ids(documents: Iterable[DocumentRecord]) -> dict[str, list[str]]:
+    """doc_id → [corpus id] of the BEIR documents among a store's ``documents`` (keys written by
+    :func:`document_key`): what :func:`rank_documents` reads, for a store loaded earlier and kept."""
+    keys = {d.doc_id: d.key.split(":", 2) for d in documents}
+    return {doc_id: [parts[2]] for doc_id, parts in keys.items() if len(parts) == 3 and parts[0] == "beir"}
 
 
 def load_corpus(settings: Settings, store: Store, embedder: Embedder, dataset: BeirDataset, *,
