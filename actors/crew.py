@@ -4,13 +4,17 @@
 actors (a Searcher, a pool of Ingestors whose every document is one call with a timeout and a crashed Ingestor
 replaced, one Forager per requirement, a Writer), with the options of actors/options.py; :class:`LocalCrew` runs the
 same step objects in-process, for unit tests. The loop itself does not know which it has.
+
+A RayCrew reserves its loop workers (Searcher, Ingestors, Foragers) together, as one Ray placement group
+(:class:`Reservation` keeps which worker takes which bundle): on a full cluster a run waits for all of its room
+holding none of it, so two runs queue instead of each holding part of what it needs and waiting for the rest.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Iterable, Sequence
 from typing import Any, Protocol, TypeVar
 
 from actors.status_hub import HubEmit
@@ -24,6 +28,52 @@ from messages.status import Stage
 from messages.write import Report, WriteRequest
 
 T = TypeVar("T")
+
+
+WorkerKey = str  # "searcher", "ingestor/0", "forager/R2": one loop worker of a run, whoever plays it now
+
+
+class Reservation:
+    """Which bundle of which of a run's placement groups each loop worker takes; bookkeeping only (RayCrew creates
+    and removes the groups). A worker replaced (crashed, hung, lost) takes the bundle of the one before it. Workers
+    that are not placed yet get a new group, all of them at once: the first holds the whole loop, a later one only
+    the requirements a re-plan added."""
+
+    def __init__(self) -> None:
+        self.groups: list[tuple[WorkerKey, ...]] = []  # per group, its workers in bundle order
+
+    def spot(self, key: WorkerKey) -> tuple[int, int] | None:
+        """(group, bundle) of ``key``; None when it has none yet."""
+        for g, keys in enumerate(self.groups):
+            if key in keys:
+                return g, keys.index(key)
+        return None
+
+    def unplaced(self, keys: Sequence[WorkerKey]) -> list[WorkerKey]:
+        """``keys`` without a bundle yet, in order, once each."""
+        return [k for k in dict.fromkeys(keys) if self.spot(k) is None]
+
+    def add(self, keys: Sequence[WorkerKey]) -> int:
+        """A new group for ``keys`` (none of which may have a bundle); its number."""
+        keys = tuple(dict.fromkeys(keys))
+        if not keys or any(self.spot(k) is not None for k in keys):
+            raise ValueError(f"a new group needs workers without a bundle, got {keys}")
+        self.groups.append(keys)
+        return len(self.groups) - 1
+
+    def clear(self) -> None:
+        self.groups = []
+
+    @staticmethod
+    def describe(keys: Sequence[WorkerKey]) -> str:
+        """``keys`` in words: "a searcher, 2 ingestors and 3 foragers"."""
+        counts: dict[str, int] = {}
+        for k in keys:
+            role = k.split("/", 1)[0]
+            counts[role] = counts.get(role, 0) + 1
+        parts = [f"{'an' if role[0] in 'aeiou' else 'a'} {role}" if n == 1 else f"{n} {role}s"
+                 for role, n in counts.items()]
+        return parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
 
 
 class Crew(Protocol):
@@ -102,10 +152,18 @@ class LocalCrew:
 
 
 class RayCrew:
-    """Workers as Ray actors: a Searcher, a pool of Ingestors, one Forager per requirement, a Writer."""
+    """Workers as Ray actors: a Searcher, a pool of Ingestors, one Forager per requirement, a Writer.
+
+    The loop workers of the ``reserve`` roles are placed in the run's placement groups (:class:`Reservation`): the
+    first group is made when the first of them is created and holds the Searcher, the Ingestor pool and a Forager
+    for every requirement known by then (:meth:`start_foragers` makes them known before the iteration's search);
+    a re-plan's new requirements get a group of their own. They are removed with the loop workers, before the
+    Writer is created. A role not in ``reserve`` asks the cluster for its room worker by worker (the benches that
+    run one role alone)."""
 
     def __init__(self, settings: Settings, run_id: str, hub: object | None, llm: Any | None = None,
-                 emit: Emit | None = None) -> None:
+                 emit: Emit | None = None,
+                 reserve: Sequence[str] = ("searcher", "ingestor", "forager")) -> None:
         self.settings, self.run_id, self.hub, self.llm = settings, run_id, hub, llm
         self._searcher = None
         self._ingestors: list[Any] = []
@@ -114,22 +172,116 @@ class RayCrew:
         self._writer = None
         self.emit: Emit = emit or HubEmit(run_id, hub)
         self._watches: set[asyncio.Task[None]] = set()
+        self._reserve = tuple(reserve)
+        self._requirements: dict[str, None] = {}  # the requirement ids whose Foragers the run will have, in order
+        self._reservation = Reservation()
+        self._groups: list[Any] = []  # Ray placement groups, by the Reservation's group numbers
 
     def _actor(self, cls: type, role: str, *args: Any, **kwargs: Any) -> Any:
-        import ray
-
+        """A worker that asks the cluster for its own room (the Writer; a role not reserved)."""
         from actors.options import options_for
 
         options = options_for(role, self.settings)  # type: ignore[arg-type]
+        return self._start(cls, options, role, args, kwargs, watch=True)
+
+    def _worker(self, cls: type, role: str, key: WorkerKey, *args: Any, **kwargs: Any) -> Any:
+        """A loop worker: in its bundle of the run's reservation when its role is reserved (the group watched, not
+        the worker), else as :meth:`_actor`."""
+        from actors.options import bundle_of, in_group, options_for
+
+        options = options_for(role, self.settings)  # type: ignore[arg-type]
+        if role not in self._reserve or not bundle_of(options):
+            return self._start(cls, options, role, args, kwargs, watch=True)
+        group, index = self._bundle(key)
+        return self._start(cls, in_group(options, group, index), role, args, kwargs, watch=False)
+
+    def _start(self, cls: type, options: dict[str, Any], role: str, args: tuple[Any, ...], kwargs: dict[str, Any],
+               watch: bool) -> Any:
+        import ray
+
         handle: Any = ray.remote(cls).options(**options).remote(*args, **kwargs)
+        if watch:
+            self._watch(self._watch_placement(handle, role, options))
+        return handle
+
+    def _watch(self, coro: Awaitable[None]) -> None:
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:  # created outside a running loop: nobody to tell
-            return handle
-        watch = loop.create_task(self._watch_placement(handle, role, options))
+            if asyncio.iscoroutine(coro):
+                coro.close()
+            return
+        watch = loop.create_task(coro)  # type: ignore[arg-type]
         self._watches.add(watch)
         watch.add_done_callback(self._watches.discard)
-        return handle
+
+    def _loop_keys(self) -> list[WorkerKey]:
+        """Every loop worker of the run so far whose role is reserved, in bundle order for a first group."""
+        keys: list[WorkerKey] = []
+        if "searcher" in self._reserve:
+            keys.append("searcher")
+        if "ingestor" in self._reserve:
+            keys += [f"ingestor/{slot}" for slot in range(self._pool_size())]
+        if "forager" in self._reserve:
+            keys += [f"forager/{rid}" for rid in self._requirements]
+        return keys
+
+    def _bundle(self, key: WorkerKey) -> tuple[Any, int]:
+        """(placement group, bundle index) of ``key``; a new group first, for every loop worker without a bundle
+        yet, when ``key`` has none."""
+        spot = self._reservation.spot(key)
+        if spot is None:
+            import ray
+
+            from actors.options import RUN_GROUP_STRATEGY, bundle_of, options_for
+
+            keys = self._reservation.unplaced([*self._loop_keys(), key])
+            shape = {role: bundle_of(options_for(role, self.settings))  # type: ignore[arg-type]
+                     for role in {k.split("/", 1)[0] for k in keys}}
+            bundles = [shape[k.split("/", 1)[0]] for k in keys]
+            keys = [k for k, b in zip(keys, bundles, strict=True) if b]  # a worker that reserves nothing: no bundle
+            group = ray.util.placement_group([b for b in bundles if b], strategy=RUN_GROUP_STRATEGY,
+                                             name=f"forage-{self.run_id}-{len(self._groups)}")
+            self._groups.append(group)
+            self._reservation.add(keys)
+            self._watch(self._watch_group(group, keys, [b for b in bundles if b], first=len(self._groups) == 1))
+            spot = self._reservation.spot(key)
+            assert spot is not None
+        return self._groups[spot[0]], spot[1]
+
+    async def _watch_group(self, group: Any, keys: Sequence[WorkerKey], bundles: Sequence[dict[str, float]],
+                           first: bool) -> None:
+        """A reservation not placed after ``ray.room_wait_s`` because the cluster has no room for all of it (other
+        runs' workers hold it) is said so in the run's events, and again once it is placed: a run that waits for
+        room is told apart from a run that hangs. ``first``: the run's first group (it holds nothing meanwhile);
+        else a re-plan's Foragers, while the run's other workers keep their room."""
+        import ray
+
+        from actors.options import missing_for
+
+        started = time.monotonic()
+        ready = asyncio.wrap_future(group.ready().future())
+        try:
+            done, _ = await asyncio.wait({ready}, timeout=self.settings.ray.room_wait_s)
+            if done:
+                ready.exception()
+                return
+            short = missing_for(bundles, ray.available_resources())
+            if not short:
+                return
+            workers = Reservation.describe(keys)
+            self.emit(Stage.RUN, "waiting", f"this run's workers ({workers}) wait for room on the Ray cluster "
+                      f"({short}): other runs' workers hold it; they start together when there is room"
+                      + ("; the run holds none of it meanwhile" if first else " (its other workers keep theirs)"),
+                      workers=workers, short=short)
+            await ready
+            waited = time.monotonic() - started
+            self.emit(Stage.RUN, "placed", f"this run's workers ({workers}) found room after {waited:.0f} s",
+                      workers=workers, waited_s=round(waited, 1))
+        except ray.exceptions.RayError:  # the group was removed (the run ended) while it waited
+            return
+        finally:
+            ready.cancel()
 
     async def _watch_placement(self, handle: Any, role: str, options: dict[str, Any]) -> None:
         """An actor not yet running after ``ray.room_wait_s`` because the cluster has no room for what it asks (other
@@ -169,8 +321,8 @@ class RayCrew:
 
         def searcher() -> Any:
             if self._searcher is None:
-                self._searcher = self._actor(Searcher, "searcher", self.settings, self.run_id, self.hub,
-                                             llm=self.llm)
+                self._searcher = self._worker(Searcher, "searcher", "searcher", self.settings, self.run_id,
+                                              self.hub, llm=self.llm)
             return self._searcher
 
         def lost() -> None:
@@ -206,7 +358,7 @@ class RayCrew:
         if not requests:
             return []
         while len(self._ingestors) < self._pool_size():
-            self._ingestors.append(self._new_ingestor())
+            self._ingestors.append(self._new_ingestor(len(self._ingestors)))
         queue: asyncio.Queue[tuple[int, IngestRequest]] = asyncio.Queue()
         for i, r in enumerate(requests):
             queue.put_nowait((i, r))
@@ -275,7 +427,7 @@ class RayCrew:
     async def start_ingestors(self) -> None:
         """Create the Ingestor pool (:func:`actors.options.ingestor_pool_size`) and build their steps now."""
         while len(self._ingestors) < self._pool_size():
-            self._ingestors.append(self._new_ingestor())
+            self._ingestors.append(self._new_ingestor(len(self._ingestors)))
         await asyncio.gather(*(actor.ready.remote() for actor in self._ingestors))
 
     def _pool_size(self) -> int:
@@ -285,17 +437,17 @@ class RayCrew:
             self._ingestor_pool = ingestor_pool_size(self.settings)
         return self._ingestor_pool
 
-    def _new_ingestor(self) -> Any:
+    def _new_ingestor(self, slot: int) -> Any:
         from actors.ingestor import Ingestor
 
-        return self._actor(Ingestor, "ingestor", self.settings, self.run_id, self.hub,
-                           llm=self.llm if self.settings.ingest.contextual else None)
+        return self._worker(Ingestor, "ingestor", f"ingestor/{slot}", self.settings, self.run_id, self.hub,
+                            llm=self.llm if self.settings.ingest.contextual else None)
 
     def _replace_ingestor(self, slot: int) -> None:
         """A fresh Ingestor in ``slot``: the old one hung or crashed on a document (Ray may have restarted
         it, or given up after ``ray.max_restarts``); the next documents must not depend on which."""
         self._kill(self._ingestors[slot])
-        self._ingestors[slot] = self._new_ingestor()
+        self._ingestors[slot] = self._new_ingestor(slot)
 
     def _failed(self, req: IngestRequest, reason: str, seconds: float, retryable: bool = False) -> IngestResult:
         self.emit(Stage.INGEST, "failed", f"{req.candidate.path or req.candidate.key}: {reason}",
@@ -307,23 +459,36 @@ class RayCrew:
         from actors.forager import Forager
 
         if requirement_id not in self._foragers:
-            self._foragers[requirement_id] = self._actor(Forager, "forager", self.settings, self.run_id,
-                                                         self.hub, llm=self.llm)
+            self._requirements.setdefault(requirement_id)
+            self._foragers[requirement_id] = self._worker(Forager, "forager", f"forager/{requirement_id}",
+                                                          self.settings, self.run_id, self.hub, llm=self.llm)
         return self._foragers[requirement_id]
 
     def _drop_forager(self, requirement_id: str) -> None:
         self._kill(self._foragers.pop(requirement_id, None))
 
-    async def start_foragers(self, requirements: Sequence[Requirement]) -> None:
-        """Create the Foragers of these requirements and build and warm their steps now (not on first use)."""
+    def start_foragers(self, requirements: Sequence[Requirement]) -> Awaitable[None]:
+        """Create the Foragers of these requirements and build and warm their steps now (not on first use). The
+        requirements are known to the run's reservation as soon as this is called, before it is awaited: the
+        Searcher created meanwhile makes a group that holds their Foragers too."""
+        self._plan(r.id for r in requirements)
+        return self._start_foragers(requirements)
+
+    async def _start_foragers(self, requirements: Sequence[Requirement]) -> None:
         await asyncio.gather(*(self._forager(r.id).ready.remote(r) for r in requirements))
 
+    def _plan(self, requirement_ids: Iterable[str]) -> None:
+        for rid in requirement_ids:
+            self._requirements.setdefault(rid)
+
     async def forage(self, requests: Sequence[ForageRequest]) -> list[RequirementCoverage]:
+        self._plan(r.requirement.id for r in requests)
         for r in requests:
             self._forager(r.requirement.id)
         return list(await asyncio.gather(*(self._forage_one(r) for r in requests)))
 
     def forage_each(self, requests: Sequence[ForageRequest]) -> AsyncGenerator[RequirementCoverage, None]:
+        self._plan(r.requirement.id for r in requests)
         for r in requests:
             self._forager(r.requirement.id)
         return _as_completed([self._forage_one(r) for r in requests])
@@ -367,6 +532,19 @@ class RayCrew:
         for actor in [self._searcher, *self._ingestors, *self._foragers.values()]:
             self._kill(actor)
         self._searcher, self._ingestors, self._foragers = None, [], {}
+        self._release_groups()
+
+    def _release_groups(self) -> None:
+        """Give the run's reservation back (its workers are gone); a group still waiting for room is withdrawn."""
+        import ray
+
+        for group in self._groups:
+            try:
+                ray.util.remove_placement_group(group)
+            except Exception:  # noqa: BLE001 - already gone with Ray
+                pass
+        self._groups = []
+        self._reservation.clear()
 
     @staticmethod
     def _kill(actor: Any) -> None:
@@ -382,6 +560,7 @@ class RayCrew:
     async def close(self) -> None:
         for actor in [self._searcher, self._writer, *self._ingestors, *self._foragers.values()]:
             self._kill(actor)
+        self._release_groups()
         for watch in list(self._watches):
             watch.cancel()
         await asyncio.gather(*self._watches, return_exceptions=True)

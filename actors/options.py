@@ -9,6 +9,7 @@ and writing are not (they hold per-run state and call the LLM).
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
 from typing import Any, Literal
 
 from infra.settings import Settings
@@ -96,14 +97,47 @@ def options_for(role: Role, settings: Settings, *, name: str | None = None,
     return opts
 
 
+def bundle_of(options: dict[str, Any]) -> dict[str, float]:
+    """What an actor created with ``options`` reserves for its lifetime, as a placement-group bundle (CPU, GPU and
+    custom resources it asks for); ``{}`` when it reserves nothing."""
+    wants = {"CPU": float(options.get("num_cpus") or 0.0), "GPU": float(options.get("num_gpus") or 0.0),
+             **{k: float(v) for k, v in (options.get("resources") or {}).items()}}
+    return {k: v for k, v in wants.items() if v > 0}
+
+
 def missing_room(options: dict[str, Any], available: dict[str, float]) -> str:
     """What an actor created with ``options`` asks for and the cluster does not have free (``available``: Ray's
     ``available_resources()``), e.g. ``"0.25 CPU asked, 0 free"``; '' when every resource it asks for is free
     somewhere (it may still not fit on one node)."""
-    wants = {"CPU": float(options.get("num_cpus") or 0.0), "GPU": float(options.get("num_gpus") or 0.0),
-             **{k: float(v) for k, v in (options.get("resources") or {}).items()}}
+    return missing_for([bundle_of(options)], available)
+
+
+def missing_for(bundles: Sequence[dict[str, float]], available: dict[str, float]) -> str:
+    """What ``bundles`` ask for together (a run's reservation, :data:`RUN_GROUP_STRATEGY`) and the cluster does not
+    have free, e.g. ``"1.5 CPU asked, 0.25 free"``; '' when all of it is free (it may still not fit node by node)."""
+    wants: dict[str, float] = {}
+    for bundle in bundles:
+        for k, v in bundle.items():
+            wants[k] = wants.get(k, 0.0) + v
     return "; ".join(f"{v:g} {k} asked, {available.get(k, 0.0):g} free" for k, v in wants.items()
                      if v > 0 and available.get(k, 0.0) + 1e-9 < v)
+
+
+# A run's loop workers (its Searcher, Ingestors and Foragers) are reserved together, as one Ray placement group
+# (actors/crew.py, RayCrew): a run either has room for all of them or waits holding nothing, so two runs on a full
+# cluster queue instead of each holding part of what it needs. SPREAD: bundles over as many nodes as have room, as
+# the Foragers were spread before (soft: a one-node Ray takes them all).
+RUN_GROUP_STRATEGY = "SPREAD"
+
+
+def in_group(options: dict[str, Any], group: Any, index: int) -> dict[str, Any]:
+    """``options`` with the actor placed in bundle ``index`` of placement group ``group`` (it then takes that
+    bundle's reservation instead of asking the cluster). What the actor itself starts (the detached endpoints it
+    finds or creates) is not put in the group."""
+    from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+    return {**options, "scheduling_strategy": PlacementGroupSchedulingStrategy(
+        placement_group=group, placement_group_bundle_index=index, placement_group_capture_child_tasks=False)}
 
 
 def _pinned_to(node_id: str) -> Any:

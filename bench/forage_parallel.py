@@ -173,7 +173,7 @@ async def one_run(settings: Settings, requirements: list[Requirement], slots: in
     from actors.llm_endpoint import llm_endpoints
     from actors.crew import RayCrew
 
-    crew = RayCrew(settings, f"bench-{slots}", hub=None)
+    crew = RayCrew(settings, f"bench-{slots}", hub=None, reserve=("forager",))  # its Foragers reserved together
     try:
         await crew.start_foragers(requirements)  # as the Orchestrator does while an iteration searches and ingests
         endpoints = llm_endpoints(settings)  # the endpoint actor that makes every LLM call, started before the clock

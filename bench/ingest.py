@@ -90,7 +90,7 @@ async def pipeline(settings: Settings, paths: list[str]) -> tuple[float, float, 
     from messages.ingest import IngestRequest
     from messages.search import Candidate
 
-    crew = RayCrew(settings, "bench-ingest", None)
+    crew = RayCrew(settings, "bench-ingest", None, reserve=("ingestor",))  # the pool alone, as reserved in a run
     t = time.perf_counter()
     await crew.start_ingestors()
     warm_s = time.perf_counter() - t

@@ -112,5 +112,6 @@ def test_a_worker_waiting_for_room_on_the_cluster_is_said_so(ray_cluster, tmp_pa
         (said,) = asyncio.run(search_until_said())
     finally:
         ray.kill(hub, no_restart=True)
-    assert said.stage == Stage.RUN and said.payload["role"] == "searcher"
-    assert said.payload["short"].startswith("64 CPU asked, ") and "waits for room on the Ray cluster" in said.message
+    # the Searcher is reserved with the run's Ingestor pool (two), all at once: none of them is placed
+    assert said.stage == Stage.RUN and said.payload["workers"] == "a searcher and 2 ingestors"
+    assert said.payload["short"].startswith("192 CPU asked, ") and "wait for room on the Ray cluster" in said.message

@@ -6,7 +6,8 @@ import asyncio
 
 import pytest
 
-from actors.options import method_options, missing_room, options_for
+from actors.crew import Reservation
+from actors.options import bundle_of, method_options, missing_for, missing_room, options_for
 from actors.status_hub import StatusHub
 from infra.settings import Settings
 from messages.status import Stage, StatusEvent
@@ -68,6 +69,42 @@ def test_missing_room_names_what_a_worker_asks_for_and_the_cluster_lacks() -> No
     endpoint = options_for("llm_endpoint", settings, endpoint_slots=2)  # no CPU, two llm_slot units
     assert missing_room(endpoint, {"CPU": 0.0, "llm_slot": 1.0}) == "2 llm_slot asked, 1 free"
     assert missing_room({"num_cpus": 0, "num_gpus": 0.5}, {"CPU": 4.0}) == "0.5 GPU asked, 0 free"
+
+
+def test_a_runs_reservation_is_the_sum_of_its_workers_bundles() -> None:
+    settings = Settings.load(ray={"actor_cpus": 0.5})
+    forager = bundle_of(options_for("forager", settings))
+    assert forager == {"CPU": 0.5}
+    assert bundle_of(options_for("llm_endpoint", settings, endpoint_slots=2)) == {"llm_slot": 2.0}  # no CPU
+    assert bundle_of(options_for("orchestrator", settings)) == {}  # reserves nothing: never put in a group
+    assert bundle_of({"num_cpus": 0.25, "num_gpus": 0.5}) == {"CPU": 0.25, "GPU": 0.5}
+    three = [forager, forager, {"CPU": 0.5, "GPU": 0.5}]
+    assert missing_for(three, {"CPU": 2.0, "GPU": 1.0}) == ""
+    assert missing_for(three, {"CPU": 1.0, "GPU": 1.0}) == "1.5 CPU asked, 1 free"
+    assert missing_for(three, {"CPU": 1.0}) == "1.5 CPU asked, 1 free; 0.5 GPU asked, 0 free"
+    assert missing_for([], {}) == ""
+
+
+def test_the_reservation_ledger_gives_each_worker_one_bundle_and_a_replaced_worker_the_same() -> None:
+    book = Reservation()
+    assert book.spot("searcher") is None
+    loop = ["searcher", "ingestor/0", "ingestor/1", "forager/R1", "forager/R2"]
+    assert book.unplaced([*loop, "searcher"]) == loop  # in order, once each
+    assert book.add(loop) == 0
+    assert book.spot("ingestor/1") == (0, 2) and book.spot("forager/R2") == (0, 4)
+    # a re-plan's requirements: a group of their own, the loop's bundles kept
+    assert book.unplaced([*loop, "forager/R3", "forager/R4"]) == ["forager/R3", "forager/R4"]
+    assert book.add(["forager/R3", "forager/R4"]) == 1
+    assert book.spot("forager/R4") == (1, 1) and book.spot("forager/R1") == (0, 3)
+    with pytest.raises(ValueError, match="without a bundle"):
+        book.add(["forager/R1"])  # a worker placed once is never placed twice
+    with pytest.raises(ValueError):
+        book.add([])
+    assert Reservation.describe(loop) == "a searcher, 2 ingestors and 2 foragers"
+    assert Reservation.describe(["forager/R3"]) == "a forager"
+    assert Reservation.describe(["ingestor/0", "forager/R1"]) == "an ingestor and a forager"
+    book.clear()
+    assert book.spot("searcher") is None and book.unplaced(loop) == loop
 
 
 def test_foragers_spread_and_coordinators_stay_on_the_drivers_node() -> None:

@@ -1,0 +1,81 @@
+"""Two runs on a cluster with room for one run's loop workers queue: one runs, the other waits holding nothing, says
+so, and starts when the first is done. Before, each run took its workers' room one by one (its Foragers at the start
+of an iteration, then its Searcher), so two runs started together could each hold half and both wait forever.
+
+Real parts: the shared Ray cluster (2 CPUs), two RayCrews with real Searcher (a folder of one PDF) and Forager actors,
+their placement groups, a real StatusHub actor per run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from actors.crew import RayCrew
+from actors.options import options_for
+from actors.status_hub import StatusHub
+from infra.settings import Settings
+from messages.plan import Requirement
+from messages.search import SearchRequest
+
+pytestmark = [pytest.mark.ray, pytest.mark.timeout(600)]
+
+PAPER = "dvt_prophylaxis_trauma_bmc2010.pdf"
+
+
+def test_two_runs_that_fit_one_at_a_time_queue_instead_of_each_holding_half(
+        ray_cluster, shared_pdfs, tmp_path: Path) -> None:
+    ray = ray_cluster
+    from ray.util import placement_group_table
+
+    library = tmp_path / "library"
+    library.mkdir()
+    (library / PAPER).symlink_to(next(p for p in shared_pdfs if p.name == PAPER))
+    cpus = ray.cluster_resources()["CPU"]
+    # a Searcher, one Ingestor and two Foragers take the whole cluster: one run's loop at a time
+    settings = Settings.load(search={"library": library}, store={"path": tmp_path / "store"},
+                             ingest={"pool_size": 1}, ray={"actor_cpus": cpus / 4, "room_wait_s": 0.5})
+    requirements = [Requirement(id="R1", text="bleeding after thromboprophylaxis in trauma patients"),
+                    Requirement(id="R2", text="pulmonary embolism rates with vena cava filters")]
+    runs = ("queue-run-a", "queue-run-b")
+    hubs = {run: ray.remote(StatusHub).options(**options_for("status_hub", settings)).remote(run) for run in runs}
+    crews = {run: RayCrew(settings, run, hubs[run]) for run in runs}
+
+    async def both() -> tuple[list[str], list, bool]:
+        # the whole cluster free first (what earlier tests killed may still be giving its room back)
+        probe = ray.util.placement_group([{"CPU": cpus}])
+        await asyncio.wait_for(asyncio.wrap_future(probe.ready().future()), 300)
+        ray.util.remove_placement_group(probe)
+        # each run as the Orchestrator begins an iteration: its Foragers started, then its search
+        warming = {run: asyncio.ensure_future(crews[run].start_foragers(requirements)) for run in runs}
+        searches = {asyncio.ensure_future(crews[run].search(SearchRequest(
+            run_id=run, iteration=1, query="thromboprophylaxis after trauma"))): run for run in runs}
+        done, pending = await asyncio.wait(searches, timeout=300, return_when=asyncio.FIRST_COMPLETED)
+        assert len(done) == 1, "neither run got room for its workers" if not done else "both ran at once"
+        first, second = searches[next(iter(done))], searches[next(iter(pending))]
+        await asyncio.wait_for(warming[first], 300)  # the first run has all of its loop workers
+        states = [placement_group_table(g)["state"] for g in crews[second]._groups]
+        await crews[first].close()  # its run is done: its room goes back
+        found = await asyncio.wait_for(next(iter(pending)), 300)
+        await asyncio.wait_for(warming[second], 300)
+        said: list = []
+        for _ in range(120):  # the waiting run's events until it says it was placed: long polls of at most 1 s
+            said += await hubs[second].wait.remote(len(said), 1.0)
+            if any(e.kind == "placed" for e in said):
+                break
+        await crews[second].close()
+        return states, said, bool(found.candidates)
+
+    try:
+        states, events, searched = asyncio.run(both())
+    finally:
+        for run in runs:
+            asyncio.run(crews[run].close())
+            ray.kill(hubs[run], no_restart=True)
+    assert states == ["PENDING"]  # the waiting run held no room while it waited
+    assert searched  # and then ran: its search found the library's paper, its Foragers started
+    said = [(e.kind, e.payload.get("workers")) for e in events if e.kind in ("waiting", "placed")]
+    assert said == [("waiting", "a searcher, an ingestor and 2 foragers"),
+                    ("placed", "a searcher, an ingestor and 2 foragers")]
