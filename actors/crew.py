@@ -216,14 +216,16 @@ class RayCrew:
         watch.add_done_callback(self._watches.discard)
 
     def _loop_keys(self) -> list[WorkerKey]:
-        """Every loop worker of the run so far whose role is reserved, in bundle order for a first group."""
+        """Every loop worker of the run so far whose role is reserved, in bundle order for a first group: the
+        Foragers first, then the Searcher and Ingestors (on a lab cluster the spread group then put one Forager on
+        each machine: tests/cluster/test_run_on_cluster.py)."""
         keys: list[WorkerKey] = []
+        if "forager" in self._reserve:
+            keys += [f"forager/{rid}" for rid in self._requirements]
         if "searcher" in self._reserve:
             keys.append("searcher")
         if "ingestor" in self._reserve:
             keys += [f"ingestor/{slot}" for slot in range(self._pool_size())]
-        if "forager" in self._reserve:
-            keys += [f"forager/{rid}" for rid in self._requirements]
         return keys
 
     def _bundle(self, key: WorkerKey) -> tuple[Any, int]:

@@ -77,5 +77,5 @@ def test_two_runs_that_fit_one_at_a_time_queue_instead_of_each_holding_half(
     assert states == ["PENDING"]  # the waiting run held no room while it waited
     assert searched  # and then ran: its search found the library's paper, its Foragers started
     said = [(e.kind, e.payload.get("workers")) for e in events if e.kind in ("waiting", "placed")]
-    assert said == [("waiting", "a searcher, an ingestor and 2 foragers"),
-                    ("placed", "a searcher, an ingestor and 2 foragers")]
+    assert said == [("waiting", "2 foragers, a searcher and an ingestor"),
+                    ("placed", "2 foragers, a searcher and an ingestor")]
