@@ -176,6 +176,7 @@ class RayCrew:
         self._requirements: dict[str, None] = {}  # the requirement ids whose Foragers the run will have, in order
         self._reservation = Reservation()
         self._groups: list[Any] = []  # Ray placement groups, by the Reservation's group numbers
+        self._group_bundles: list[list[dict[str, float]]] = []  # what each of them reserves
 
     def _actor(self, cls: type, role: str, *args: Any, **kwargs: Any) -> Any:
         """A worker that asks the cluster for its own room (the Writer; a role not reserved)."""
@@ -242,14 +243,41 @@ class RayCrew:
                      for role in {k.split("/", 1)[0] for k in keys}}
             bundles = [shape[k.split("/", 1)[0]] for k in keys]
             keys = [k for k, b in zip(keys, bundles, strict=True) if b]  # a worker that reserves nothing: no bundle
-            group = ray.util.placement_group([b for b in bundles if b], strategy=RUN_GROUP_STRATEGY,
+            bundles = [b for b in bundles if b]
+            group = ray.util.placement_group(bundles, strategy=RUN_GROUP_STRATEGY,
                                              name=f"forage-{self.run_id}-{len(self._groups)}")
             self._groups.append(group)
+            self._group_bundles.append(bundles)
             self._reservation.add(keys)
-            self._watch(self._watch_group(group, keys, [b for b in bundles if b], first=len(self._groups) == 1))
+            self._watch(self._watch_group(group, keys, bundles, first=len(self._groups) == 1))
             spot = self._reservation.spot(key)
             assert spot is not None
         return self._groups[spot[0]], spot[1]
+
+    def room_for_foragers(self) -> int | None:
+        """How many more Foragers the Ray cluster could ever hold beside this run's reservation (all of its
+        resources, whoever holds them now): a re-plan adds no more requirements than that, since a Forager that can
+        never be placed would hang the run. None when Foragers reserve nothing or are not reserved (no bound)."""
+        import ray
+
+        from actors.options import bundle_of, options_for
+
+        forager = bundle_of(options_for("forager", self.settings))
+        if "forager" not in self._reserve or not forager:
+            return None
+        held: dict[str, float] = {}
+        shape = {role: bundle_of(options_for(role, self.settings))  # type: ignore[arg-type]
+                 for role in ("forager", "searcher", "ingestor")}
+        planned = [shape[k.split("/", 1)[0]] for k in self._reservation.unplaced(self._loop_keys())]
+        for bundle in [*self._all_bundles(), *planned]:
+            for k, v in bundle.items():
+                held[k] = held.get(k, 0.0) + v
+        total = ray.cluster_resources()
+        return max(0, min(int((total.get(k, 0.0) - held.get(k, 0.0)) / v + 1e-9) for k, v in forager.items()))
+
+    def _all_bundles(self) -> list[dict[str, float]]:
+        """The bundles of all of the run's groups."""
+        return [b for bundles in self._group_bundles for b in bundles]
 
     async def _watch_group(self, group: Any, keys: Sequence[WorkerKey], bundles: Sequence[dict[str, float]],
                            first: bool) -> None:
@@ -272,10 +300,17 @@ class RayCrew:
             if not short:
                 return
             workers = Reservation.describe(keys)
-            self.emit(Stage.RUN, "waiting", f"this run's workers ({workers}) wait for room on the Ray cluster "
-                      f"({short}): other runs' workers hold it; they start together when there is room"
-                      + ("; the run holds none of it meanwhile" if first else " (its other workers keep theirs)"),
-                      workers=workers, short=short)
+            whole = missing_for(self._all_bundles(), ray.cluster_resources(), "in the cluster")
+            if whole:  # no other run is in the way: this run alone needs more than the cluster has
+                message = (f"this run's workers ({workers}) need more room than the whole Ray cluster has ({whole}, "
+                           "all of the run's workers together): they start only when machines join; lower "
+                           "ray.actor_cpus or give Ray more logical CPUs (ray.num_cpus: the CPU gate, not this "
+                           "reservation, keeps CPU work to the cores)")
+            else:
+                message = (f"this run's workers ({workers}) wait for room on the Ray cluster ({short}): other runs' "
+                           "workers hold it; they start together when there is room"
+                           + ("; the run holds none of it meanwhile" if first else " (its other workers keep theirs)"))
+            self.emit(Stage.RUN, "waiting", message, workers=workers, short=short, whole=whole)
             await ready
             waited = time.monotonic() - started
             self.emit(Stage.RUN, "placed", f"this run's workers ({workers}) found room after {waited:.0f} s",
@@ -545,7 +580,7 @@ class RayCrew:
                 ray.util.remove_placement_group(group)
             except Exception:  # noqa: BLE001 - already gone with Ray
                 pass
-        self._groups = []
+        self._groups, self._group_bundles = [], []
         self._reservation.clear()
 
     @staticmethod

@@ -48,7 +48,8 @@ def options_for(role: Role, settings: Settings, *, name: str | None = None,
     4 zero-CPU actors on other nodes.
 
     Foragers are spread over the nodes (Ray's SPREAD strategy): on a lab cluster each machine hosts
-    some, rather than the first machine all of them; their LLM calls go wherever a slot is free.
+    some, rather than the first machine all of them; their LLM calls go wherever a slot is free. In a run's
+    reservation (:func:`in_group`) the group's own strategy, :data:`RUN_GROUP_STRATEGY`, spreads them instead.
 
     ``endpoint_node`` / ``endpoint_slots``: an LLM endpoint (:mod:`actors.llm_endpoint`) is pinned to its
     node (hard affinity) and holds all ``endpoint_slots`` of the node's ``llm_slot`` units; an embedding endpoint
@@ -112,14 +113,15 @@ def missing_room(options: dict[str, Any], available: dict[str, float]) -> str:
     return missing_for([bundle_of(options)], available)
 
 
-def missing_for(bundles: Sequence[dict[str, float]], available: dict[str, float]) -> str:
+def missing_for(bundles: Sequence[dict[str, float]], available: dict[str, float], have: str = "free") -> str:
     """What ``bundles`` ask for together (a run's reservation, :data:`RUN_GROUP_STRATEGY`) and the cluster does not
-    have free, e.g. ``"1.5 CPU asked, 0.25 free"``; '' when all of it is free (it may still not fit node by node)."""
+    have free, e.g. ``"1.5 CPU asked, 0.25 free"``; '' when all of it is free (it may still not fit node by node).
+    ``have`` names what ``available`` is ("in the cluster" for Ray's ``cluster_resources()``)."""
     wants: dict[str, float] = {}
     for bundle in bundles:
         for k, v in bundle.items():
             wants[k] = wants.get(k, 0.0) + v
-    return "; ".join(f"{v:g} {k} asked, {available.get(k, 0.0):g} free" for k, v in wants.items()
+    return "; ".join(f"{v:g} {k} asked, {available.get(k, 0.0):g} {have}" for k, v in wants.items()
                      if v > 0 and available.get(k, 0.0) + 1e-9 < v)
 
 

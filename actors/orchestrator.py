@@ -172,7 +172,7 @@ class Orchestrator:
                 reason = stop_reason(mean, iteration, s.min_coverage, s.max_iterations)
                 if reason:
                     break
-                added = await self._replan(plan, coverages, iteration, mean)
+                added = await self._replan(crew, plan, coverages, iteration, mean)
                 if added:  # new requirements: forage them next iteration, even when sources are exhausted
                     plan = plan.model_copy(update={"requirements": (*plan.requirements, *added)})
                     continue
@@ -234,10 +234,11 @@ class Orchestrator:
                                           f"{seeds} evidence chunks as a starting point",
                   from_run=from_run, documents=docs, seed_chunks=seeds)
 
-    async def _replan(self, plan: RequirementsPlan, coverages: Sequence[RequirementCoverage], iteration: int,
-                      mean: float) -> tuple[Requirement, ...]:
+    async def _replan(self, crew: Crew, plan: RequirementsPlan, coverages: Sequence[RequirementCoverage],
+                      iteration: int, mean: float) -> tuple[Requirement, ...]:
         """New requirements when coverage stalled since the previous iteration (below the goal, within the
-        run's budget of added requirements); () otherwise. Recorded in ``replans`` and a ``replanned`` event."""
+        run's budget of added requirements and the room the crew has for their Foragers: ``room_for_foragers``,
+        where it says); () otherwise. Recorded in ``replans`` and a ``replanned`` event."""
 
         s = self.settings.run
         done = self.record.s.iterations
@@ -250,6 +251,17 @@ class Orchestrator:
                    MAX_PLAN_REQUIREMENTS - len(plan.requirements))
         if room <= 0:
             return ()
+        measure = getattr(crew, "room_for_foragers", None)
+        fits = measure() if measure is not None else None
+        if fits is not None and fits < room:
+            if fits <= 0:
+                self.emit(Stage.RUN, "replan_skipped",
+                          f"coverage stalled ({previous:.2f} → {mean:.2f}) but the Ray cluster has no room for "
+                          "another Forager beside this run's workers: no requirement added (give Ray more logical "
+                          "CPUs, ray.num_cpus, or lower ray.actor_cpus)", iteration=iteration, mean_coverage=mean,
+                          previous_mean_coverage=previous, room=0)
+                return ()
+            room = fits
         result = await replan_requirements(plan.query, coverages, self._model(), room)
         self.record.record_replan(
             Replan(after_iteration=iteration, mean_coverage=mean, previous_mean_coverage=previous,

@@ -62,8 +62,9 @@ class ProgressView:
             self.plan = self.plan.model_copy(update={"requirements": (*self.plan.requirements, *added)})
             self.coverage.update({r.id: "—" for r in added})
         self.last = ev.message
-        if not self.live and ev.kind in ("iteration", "results", "document", "failed", "coverage", "finished",
-                                         "started", "replanned", "retried", "waiting", "placed") and ev.message:
+        if not self.live and ev.message and ev.kind in (
+                "iteration", "results", "document", "failed", "coverage", "finished", "started", "replanned",
+                "replan_skipped", "retried", "waiting", "placed"):
             who = f"[{ev.requirement_id}] " if ev.requirement_id else ""
             console.print(f"[dim]{ev.seq:>4}[/dim] {ev.stage.value:<8} {who}{ev.message}", highlight=False)
 

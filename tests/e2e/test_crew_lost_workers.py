@@ -114,4 +114,7 @@ def test_a_worker_waiting_for_room_on_the_cluster_is_said_so(ray_cluster, tmp_pa
         ray.kill(hub, no_restart=True)
     # the Searcher is reserved with the run's Ingestor pool (two), all at once: none of them is placed
     assert said.stage == Stage.RUN and said.payload["workers"] == "a searcher and 2 ingestors"
-    assert said.payload["short"].startswith("192 CPU asked, ") and "wait for room on the Ray cluster" in said.message
+    assert said.payload["short"].startswith("192 CPU asked, ")
+    # no other run is in the way: the run alone needs more than the cluster has, and is told what to change
+    assert said.payload["whole"] == f"192 CPU asked, {ray.cluster_resources()['CPU']:g} in the cluster"
+    assert "more room than the whole Ray cluster has" in said.message and "ray.actor_cpus" in said.message

@@ -77,5 +77,21 @@ def test_two_runs_that_fit_one_at_a_time_queue_instead_of_each_holding_half(
     assert states == ["PENDING"]  # the waiting run held no room while it waited
     assert searched  # and then ran: its search found the library's paper, its Foragers started
     said = [(e.kind, e.payload.get("workers")) for e in events if e.kind in ("waiting", "placed")]
+    waiting = next(e for e in events if e.kind == "waiting")
+    assert not waiting.payload["whole"] and "other runs' workers hold it" in waiting.message
     assert said == [("waiting", "2 foragers, a searcher and an ingestor"),
                     ("placed", "2 foragers, a searcher and an ingestor")]
+
+
+def test_room_for_more_foragers_counts_the_whole_cluster_less_the_runs_own_reservation(
+        ray_cluster, tmp_path: Path) -> None:
+    ray = ray_cluster
+    cpus = ray.cluster_resources()["CPU"]
+    requirements = [Requirement(id=f"R{i}", text=f"requirement {i}") for i in (1, 2)]
+    for share, room in ((cpus / 4, 0), (cpus / 8, 4)):  # a Searcher, an Ingestor, two Foragers: 4 shares held
+        settings = Settings.load(store={"path": tmp_path / "store"}, ingest={"pool_size": 1},
+                                 ray={"actor_cpus": share})
+        crew = RayCrew(settings, "room-run", None)
+        crew.start_foragers(requirements).close()  # made known to the reservation; no worker started
+        assert crew.room_for_foragers() == room, share
+    assert RayCrew(settings, "room-run", None, reserve=("ingestor",)).room_for_foragers() is None

@@ -186,6 +186,32 @@ def test_the_run_budget_bounds_added_requirements(tmp_path) -> None:
     assert emit.kinds().count("replanned") == 1
 
 
+class CrampedCrew(Crew):
+    """A crew whose cluster has room for ``room`` more Foragers (RayCrew.room_for_foragers)."""
+
+    def __init__(self, table: dict[int, dict[str, float]], room: int) -> None:
+        super().__init__(table, default=0.0)
+        self.room = room
+
+    def room_for_foragers(self) -> int:
+        return self.room
+
+
+def test_a_replan_adds_no_more_requirements_than_the_cluster_has_room_for(tmp_path) -> None:
+    stalls = {i: {"R1": 0.0, "R2": 0.0} for i in range(1, 5)}
+    llm = ScriptedLLM([ReplanDraft(missing=["methods"], requirements=NEW)])
+    summary, state, emit = run(tmp_path / "one", CrampedCrew(stalls, room=1), llm, max_iterations=3)
+    assert summary.status == "finished"
+    assert [r["id"] for r in state["requirements"]] == ["R1", "R2", "R3"]  # the model proposed more: room for one
+    assert len(NEW) > 1 and [len(r["added"]) for r in state["replans"]] == [1]
+
+    silent = ScriptedLLM([])  # no room at all: no re-planning call, and the run says why
+    summary, state, emit = run(tmp_path / "none", CrampedCrew(stalls, room=0), silent, max_iterations=3)
+    assert summary.status == "finished" and not state.get("replans") and silent.calls == 0
+    (skipped,) = [e for e in emit.events if e.kind == "replan_skipped"]
+    assert skipped.iteration == 2 and "no room" in skipped.message and "ray.num_cpus" in skipped.message
+
+
 def test_a_failed_replan_is_recorded_and_the_run_goes_on(tmp_path) -> None:
     llm = ScriptedLLM([LLMTimeout("no answer"), LLMTimeout("no answer"), LLMTimeout("no answer")])
     table = {i: {"R1": 0.5, "R2": 0.0} for i in range(1, 5)}
