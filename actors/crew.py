@@ -13,7 +13,10 @@ holding none of it, so two runs queue instead of each holding part of what it ne
 from __future__ import annotations
 
 import asyncio
+import secrets
+import sys
 import time
+import weakref
 from collections.abc import AsyncGenerator, Awaitable, Callable, Iterable, Sequence
 from typing import Any, Protocol, TypeVar
 
@@ -74,6 +77,19 @@ class Reservation:
         parts = [f"{'an' if role[0] in 'aeiou' else 'a'} {role}" if n == 1 else f"{n} {role}s"
                  for role, n in counts.items()]
         return parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
+
+
+def _remove_groups(groups: list[Any]) -> None:
+    """Remove these placement groups (emptying the list in place); one already gone, or Ray itself, is skipped."""
+    ray = sys.modules.get("ray")
+    while groups:
+        group = groups.pop()
+        if ray is None or not ray.is_initialized():
+            continue
+        try:
+            ray.util.remove_placement_group(group)
+        except Exception:  # noqa: BLE001 - already removed, or Ray shutting down
+            pass
 
 
 class Crew(Protocol):
@@ -175,7 +191,11 @@ class RayCrew:
         self._reserve = tuple(reserve)
         self._requirements: dict[str, None] = {}  # the requirement ids whose Foragers the run will have, in order
         self._reservation = Reservation()
-        self._groups: list[Any] = []  # Ray placement groups, by the Reservation's group numbers
+        # Ray placement groups, by the Reservation's group numbers. Unlike an actor, a group is not let go when the
+        # last handle to it goes: a crew dropped without close() removes them when it is collected (else they would
+        # hold their room until the process that made them exits)
+        self._groups: list[Any] = []
+        weakref.finalize(self, _remove_groups, self._groups)
         self._group_bundles: list[list[dict[str, float]]] = []  # what each of them reserves
 
     def _actor(self, cls: type, role: str, *args: Any, **kwargs: Any) -> Any:
@@ -244,8 +264,10 @@ class RayCrew:
             bundles = [shape[k.split("/", 1)[0]] for k in keys]
             keys = [k for k, b in zip(keys, bundles, strict=True) if b]  # a worker that reserves nothing: no bundle
             bundles = [b for b in bundles if b]
+            # named for `ray list placement-groups`; a live group's name must be unique (a crew of the same run
+            # before this one may still hold its group)
             group = ray.util.placement_group(bundles, strategy=RUN_GROUP_STRATEGY,
-                                             name=f"forage-{self.run_id}-{len(self._groups)}")
+                                             name=f"forage-{self.run_id}-{len(self._groups)}-{secrets.token_hex(3)}")
             self._groups.append(group)
             self._group_bundles.append(bundles)
             self._reservation.add(keys)
@@ -315,7 +337,7 @@ class RayCrew:
             waited = time.monotonic() - started
             self.emit(Stage.RUN, "placed", f"this run's workers ({workers}) found room after {waited:.0f} s",
                       workers=workers, waited_s=round(waited, 1))
-        except ray.exceptions.RayError:  # the group was removed (the run ended) while it waited
+        except Exception:  # noqa: BLE001 - the group was removed (the run ended) while it waited: nothing to say
             return
         finally:
             ready.cancel()
@@ -573,14 +595,8 @@ class RayCrew:
 
     def _release_groups(self) -> None:
         """Give the run's reservation back (its workers are gone); a group still waiting for room is withdrawn."""
-        import ray
-
-        for group in self._groups:
-            try:
-                ray.util.remove_placement_group(group)
-            except Exception:  # noqa: BLE001 - already gone with Ray
-                pass
-        self._groups, self._group_bundles = [], []
+        _remove_groups(self._groups)
+        self._group_bundles = []
         self._reservation.clear()
 
     @staticmethod
@@ -595,9 +611,9 @@ class RayCrew:
             pass
 
     async def close(self) -> None:
-        for actor in [self._searcher, self._writer, *self._ingestors, *self._foragers.values()]:
-            self._kill(actor)
-        self._release_groups()
         for watch in list(self._watches):
             watch.cancel()
         await asyncio.gather(*self._watches, return_exceptions=True)
+        for actor in [self._searcher, self._writer, *self._ingestors, *self._foragers.values()]:
+            self._kill(actor)
+        self._release_groups()

@@ -84,8 +84,6 @@ def _threads() -> int:
 
 async def pipeline(settings: Settings, paths: list[str]) -> tuple[float, float, list]:
     """(seconds to create and warm the pool, wall seconds of the ingest, results)."""
-    import ray
-
     from actors.crew import RayCrew
     from messages.ingest import IngestRequest
     from messages.search import Candidate
@@ -98,8 +96,7 @@ async def pipeline(settings: Settings, paths: list[str]) -> tuple[float, float, 
     t = time.perf_counter()
     results = await crew.ingest(requests)
     wall = time.perf_counter() - t
-    for actor in crew._ingestors:
-        ray.kill(actor, no_restart=True)
+    await crew.close()  # its Ingestors and their reservation
     return warm_s, wall, results
 
 

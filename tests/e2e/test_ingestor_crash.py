@@ -85,8 +85,7 @@ def crew_env(request, ray_cluster, shared_pdfs, tmp_path: Path):
                                  ray={"max_restarts": 1, "max_task_retries": 1})
         crew = RayCrew(settings, RUN, hub)
         yield crew, pdfs, killer, hub, settings
-        for actor in crew._ingestors:
-            ray_cluster.kill(actor, no_restart=True)
+        asyncio.run(crew.close())  # its Ingestors and the run's reservation
         ray_cluster.kill(hub, no_restart=True)
 
 
@@ -176,5 +175,4 @@ def test_a_hung_document_times_out_alone_and_the_pool_recovers(ray_cluster, shar
             assert [r.status for r in second] == ["stored", "stored"], [(r.path, r.reason) for r in second]
         finally:
             holder.release.set()
-            for actor in crew._ingestors:
-                ray_cluster.kill(actor, no_restart=True)
+            asyncio.run(crew.close())  # its Ingestors and the run's reservation

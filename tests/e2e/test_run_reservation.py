@@ -95,3 +95,18 @@ def test_room_for_more_foragers_counts_the_whole_cluster_less_the_runs_own_reser
         crew.start_foragers(requirements).close()  # made known to the reservation; no worker started
         assert crew.room_for_foragers() == room, share
     assert RayCrew(settings, "room-run", None, reserve=("ingestor",)).room_for_foragers() is None
+
+
+def test_a_crew_dropped_without_close_gives_its_reservation_back(ray_cluster, tmp_path: Path) -> None:
+    import gc
+
+    ray = ray_cluster
+    from ray.util import placement_group_table
+
+    crew = RayCrew(Settings.load(store={"path": tmp_path / "store"}, ingest={"pool_size": 1}), "dropped-run", None)
+    group, index = crew._bundle("searcher")  # the run's reservation, as its first worker makes it
+    ray.get(group.ready(), timeout=300)
+    assert index == 0 and placement_group_table(group)["state"] == "CREATED"
+    del crew  # a placement group outlives its handles: the crew's finalizer removes it
+    gc.collect()
+    assert placement_group_table(group)["state"] == "REMOVED"
