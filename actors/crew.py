@@ -79,6 +79,19 @@ class Reservation:
         return parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
 
 
+def waiting_message(workers: str, short: str, whole: str, first: bool) -> str:
+    """What a run says when its ``workers`` (:meth:`Reservation.describe`) wait for room: ``short`` is what the
+    cluster lacks now, ``whole`` what the run lacks even with the whole cluster to itself ('' when it would fit);
+    ``first``: the run's first group (it holds nothing meanwhile), else a re-plan's Foragers."""
+    if whole:  # no other run is in the way: this run alone needs more than the cluster has
+        return (f"this run's workers ({workers}) need more room than the whole Ray cluster has ({whole}, all of the "
+                "run's workers together): they start only when machines join; lower ray.actor_cpus or give Ray more "
+                "logical CPUs (ray.num_cpus: the CPU gate, not this reservation, keeps CPU work to the cores)")
+    return (f"this run's workers ({workers}) wait for room on the Ray cluster ({short}): other runs' workers hold it; "
+            "they start together when there is room"
+            + ("; the run holds none of it meanwhile" if first else " (its other workers keep theirs)"))
+
+
 def _remove_groups(groups: list[Any]) -> None:
     """Remove these placement groups (emptying the list in place); one already gone, or Ray itself, is skipped."""
     ray = sys.modules.get("ray")
@@ -323,15 +336,7 @@ class RayCrew:
                 return
             workers = Reservation.describe(keys)
             whole = missing_for(self._all_bundles(), ray.cluster_resources(), "in the cluster")
-            if whole:  # no other run is in the way: this run alone needs more than the cluster has
-                message = (f"this run's workers ({workers}) need more room than the whole Ray cluster has ({whole}, "
-                           "all of the run's workers together): they start only when machines join; lower "
-                           "ray.actor_cpus or give Ray more logical CPUs (ray.num_cpus: the CPU gate, not this "
-                           "reservation, keeps CPU work to the cores)")
-            else:
-                message = (f"this run's workers ({workers}) wait for room on the Ray cluster ({short}): other runs' "
-                           "workers hold it; they start together when there is room"
-                           + ("; the run holds none of it meanwhile" if first else " (its other workers keep theirs)"))
+            message = waiting_message(workers, short, whole, first)
             self.emit(Stage.RUN, "waiting", message, workers=workers, short=short, whole=whole)
             await ready
             waited = time.monotonic() - started

@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from actors.crew import Reservation
+from actors.crew import Reservation, waiting_message
 from actors.options import bundle_of, method_options, missing_for, missing_room, options_for
 from actors.status_hub import StatusHub
 from infra.settings import Settings
@@ -207,3 +207,16 @@ def test_the_embedded_backend_gets_the_small_models_window_unless_one_is_given()
     assert (own.llm.n_ctx, own.llm.max_tokens) == (EMBEDDED_WINDOW["n_ctx"], 700)  # an explicit value stands
     resumed = settings_for_run(Settings.load(), recorded=chosen.record())
     assert resumed.llm == chosen.llm
+
+
+def test_a_waiting_run_says_who_is_in_the_way_and_what_to_change() -> None:
+    first = waiting_message("2 foragers and a searcher", "0.75 CPU asked, 0 free", "", first=True)
+    assert "other runs' workers hold it" in first and "holds none of it meanwhile" in first
+    assert "(0.75 CPU asked, 0 free)" in first
+    added = waiting_message("a forager", "0.25 CPU asked, 0 free", "", first=False)
+    assert "its other workers keep theirs" in added and "none of it" not in added
+    alone = waiting_message("a searcher and 2 ingestors", "192 CPU asked, 2 free", "192 CPU asked, 2 in the cluster",
+                            first=True)
+    assert "more room than the whole Ray cluster has (192 CPU asked, 2 in the cluster" in alone
+    assert "ray.actor_cpus" in alone and "ray.num_cpus" in alone and "other runs" not in alone
+
