@@ -209,7 +209,6 @@ class RayCrew:
         # hold their room until the process that made them exits)
         self._groups: list[Any] = []
         weakref.finalize(self, _remove_groups, self._groups)
-        self._group_bundles: list[list[dict[str, float]]] = []  # what each of them reserves
 
     def _actor(self, cls: type, role: str, *args: Any, **kwargs: Any) -> Any:
         """A worker that asks the cluster for its own room (the Writer; a role not reserved)."""
@@ -269,20 +268,16 @@ class RayCrew:
         if spot is None:
             import ray
 
-            from actors.options import RUN_GROUP_STRATEGY, bundle_of, options_for
+            from actors.options import RUN_GROUP_STRATEGY
 
-            keys = self._reservation.unplaced([*self._loop_keys(), key])
-            shape = {role: bundle_of(options_for(role, self.settings))  # type: ignore[arg-type]
-                     for role in {k.split("/", 1)[0] for k in keys}}
-            bundles = [shape[k.split("/", 1)[0]] for k in keys]
-            keys = [k for k, b in zip(keys, bundles, strict=True) if b]  # a worker that reserves nothing: no bundle
-            bundles = [b for b in bundles if b]
+            shaped = [(k, self._shape(k)) for k in self._reservation.unplaced([*self._loop_keys(), key])]
+            keys = [k for k, b in shaped if b]  # a worker that reserves nothing: no bundle
+            bundles = [b for _, b in shaped if b]
             # named for `ray list placement-groups`; a live group's name must be unique (a crew of the same run
             # before this one may still hold its group)
             group = ray.util.placement_group(bundles, strategy=RUN_GROUP_STRATEGY,
                                              name=f"forage-{self.run_id}-{len(self._groups)}-{secrets.token_hex(3)}")
             self._groups.append(group)
-            self._group_bundles.append(bundles)
             self._reservation.add(keys)
             self._watch(self._watch_group(group, keys, bundles, first=len(self._groups) == 1))
             spot = self._reservation.spot(key)
@@ -295,24 +290,25 @@ class RayCrew:
         never be placed would hang the run. None when Foragers reserve nothing or are not reserved (no bound)."""
         import ray
 
-        from actors.options import bundle_of, options_for
+        from actors.options import total_of
 
-        forager = bundle_of(options_for("forager", self.settings))
+        forager = self._shape("forager")
         if "forager" not in self._reserve or not forager:
             return None
-        held: dict[str, float] = {}
-        shape = {role: bundle_of(options_for(role, self.settings))  # type: ignore[arg-type]
-                 for role in ("forager", "searcher", "ingestor")}
-        planned = [shape[k.split("/", 1)[0]] for k in self._reservation.unplaced(self._loop_keys())]
-        for bundle in [*self._all_bundles(), *planned]:
-            for k, v in bundle.items():
-                held[k] = held.get(k, 0.0) + v
+        planned = [self._shape(k) for k in self._reservation.unplaced(self._loop_keys())]
+        held = total_of([*self._all_bundles(), *planned])
         total = ray.cluster_resources()
         return max(0, min(int((total.get(k, 0.0) - held.get(k, 0.0)) / v + 1e-9) for k, v in forager.items()))
 
     def _all_bundles(self) -> list[dict[str, float]]:
-        """The bundles of all of the run's groups."""
-        return [b for bundles in self._group_bundles for b in bundles]
+        """The bundles of all of the run's groups (as each group was asked for: kept by Ray's handle)."""
+        return [b for group in self._groups for b in group.bundle_specs]
+
+    def _shape(self, key: WorkerKey) -> dict[str, float]:
+        """The bundle a worker (``key``, or its role) reserves: its role's CPU, GPU and resources."""
+        from actors.options import bundle_of, options_for
+
+        return bundle_of(options_for(key.split("/", 1)[0], self.settings))  # type: ignore[arg-type]
 
     async def _watch_group(self, group: Any, keys: Sequence[WorkerKey], bundles: Sequence[dict[str, float]],
                            first: bool) -> None:
@@ -601,7 +597,6 @@ class RayCrew:
     def _release_groups(self) -> None:
         """Give the run's reservation back (its workers are gone); a group still waiting for room is withdrawn."""
         _remove_groups(self._groups)
-        self._group_bundles = []
         self._reservation.clear()
 
     @staticmethod

@@ -113,14 +113,20 @@ def missing_room(options: dict[str, Any], available: dict[str, float]) -> str:
     return missing_for([bundle_of(options)], available)
 
 
+def total_of(bundles: Sequence[dict[str, float]]) -> dict[str, float]:
+    """What ``bundles`` reserve together, resource by resource."""
+    total: dict[str, float] = {}
+    for bundle in bundles:
+        for k, v in bundle.items():
+            total[k] = total.get(k, 0.0) + v
+    return total
+
+
 def missing_for(bundles: Sequence[dict[str, float]], available: dict[str, float], have: str = "free") -> str:
     """What ``bundles`` ask for together (a run's reservation, :data:`RUN_GROUP_STRATEGY`) and the cluster does not
     have free, e.g. ``"1.5 CPU asked, 0.25 free"``; '' when all of it is free (it may still not fit node by node).
     ``have`` names what ``available`` is ("in the cluster" for Ray's ``cluster_resources()``)."""
-    wants: dict[str, float] = {}
-    for bundle in bundles:
-        for k, v in bundle.items():
-            wants[k] = wants.get(k, 0.0) + v
+    wants = total_of(bundles)
     return "; ".join(f"{v:g} {k} asked, {available.get(k, 0.0):g} {have}" for k, v in wants.items()
                      if v > 0 and available.get(k, 0.0) + 1e-9 < v)
 

@@ -7,7 +7,7 @@ import asyncio
 import pytest
 
 from actors.crew import Reservation, waiting_message
-from actors.options import bundle_of, method_options, missing_for, missing_room, options_for
+from actors.options import bundle_of, method_options, missing_for, missing_room, options_for, total_of
 from actors.status_hub import StatusHub
 from infra.settings import Settings
 from messages.status import Stage, StatusEvent
@@ -79,6 +79,7 @@ def test_a_runs_reservation_is_the_sum_of_its_workers_bundles() -> None:
     assert bundle_of(options_for("orchestrator", settings)) == {}  # reserves nothing: never put in a group
     assert bundle_of({"num_cpus": 0.25, "num_gpus": 0.5}) == {"CPU": 0.25, "GPU": 0.5}
     three = [forager, forager, {"CPU": 0.5, "GPU": 0.5}]
+    assert total_of(three) == {"CPU": 1.5, "GPU": 0.5} and total_of([]) == {}
     assert missing_for(three, {"CPU": 2.0, "GPU": 1.0}) == ""
     assert missing_for(three, {"CPU": 1.0, "GPU": 1.0}) == "1.5 CPU asked, 1 free"
     assert missing_for(three, {"CPU": 1.0}) == "1.5 CPU asked, 1 free; 0.5 GPU asked, 0 free"
