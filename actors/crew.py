@@ -92,6 +92,13 @@ def waiting_message(workers: str, short: str, whole: str, first: bool) -> str:
             + ("; the run holds none of it meanwhile" if first else " (its other workers keep theirs)"))
 
 
+def _node_cpus() -> list[float]:
+    """The CPUs of each live node of the Ray cluster."""
+    import ray
+
+    return [float(n["Resources"].get("CPU", 0.0)) for n in ray.nodes() if n.get("Alive")]
+
+
 def _remove_groups(groups: list[Any]) -> None:
     """Remove these placement groups (emptying the list in place); one already gone, or Ray itself, is skipped."""
     ray = sys.modules.get("ray")
@@ -214,7 +221,7 @@ class RayCrew:
         """A worker that asks the cluster for its own room (the Writer; a role not reserved)."""
         from actors.options import options_for
 
-        options = options_for(role, self.settings)  # type: ignore[arg-type]
+        options = self._fit_node(role, options_for(role, self.settings))  # type: ignore[arg-type]
         return self._start(cls, options, role, args, kwargs, watch=True)
 
     def _worker(self, cls: type, role: str, key: WorkerKey, *args: Any, **kwargs: Any) -> Any:
@@ -224,8 +231,9 @@ class RayCrew:
 
         options = options_for(role, self.settings)  # type: ignore[arg-type]
         if role not in self._reserve or not bundle_of(options):
-            return self._start(cls, options, role, args, kwargs, watch=True)
+            return self._start(cls, self._fit_node(role, options), role, args, kwargs, watch=True)
         group, index = self._bundle(key)
+        options = {**options, "num_cpus": group.bundle_specs[index].get("CPU", 0.0)}  # its bundle's (maybe fitted)
         return self._start(cls, in_group(options, group, index), role, args, kwargs, watch=False)
 
     def _start(self, cls: type, options: dict[str, Any], role: str, args: tuple[Any, ...], kwargs: dict[str, Any],
@@ -273,6 +281,8 @@ class RayCrew:
             shaped = [(k, self._shape(k)) for k in self._reservation.unplaced([*self._loop_keys(), key])]
             keys = [k for k, b in shaped if b]  # a worker that reserves nothing: no bundle
             bundles = [b for _, b in shaped if b]
+            if not self._groups:
+                bundles = self._fit_cluster(keys, bundles)
             # named for `ray list placement-groups`; a live group's name must be unique (a crew of the same run
             # before this one may still hold its group)
             group = ray.util.placement_group(bundles, strategy=RUN_GROUP_STRATEGY,
@@ -283,6 +293,43 @@ class RayCrew:
             spot = self._reservation.spot(key)
             assert spot is not None
         return self._groups[spot[0]], spot[1]
+
+    def _fit_cluster(self, keys: Sequence[WorkerKey], bundles: list[dict[str, float]]) -> list[dict[str, float]]:
+        """The run's first reservation, its CPU shares made smaller where all of them together would not fit on the
+        cluster's nodes even with the cluster to itself (:func:`actors.options.fitted_share`; a lab machine with few
+        cores and many requirements): the run then starts and has the cluster alone, where it would otherwise wait
+        for machines that may never join. Said in a ``run/fitted`` event. GPU shares are kept as asked."""
+        from actors.options import fitted_share
+
+        cpus = [b["CPU"] for b in bundles if b.get("CPU", 0.0) > 0]
+        if not cpus:
+            return bundles
+        asked = max(cpus)
+        nodes = _node_cpus()
+        share = fitted_share(len(cpus), asked, nodes)
+        if share >= asked:
+            return bundles
+        workers = Reservation.describe(keys)
+        self.emit(Stage.RUN, "fitted", f"this run's workers ({workers}) reserve {share:g} CPU each instead of "
+                  f"ray.actor_cpus {asked:g}: all of them together then fit the Ray cluster's {sum(nodes):g} CPUs, so "
+                  "the run starts with the cluster to itself (other runs wait for it; the CPU gate, not this "
+                  "reservation, keeps CPU work to the cores)", workers=workers, share=share, asked=asked,
+                  cluster_cpus=sum(nodes))
+        return [{**b, "CPU": min(b["CPU"], share)} if b.get("CPU", 0.0) > 0 else b for b in bundles]
+
+    def _fit_node(self, role: str, options: dict[str, Any]) -> dict[str, Any]:
+        """``options`` of a worker that asks the cluster for its own room (the Writer), its CPU share cut to the
+        largest machine's CPUs where it asks for more than any has (else it would never start). Said in a
+        ``run/fitted`` event."""
+        from actors.options import fitted_share
+
+        asked = float(options.get("num_cpus") or 0.0)
+        share = fitted_share(1, asked, _node_cpus())
+        if share >= asked:
+            return options
+        self.emit(Stage.RUN, "fitted", f"the {role} reserves {share:g} CPU instead of ray.actor_cpus {asked:g}: no "
+                  "machine of the Ray cluster has more", workers=Reservation.describe([role]), share=share, asked=asked)
+        return {**options, "num_cpus": share}
 
     def room_for_foragers(self) -> int | None:
         """How many more Foragers the Ray cluster could ever hold beside this run's reservation (all of its

@@ -131,6 +131,30 @@ def missing_for(bundles: Sequence[dict[str, float]], available: dict[str, float]
                      if v > 0 and available.get(k, 0.0) + 1e-9 < v)
 
 
+CPU_STEP = 1e-4  # Ray keeps fractional resources to four decimals
+
+
+def fitted_share(workers: int, share: float, node_cpus: Sequence[float]) -> float:
+    """The CPU each of ``workers`` equal bundles may reserve so that all of them fit on the nodes at once
+    (``node_cpus``: each live node's CPUs): ``share`` when they already fit, else the largest share that does,
+    rounded down to Ray's :data:`CPU_STEP`. ``share`` as it is when no node has a CPU (nothing fits; the run waits
+    for machines to join). A bundle fits on one node only, so the count is node by node: two nodes of 1.5 and 2.5
+    CPUs hold 19 bundles of 0.2 CPU, not 20."""
+
+    def fits(each: float) -> bool:
+        return sum(int(c / each + 1e-9) for c in node_cpus) >= workers
+
+    if workers <= 0 or share <= 0 or fits(share):
+        return share
+    # the largest share that fits is one where a node's count steps up: a node's CPUs divided by a whole number
+    steps = sorted({c / m for c in node_cpus if c > 0 for m in range(1, workers + 1)}, reverse=True)
+    for each in steps:
+        if each < share and fits(each):
+            rounded = int(each / CPU_STEP + 1e-9) * CPU_STEP
+            return round(rounded, 4) if rounded > 0 else share
+    return share
+
+
 # A run's loop workers (its Searcher, Ingestors and Foragers) are reserved together, as one Ray placement group
 # (actors/crew.py, RayCrew): a run either has room for all of them or waits holding nothing, so two runs on a full
 # cluster queue instead of each holding part of what it needs. SPREAD: bundles over as many nodes as have room, as

@@ -64,7 +64,7 @@ class ProgressView:
         self.last = ev.message
         if not self.live and ev.message and ev.kind in (
                 "iteration", "results", "document", "failed", "coverage", "finished", "started", "replanned",
-                "replan_skipped", "retried", "waiting", "placed"):
+                "replan_skipped", "retried", "waiting", "placed", "fitted"):
             who = f"[{ev.requirement_id}] " if ev.requirement_id else ""
             console.print(f"[dim]{ev.seq:>4}[/dim] {ev.stage.value:<8} {who}{ev.message}", highlight=False)
 

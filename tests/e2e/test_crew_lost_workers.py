@@ -86,35 +86,48 @@ def test_a_lost_searcher_and_writer_are_replaced_and_the_loop_workers_go_before_
         ray.kill(hub, no_restart=True)
 
 
-def test_a_worker_waiting_for_room_on_the_cluster_is_said_so(ray_cluster, tmp_path: Path) -> None:
+def test_a_worker_waiting_for_room_on_the_cluster_is_said_so_and_starts_when_room_comes_back(
+        ray_cluster, shared_pdfs, tmp_path: Path) -> None:
     ray = ray_cluster
-    # every worker asks for more CPU than the session's Ray has: the Searcher is never placed
-    settings = Settings.load(search={"library": tmp_path}, store={"path": tmp_path / "store"},
-                             ray={"actor_cpus": 64, "room_wait_s": 0.5})
+    library = tmp_path / "library"
+    library.mkdir()
+    (library / PAPER).symlink_to(next(p for p in shared_pdfs if p.name == PAPER))
+    # a Searcher that asks the cluster for its own room (not reserved with a run's loop, as the benches make theirs),
+    # while something else holds every CPU (another run's reservation)
+    settings = Settings.load(search={"library": library}, store={"path": tmp_path / "store"},
+                             ray={"room_wait_s": 0.5})
     hub = ray.remote(StatusHub).options(**options_for("status_hub", settings)).remote(RUN)
-    crew = RayCrew(settings, RUN, hub)
+    crew = RayCrew(settings, RUN, hub, reserve=())
+    cpus = ray.cluster_resources()["CPU"]
 
-    async def search_until_said() -> list:
+    async def search_while_held() -> tuple[list, bool, list]:
+        holder = ray.util.placement_group([{"CPU": cpus}])
+        await asyncio.wait_for(asyncio.wrap_future(holder.ready().future()), 300)
         search = asyncio.ensure_future(crew.search(SearchRequest(run_id=RUN, iteration=1, query="anything")))
-        seen, waiting = 0, []
-        for _ in range(120):  # long polls of at most 1 s each: bounded
-            events = await hub.wait.remote(seen, 1.0)
-            seen += len(events)
-            waiting += [e for e in events if e.kind == "waiting"]
-            if waiting or search.done():
+        said: list = []
+        try:
+            for _ in range(120):  # long polls of at most 1 s each: bounded
+                said += await hub.wait.remote(len(said), 1.0)
+                if any(e.kind == "waiting" for e in said) or search.done():
+                    break
+            started_while_held = search.done()
+        finally:
+            ray.util.remove_placement_group(holder)  # the room comes back
+        found = await asyncio.wait_for(search, 300)
+        for _ in range(120):
+            if any(e.kind == "placed" for e in said):
                 break
-        search.cancel()
-        await asyncio.gather(search, return_exceptions=True)
-        await crew.close()
-        return waiting
+            said += await hub.wait.remote(len(said), 1.0)
+        return said, started_while_held, list(found.candidates)
 
     try:
-        (said,) = asyncio.run(search_until_said())
+        said, started_while_held, found = asyncio.run(search_while_held())
     finally:
+        asyncio.run(crew.close())
         ray.kill(hub, no_restart=True)
-    # the Searcher is reserved with the run's Ingestor pool (two), all at once: none of them is placed
-    assert said.stage == Stage.RUN and said.payload["workers"] == "a searcher and 2 ingestors"
-    assert said.payload["short"].startswith("192 CPU asked, ")
-    # no other run is in the way: the run alone needs more than the cluster has, and is told what to change
-    assert said.payload["whole"] == f"192 CPU asked, {ray.cluster_resources()['CPU']:g} in the cluster"
-    assert "more room than the whole Ray cluster has" in said.message and "ray.actor_cpus" in said.message
+    assert not started_while_held and [Path(c.path or "").name for c in found] == [PAPER]
+    waiting = next(e for e in said if e.kind == "waiting")
+    assert waiting.stage == Stage.RUN and waiting.payload["role"] == "searcher"
+    assert waiting.payload["short"] == f"{settings.ray.actor_cpus:g} CPU asked, 0 free"
+    assert "other runs' workers hold it" in waiting.message
+    assert [e.payload["role"] for e in said if e.kind == "placed"] == ["searcher"]

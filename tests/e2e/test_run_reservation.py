@@ -110,3 +110,48 @@ def test_a_crew_dropped_without_close_gives_its_reservation_back(ray_cluster, tm
     del crew  # a placement group outlives its handles: the crew's finalizer removes it
     gc.collect()
     assert placement_group_table(group)["state"] == "REMOVED"
+
+
+def test_a_run_bigger_than_the_whole_cluster_takes_smaller_shares_and_runs(
+        ray_cluster, shared_pdfs, tmp_path: Path) -> None:
+    """A run whose loop workers ask for more CPU than the whole cluster has (a small machine, many requirements)
+    used to wait for machines that never join; its shares are now made to fit and it runs."""
+    ray = ray_cluster
+    from ray.util import placement_group_table
+
+    library = tmp_path / "library"
+    library.mkdir()
+    (library / PAPER).symlink_to(next(p for p in shared_pdfs if p.name == PAPER))
+    cpus = ray.cluster_resources()["CPU"]
+    # three Foragers, a Searcher and an Ingestor at half the cluster each: 2.5 clusters' worth
+    settings = Settings.load(search={"library": library}, store={"path": tmp_path / "store"},
+                             ingest={"pool_size": 1}, ray={"actor_cpus": cpus / 2, "room_wait_s": 0.5})
+    requirements = [Requirement(id=f"R{i}", text=text) for i, text in enumerate(
+        ("bleeding after thromboprophylaxis", "pulmonary embolism with vena cava filters", "heparin dosing"), 1)]
+    hub = ray.remote(StatusHub).options(**options_for("status_hub", settings)).remote("big-run")
+    crew = RayCrew(settings, "big-run", hub)
+
+    async def run() -> tuple[bool, list[dict[str, float]], str]:
+        probe = ray.util.placement_group([{"CPU": cpus}])  # the whole cluster free first, as above
+        await asyncio.wait_for(asyncio.wrap_future(probe.ready().future()), 300)
+        ray.util.remove_placement_group(probe)
+        warming = asyncio.ensure_future(crew.start_foragers(requirements))
+        found = await asyncio.wait_for(crew.search(SearchRequest(
+            run_id="big-run", iteration=1, query="thromboprophylaxis after trauma")), 300)
+        await asyncio.wait_for(warming, 300)  # every Forager started in its (smaller) bundle
+        state = placement_group_table(crew._groups[0])["state"]
+        return bool(found.candidates), crew._all_bundles(), state
+
+    try:
+        searched, bundles, state = asyncio.run(run())
+        events = ray.get(hub.wait.remote(0, 1.0))
+    finally:
+        asyncio.run(crew.close())
+        ray.kill(hub, no_restart=True)
+    assert searched and state == "CREATED"
+    assert len(bundles) == 5 and all(b == {"CPU": bundles[0]["CPU"]} for b in bundles)
+    assert 5 * bundles[0]["CPU"] <= cpus < 5 * (bundles[0]["CPU"] + 1e-4)  # the largest share that fits
+    fitted = [e for e in events if e.kind == "fitted"]
+    assert len(fitted) == 1 and fitted[0].payload["asked"] == cpus / 2
+    assert "3 foragers, a searcher and an ingestor" in fitted[0].message
+    assert not [e for e in events if e.kind == "waiting"]

@@ -7,7 +7,15 @@ import asyncio
 import pytest
 
 from actors.crew import Reservation, waiting_message
-from actors.options import bundle_of, method_options, missing_for, missing_room, options_for, total_of
+from actors.options import (
+    bundle_of,
+    fitted_share,
+    method_options,
+    missing_for,
+    missing_room,
+    options_for,
+    total_of,
+)
 from actors.status_hub import StatusHub
 from infra.settings import Settings
 from messages.status import Stage, StatusEvent
@@ -84,6 +92,19 @@ def test_a_runs_reservation_is_the_sum_of_its_workers_bundles() -> None:
     assert missing_for(three, {"CPU": 1.0, "GPU": 1.0}) == "1.5 CPU asked, 1 free"
     assert missing_for(three, {"CPU": 1.0}) == "1.5 CPU asked, 1 free; 0.5 GPU asked, 0 free"
     assert missing_for([], {}) == ""
+
+
+def test_a_run_bigger_than_the_cluster_gets_the_largest_share_that_fits_node_by_node() -> None:
+    assert fitted_share(8, 0.25, [2.0]) == 0.25  # 8 quarter CPUs fit 2 CPUs: as asked
+    assert fitted_share(13, 0.25, [2.0]) == 0.1538  # 2 / 13, rounded down to Ray's four decimals
+    assert 13 * 0.1538 <= 2.0 < 13 * 0.1539
+    # a bundle lives on one node: 0.2 CPU gives 7 + 12 = 19 bundles on nodes of 1.5 and 2.5 CPUs, 2.5 / 13 gives 20
+    assert fitted_share(20, 0.25, [1.5, 2.5]) == 0.1923
+    assert int(1.5 / 0.1923) + int(2.5 / 0.1923) == 20
+    assert fitted_share(4, 2.0, [2.0, 0.0]) == 0.5  # a node without CPUs holds none
+    assert fitted_share(3, 0.5, []) == 0.5  # no node with a CPU: nothing fits, the share stays as asked
+    assert fitted_share(0, 0.5, [1.0]) == 0.5
+    assert fitted_share(1, 64.0, [2.0, 1.0]) == 2.0  # one worker (the Writer): the largest machine
 
 
 def test_the_reservation_ledger_gives_each_worker_one_bundle_and_a_replaced_worker_the_same() -> None:
