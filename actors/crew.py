@@ -309,12 +309,12 @@ class RayCrew:
         share = fitted_share(len(cpus), asked, nodes)
         if share >= asked:
             return bundles
-        workers = Reservation.describe(keys)
+        workers, total = Reservation.describe(keys), sum(nodes)
         self.emit(Stage.RUN, "fitted", f"this run's workers ({workers}) reserve {share:g} CPU each instead of "
-                  f"ray.actor_cpus {asked:g}: all of them together then fit the Ray cluster's {sum(nodes):g} CPUs, so "
-                  "the run starts with the cluster to itself (other runs wait for it; the CPU gate, not this "
-                  "reservation, keeps CPU work to the cores)", workers=workers, share=share, asked=asked,
-                  cluster_cpus=sum(nodes))
+                  f"ray.actor_cpus {asked:g}: all of them together then fit the Ray cluster's {total:g} "
+                  f"CPU{'' if total == 1 else 's'}, so the run starts with the cluster to itself (other runs wait for "
+                  "it; the CPU gate, not this reservation, keeps CPU work to the cores)", workers=workers, share=share,
+                  asked=asked, cluster_cpus=total)
         return [{**b, "CPU": min(b["CPU"], share)} if b.get("CPU", 0.0) > 0 else b for b in bundles]
 
     def _fit_node(self, role: str, options: dict[str, Any]) -> dict[str, Any]:
