@@ -377,8 +377,9 @@ class RayOptions(Section):
     actor_cpus: float = Field(
         default=0.25, ge=0,
         description="CPU reservation per worker actor. A run's Searcher, Ingestors and Foragers are reserved "
-                    "together (one Ray placement group), so a run starts when the cluster has room for all of them; a run "
-                    "that would need more than the whole cluster reserves smaller shares instead (docs/cluster.md).")
+                    "together (one Ray placement group), so a run starts when the cluster has room for all of "
+                    "them; a run that would need more than the whole cluster reserves smaller shares instead "
+                    "(docs/cluster.md).")
     max_restarts: int = Field(default=2, ge=0, description="Restarts of a crashed worker actor.")
     max_task_retries: int = Field(default=1, ge=0, description="Retries of idempotent actor methods.")
     room_wait_s: float = Field(
