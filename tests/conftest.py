@@ -83,6 +83,18 @@ def shared_pdfs(shared_data: Path) -> list[Path]:
     return pdfs
 
 
+DVT_PAPER = "dvt_prophylaxis_trauma_bmc2010.pdf"
+
+
+@pytest.fixture
+def dvt_library(shared_pdfs: list[Path], tmp_path: Path) -> Path:
+    """A library folder holding one shared paper (thromboprophylaxis in trauma, :data:`DVT_PAPER`), linked."""
+    library = tmp_path / "library"
+    library.mkdir()
+    (library / DVT_PAPER).symlink_to(next(p for p in shared_pdfs if p.name == DVT_PAPER))
+    return library
+
+
 @pytest.fixture(scope="session")
 def ingest_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """One ingest cache (``ingest.cache_dir``: parsed PDFs and chunk vectors, by content) for the session's

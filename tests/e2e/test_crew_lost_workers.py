@@ -31,16 +31,13 @@ PAPER = "dvt_prophylaxis_trauma_bmc2010.pdf"
 
 
 def test_a_lost_searcher_and_writer_are_replaced_and_the_loop_workers_go_before_the_writer(
-        ray_cluster, shared_pdfs, tmp_path: Path) -> None:
+        ray_cluster, dvt_library: Path, tmp_path: Path) -> None:
     ray = ray_cluster
     from ray.exceptions import RayActorError
 
     from actors.writer import Writer
 
-    library = tmp_path / "library"
-    library.mkdir()
-    (library / PAPER).symlink_to(next(p for p in shared_pdfs if p.name == PAPER))
-    settings = Settings.load(search={"library": library}, store={"path": tmp_path / "store"},
+    settings = Settings.load(search={"library": dvt_library}, store={"path": tmp_path / "store"},
                              write={"charts": False}, ray={"max_task_retries": 1})
     hub = ray.remote(StatusHub).options(**options_for("status_hub", settings)).remote(RUN)
     # the one call a report with no evidence makes: its overview (each Writer gets its own copy of the script)
@@ -87,14 +84,11 @@ def test_a_lost_searcher_and_writer_are_replaced_and_the_loop_workers_go_before_
 
 
 def test_a_worker_waiting_for_room_on_the_cluster_is_said_so_and_starts_when_room_comes_back(
-        ray_cluster, shared_pdfs, tmp_path: Path) -> None:
+        ray_cluster, dvt_library: Path, tmp_path: Path) -> None:
     ray = ray_cluster
-    library = tmp_path / "library"
-    library.mkdir()
-    (library / PAPER).symlink_to(next(p for p in shared_pdfs if p.name == PAPER))
     # a Searcher that asks the cluster for its own room (not reserved with a run's loop, as the benches make theirs),
     # while something else holds every CPU (another run's reservation)
-    settings = Settings.load(search={"library": library}, store={"path": tmp_path / "store"},
+    settings = Settings.load(search={"library": dvt_library}, store={"path": tmp_path / "store"},
                              ray={"room_wait_s": 0.5})
     hub = ray.remote(StatusHub).options(**options_for("status_hub", settings)).remote(RUN)
     crew = RayCrew(settings, RUN, hub, reserve=())

@@ -22,20 +22,15 @@ from messages.search import SearchRequest
 
 pytestmark = [pytest.mark.ray, pytest.mark.timeout(600)]
 
-PAPER = "dvt_prophylaxis_trauma_bmc2010.pdf"
-
 
 def test_two_runs_that_fit_one_at_a_time_queue_instead_of_each_holding_half(
-        ray_cluster, shared_pdfs, tmp_path: Path) -> None:
+        ray_cluster, dvt_library: Path, tmp_path: Path) -> None:
     ray = ray_cluster
     from ray.util import placement_group_table
 
-    library = tmp_path / "library"
-    library.mkdir()
-    (library / PAPER).symlink_to(next(p for p in shared_pdfs if p.name == PAPER))
     cpus = ray.cluster_resources()["CPU"]
     # a Searcher, one Ingestor and two Foragers take the whole cluster: one run's loop at a time
-    settings = Settings.load(search={"library": library}, store={"path": tmp_path / "store"},
+    settings = Settings.load(search={"library": dvt_library}, store={"path": tmp_path / "store"},
                              ingest={"pool_size": 1}, ray={"actor_cpus": cpus / 4, "room_wait_s": 0.5})
     requirements = [Requirement(id="R1", text="bleeding after thromboprophylaxis in trauma patients"),
                     Requirement(id="R2", text="pulmonary embolism rates with vena cava filters")]
@@ -113,18 +108,15 @@ def test_a_crew_dropped_without_close_gives_its_reservation_back(ray_cluster, tm
 
 
 def test_a_run_bigger_than_the_whole_cluster_takes_smaller_shares_and_runs(
-        ray_cluster, shared_pdfs, tmp_path: Path) -> None:
+        ray_cluster, dvt_library: Path, tmp_path: Path) -> None:
     """A run whose loop workers ask for more CPU than the whole cluster has (a small machine, many requirements)
     used to wait for machines that never join; its shares are now made to fit and it runs."""
     ray = ray_cluster
     from ray.util import placement_group_table
 
-    library = tmp_path / "library"
-    library.mkdir()
-    (library / PAPER).symlink_to(next(p for p in shared_pdfs if p.name == PAPER))
     cpus = ray.cluster_resources()["CPU"]
     # three Foragers, a Searcher and an Ingestor at half the cluster each: 2.5 clusters' worth
-    settings = Settings.load(search={"library": library}, store={"path": tmp_path / "store"},
+    settings = Settings.load(search={"library": dvt_library}, store={"path": tmp_path / "store"},
                              ingest={"pool_size": 1}, ray={"actor_cpus": cpus / 2})
     requirements = [Requirement(id=f"R{i}", text=text) for i, text in enumerate(
         ("bleeding after thromboprophylaxis", "pulmonary embolism with vena cava filters", "heparin dosing"), 1)]
