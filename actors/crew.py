@@ -334,18 +334,27 @@ class RayCrew:
     def room_for_foragers(self) -> int | None:
         """How many more Foragers the Ray cluster could ever hold beside this run's reservation (all of its
         resources, whoever holds them now): a re-plan adds no more requirements than that, since a Forager that can
-        never be placed would hang the run. None when Foragers reserve nothing or are not reserved (no bound)."""
+        never be placed would hang the run. Counted node by node (:func:`actors.options.room_on_nodes`: a bundle lives
+        on one machine, so two machines with 0.2 CPU left each hold no Forager of 0.3); the run's bundles not placed
+        yet take a Forager's room each. None when Foragers reserve nothing or are not reserved (no bound)."""
         import ray
+        from ray.util import placement_group_table
 
-        from actors.options import total_of
+        from actors.options import room_on_nodes
 
         forager = self._shape("forager")
-        if "forager" not in self._reserve or not forager:
+        if "forager" not in self._reserve or not forager.get("CPU"):
             return None
-        planned = [self._shape(k) for k in self._reservation.unplaced(self._loop_keys())]
-        held = total_of([*self._all_bundles(), *planned])
-        total = ray.cluster_resources()
-        return max(0, min(int((total.get(k, 0.0) - held.get(k, 0.0)) / v + 1e-9) for k, v in forager.items()))
+        free = {n["NodeID"]: float(n["Resources"].get("CPU", 0.0)) for n in ray.nodes() if n.get("Alive")}
+        elsewhere = len(self._reservation.unplaced(self._loop_keys()))
+        for group in self._groups:
+            where = placement_group_table(group).get("bundles_to_node_id", {})
+            for index, spec in enumerate(group.bundle_specs):
+                if where.get(index) in free:
+                    free[where[index]] -= spec.get("CPU", 0.0)
+                else:  # not placed yet (or its node is gone): somewhere, some day
+                    elsewhere += 1
+        return room_on_nodes(list(free.values()), forager["CPU"], elsewhere)
 
     def _all_bundles(self) -> list[dict[str, float]]:
         """The bundles of all of the run's groups (as each group was asked for: kept by Ray's handle)."""

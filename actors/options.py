@@ -155,6 +155,14 @@ def fitted_share(workers: int, share: float, node_cpus: Sequence[float]) -> floa
     return share
 
 
+def room_on_nodes(free: Sequence[float], each: float, elsewhere: int = 0) -> int:
+    """How many more bundles of ``each`` CPU fit on nodes with ``free`` CPUs left each, node by node, less
+    ``elsewhere`` bundles of about that size still to be placed somewhere; 0 at least."""
+    if each <= 0:
+        raise ValueError(f"a bundle's CPU must be positive, got {each}")
+    return max(0, sum(int(max(f, 0.0) / each + 1e-9) for f in free) - elsewhere)
+
+
 # A run's loop workers (its Searcher, Ingestors and Foragers) are reserved together, as one Ray placement group
 # (actors/crew.py, RayCrew): a run either has room for all of them or waits holding nothing, so two runs on a full
 # cluster queue instead of each holding part of what it needs. SPREAD: bundles over as many nodes as have room, as

@@ -89,6 +89,7 @@ def main() -> dict[str, object]:
                 resolved[got_label] = host
         result["resolved"] = resolved
         result["hosts"] = hosts
+        result["room"] = room_that_fits(ray)
 
         # a node leaves mid-run: later calls run on the nodes that are left (a call sent to gpu2's endpoint,
         # gone with its node, is made again on another)
@@ -102,6 +103,34 @@ def main() -> dict[str, object]:
         for server in servers.values():
             server.stop()
     return result
+
+
+def room_that_fits(ray: object) -> dict[str, object]:
+    """A run of 0.3-CPU workers (ten Foragers, a Searcher, two Ingestors) reserved on this cluster (a 1-CPU head,
+    three 2-CPU nodes), then groups of as many more Foragers as ``RayCrew.room_for_foragers`` says fit, and of one
+    more: the first is placed, the second is not (the cluster's totals, which the count used before, say more)."""
+    from actors.crew import RayCrew
+    from infra.settings import Settings
+    from messages.plan import Requirement
+
+    share = 0.3
+    crew = RayCrew(Settings.load(ray={"actor_cpus": share}, ingest={"pool_size": 2}), "room-run", None)
+    crew.start_foragers([Requirement(id=f"R{i}", text=f"requirement {i}") for i in range(1, 11)]).close()
+    group, _ = crew._bundle("searcher")
+    ray.get(group.ready(), timeout=120)  # type: ignore[attr-defined]
+    try:
+        room = crew.room_for_foragers()
+        assert room is not None
+        placed = {}
+        for n in (room, room + 1):
+            more = ray.util.placement_group([{"CPU": share}] * n, strategy="SPREAD")  # type: ignore[attr-defined]
+            ready, _ = ray.wait([more.ready()], timeout=20)  # type: ignore[attr-defined]
+            placed[n] = bool(ready)
+            ray.util.remove_placement_group(more)  # type: ignore[attr-defined]
+        totals = int((ray.cluster_resources()["CPU"] - 13 * share) / share + 1e-9)  # type: ignore[attr-defined]
+        return {"room": room, "fits": placed[room], "one_more_fits": placed[room + 1], "by_totals": totals}
+    finally:
+        asyncio.run(crew.close())
 
 
 if __name__ == "__main__":

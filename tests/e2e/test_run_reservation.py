@@ -78,7 +78,7 @@ def test_two_runs_that_fit_one_at_a_time_queue_instead_of_each_holding_half(
                     ("placed", "2 foragers, a searcher and an ingestor")]
 
 
-def test_room_for_more_foragers_counts_the_whole_cluster_less_the_runs_own_reservation(
+def test_room_for_more_foragers_counts_the_cluster_less_the_runs_own_reservation(
         ray_cluster, tmp_path: Path) -> None:
     ray = ray_cluster
     cpus = ray.cluster_resources()["CPU"]
@@ -89,6 +89,12 @@ def test_room_for_more_foragers_counts_the_whole_cluster_less_the_runs_own_reser
         crew = RayCrew(settings, "room-run", None)
         crew.start_foragers(requirements).close()  # made known to the reservation; no worker started
         assert crew.room_for_foragers() == room, share
+        group, _ = crew._bundle("searcher")  # the reservation made and placed: counted on its node now
+        ray.get(group.ready(), timeout=300)
+        try:
+            assert crew.room_for_foragers() == room, share
+        finally:
+            asyncio.run(crew.close())
     assert RayCrew(settings, "room-run", None, reserve=("ingestor",)).room_for_foragers() is None
 
 

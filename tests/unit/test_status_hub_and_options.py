@@ -14,6 +14,7 @@ from actors.options import (
     missing_for,
     missing_room,
     options_for,
+    room_on_nodes,
     total_of,
 )
 from actors.status_hub import StatusHub
@@ -105,6 +106,16 @@ def test_a_run_bigger_than_the_cluster_gets_the_largest_share_that_fits_node_by_
     assert fitted_share(3, 0.5, []) == 0.5  # no node with a CPU: nothing fits, the share stays as asked
     assert fitted_share(0, 0.5, [1.0]) == 0.5
     assert fitted_share(1, 64.0, [2.0, 1.0]) == 2.0  # one worker (the Writer): the largest machine
+
+
+def test_room_for_more_bundles_is_counted_node_by_node() -> None:
+    # two 2-CPU machines, a run of 0.3-CPU workers: six on one (0.2 left), two on the other (1.4 left)
+    assert room_on_nodes([0.2, 1.4], 0.3) == 4  # the cluster's totals (1.6 free) would say 5
+    assert room_on_nodes([0.2, 1.4], 0.3, elsewhere=1) == 3  # one of the run's bundles still to be placed
+    assert room_on_nodes([2.0], 0.5, elsewhere=4) == 0 and room_on_nodes([2.0], 0.25, elsewhere=4) == 4
+    assert room_on_nodes([-0.1, 0.5], 0.25) == 2  # never less than nothing on a node
+    with pytest.raises(ValueError):
+        room_on_nodes([1.0], 0.0)
 
 
 def test_the_reservation_ledger_gives_each_worker_one_bundle_and_a_replaced_worker_the_same() -> None:
