@@ -89,7 +89,6 @@ def main() -> dict[str, object]:
                 resolved[got_label] = host
         result["resolved"] = resolved
         result["hosts"] = hosts
-        result["room"] = room_that_fits(ray)
 
         # a node leaves mid-run: later calls run on the nodes that are left (a call sent to gpu2's endpoint,
         # gone with its node, is made again on another)
@@ -97,6 +96,8 @@ def main() -> dict[str, object]:
         result["after_removal"] = asyncio.run(calls(4))
         result["second"] = {name: len(s.chat_requests) for name, s in servers.items()}
         result["rerouted"] = llm.rerouted
+        # last: it takes some 20 s, and the calls above must find the endpoints they listed before gpu2 left
+        result["room"] = room_that_fits(ray)
     finally:
         ray.shutdown()
         cluster.shutdown()
@@ -106,8 +107,8 @@ def main() -> dict[str, object]:
 
 
 def room_that_fits(ray: object) -> dict[str, object]:
-    """A run of 0.3-CPU workers (ten Foragers, a Searcher, two Ingestors) reserved on this cluster (a 1-CPU head,
-    three 2-CPU nodes), then groups of as many more Foragers as ``RayCrew.room_for_foragers`` says fit, and of one
+    """A run of 0.3-CPU workers (ten Foragers, a Searcher, two Ingestors) reserved on what is left of this cluster (a
+    1-CPU head, two 2-CPU nodes), then groups of as many more Foragers as ``RayCrew.room_for_foragers`` says fit, and of one
     more: the first is placed, the second is not (the cluster's totals, which the count used before, say more)."""
     from actors.crew import RayCrew
     from infra.settings import Settings
