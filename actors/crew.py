@@ -92,11 +92,11 @@ def waiting_message(workers: str, short: str, whole: str, first: bool) -> str:
             + ("; the run holds none of it meanwhile" if first else " (its other workers keep theirs)"))
 
 
-def _node_cpus() -> list[float]:
-    """The CPUs of each live node of the Ray cluster."""
+def _node_cpus() -> dict[str, float]:
+    """The CPUs of each live node of the Ray cluster, by node id."""
     import ray
 
-    return [float(n["Resources"].get("CPU", 0.0)) for n in ray.nodes() if n.get("Alive")]
+    return {n["NodeID"]: float(n["Resources"].get("CPU", 0.0)) for n in ray.nodes() if n.get("Alive")}
 
 
 def _remove_groups(groups: list[Any]) -> None:
@@ -305,7 +305,7 @@ class RayCrew:
         if not cpus:
             return bundles
         asked = max(cpus)
-        nodes = _node_cpus()
+        nodes = list(_node_cpus().values())
         share = fitted_share(len(cpus), asked, nodes)
         if share >= asked:
             return bundles
@@ -324,7 +324,7 @@ class RayCrew:
         from actors.options import fitted_share
 
         asked = float(options.get("num_cpus") or 0.0)
-        share = fitted_share(1, asked, _node_cpus())
+        share = fitted_share(1, asked, list(_node_cpus().values()))
         if share >= asked:
             return options
         self.emit(Stage.RUN, "fitted", f"the {role} reserves {share:g} CPU instead of ray.actor_cpus {asked:g}: no "
@@ -332,12 +332,11 @@ class RayCrew:
         return {**options, "num_cpus": share}
 
     def room_for_foragers(self) -> int | None:
-        """How many more Foragers the Ray cluster could ever hold beside this run's reservation (all of its
-        resources, whoever holds them now): a re-plan adds no more requirements than that, since a Forager that can
+        """How many more Foragers the Ray cluster could ever hold beside this run's reservation (its machines' CPUs,
+        whoever holds them now): a re-plan adds no more requirements than that, since a Forager that can
         never be placed would hang the run. Counted node by node (:func:`actors.options.room_on_nodes`: a bundle lives
         on one machine, so two machines with 0.2 CPU left each hold no Forager of 0.3); the run's bundles not placed
         yet take a Forager's room each. None when Foragers reserve nothing or are not reserved (no bound)."""
-        import ray
         from ray.util import placement_group_table
 
         from actors.options import room_on_nodes
@@ -345,7 +344,7 @@ class RayCrew:
         forager = self._shape("forager")
         if "forager" not in self._reserve or not forager.get("CPU"):
             return None
-        free = {n["NodeID"]: float(n["Resources"].get("CPU", 0.0)) for n in ray.nodes() if n.get("Alive")}
+        free = _node_cpus()
         elsewhere = len(self._reservation.unplaced(self._loop_keys()))
         for group in self._groups:
             where = placement_group_table(group).get("bundles_to_node_id", {})

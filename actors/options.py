@@ -142,7 +142,7 @@ def fitted_share(workers: int, share: float, node_cpus: Sequence[float]) -> floa
     CPUs hold 19 bundles of 0.2 CPU, not 20."""
 
     def fits(each: float) -> bool:
-        return sum(int(c / each + 1e-9) for c in node_cpus) >= workers
+        return room_on_nodes(node_cpus, each) >= workers
 
     if workers <= 0 or share <= 0 or fits(share):
         return share
