@@ -22,6 +22,7 @@ test can reach only loopback servers started here (or ports from :func:`closed_l
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import math
@@ -29,7 +30,7 @@ import socket
 import struct
 import threading
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -512,3 +513,14 @@ def install_real_llm_guard(monkeypatch: pytest.MonkeyPatch) -> None:
             raise refuse("xllamacpp.Server")
 
     monkeypatch.setattr(xllamacpp, "Server", _NoServer)
+
+
+NOMIC = "nomic-embed-text"
+
+
+@contextlib.contextmanager
+def nomic_ollama(monkeypatch: pytest.MonkeyPatch) -> Iterator[LoopbackOllama]:
+    """A loopback Ollama serving nomic-embed-text (768 dimensions), with real model calls forbidden meanwhile."""
+    install_real_llm_guard(monkeypatch)
+    with LoopbackOllama(models=(NOMIC,), embed_dim=768) as server:
+        yield server

@@ -18,6 +18,7 @@ from infra.errors import ConfigError
 from infra.rerank import CrossEncoderReranker, EmbeddingSimilarity, Relevance, StoreSimilarity, build_relevance
 from infra.settings import Settings
 from infra.store.base import ChunkFilter, ChunkRecord
+from tests.minilm import PRECISIONS, score_tolerance, shared_minilm
 
 QUERY = "How does chlorophyll convert light energy into chemical energy?"
 TEXTS = ["Chlorophyll in photosystem II absorbs photons. The light reactions produce ATP and NADPH.",
@@ -25,7 +26,13 @@ TEXTS = ["Chlorophyll in photosystem II absorbs photons. The light reactions pro
          "Leaves of sun-exposed plants hold more chlorophyll per area than shade leaves do."]
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module", params=PRECISIONS)
+def minilm(request):
+    """The MiniLM embedder under each precision (tests/minilm.py): a host of either kind must pass this module."""
+    return shared_minilm(request.param)
+
+
+@pytest.fixture(scope="module")
 def library(tmp_path_factory: pytest.TempPathFactory, minilm):
     """(settings, LanceDB store, chunks in TEXTS order): each text stored as a one-chunk document by the ingestion."""
     from actors.steps.ingest.step import IngestStep, TextDocument
@@ -67,14 +74,14 @@ def relevance(request, minilm, tiny_cross_encoder, library) -> Relevance:
     return CrossEncoderReranker(str(tiny_cross_encoder), (0.5, 0.05))
 
 
-def test_one_finite_score_per_chunk_in_order_and_deterministic(relevance: Relevance, library) -> None:
-    chunks = library[2]
+def test_one_finite_score_per_chunk_in_order_and_deterministic(relevance: Relevance, library, minilm) -> None:
+    chunks, tolerance = library[2], score_tolerance(minilm)
     assert isinstance(relevance, Relevance)
     scores = relevance.score(QUERY, chunks)
     assert len(scores) == len(chunks) and all(isinstance(s, float) and math.isfinite(s) for s in scores)
     assert relevance.score(QUERY, chunks) == pytest.approx(scores)
-    assert relevance.score(QUERY, chunks[::-1]) == pytest.approx(scores[::-1])  # a chunk's score is its own
-    assert relevance.score(QUERY, [chunks[1]]) == pytest.approx([scores[1]], abs=1e-5)
+    assert relevance.score(QUERY, chunks[::-1]) == pytest.approx(scores[::-1], abs=tolerance)  # a chunk's score is its own
+    assert relevance.score(QUERY, [chunks[1]]) == pytest.approx([scores[1]], abs=tolerance)
     assert relevance.score(QUERY, []) == []
     answer, topic = relevance.floors
     assert topic <= answer and relevance.name
@@ -107,7 +114,7 @@ def test_the_store_signal_is_the_vector_searchs_score_and_embeds_only_the_query(
     relevance.score(QUERY, chunks[:1])
     assert calls == [1]  # the query, once
     searched = {h.chunk.chunk_id: h.score for h in store.vector(minilm.embed([QUERY])[0], len(chunks))}
-    assert scores == pytest.approx([searched[c.chunk_id] for c in chunks], abs=1e-5)
+    assert scores == pytest.approx([searched[c.chunk_id] for c in chunks], abs=score_tolerance(minilm))
     gone = chunks[0].model_copy(update={"chunk_id": "deleted:0"})
     assert relevance.score(QUERY, [gone, chunks[1]]) == pytest.approx([-1.0, scores[1]])
 

@@ -12,12 +12,11 @@ import pytest
 
 from infra.errors import StoreError
 from infra.store.base import ChunkFilter, Store
-from tests.contract.test_store_contract import (  # noqa: F401
-    _drop_weaviate_library, hash_vec, ids, make_doc, put, store, store_spec)
+from tests.factories import hash_vec, ids, put, store_doc
 
 
 def _item(doc_id: str, texts: list[str], **kw: object) -> tuple:
-    doc, chunks = make_doc(doc_id, texts, **kw)  # type: ignore[arg-type]
+    doc, chunks = store_doc(doc_id, texts, **kw)  # type: ignore[arg-type]
     return doc, chunks, [hash_vec(c.text) for c in chunks]
 
 
@@ -61,8 +60,8 @@ def test_lance_bm25_reads_the_title_but_chunk_text_is_unchanged(tmp_path: Path) 
     from infra.store.lancedb import LanceStore
 
     store = LanceStore(tmp_path / "store")
-    put(store, *make_doc("k" * 64, ["the body never names the topic"], title="Zebrafish regeneration"))
-    put(store, *make_doc("l" * 64, ["another unrelated paragraph"], title="Protein folding",
+    put(store, *store_doc("k" * 64, ["the body never names the topic"], title="Zebrafish regeneration"))
+    put(store, *store_doc("l" * 64, ["another unrelated paragraph"], title="Protein folding",
                          paths=["Methods > Zebrafish husbandry"]))
     assert set(ids(store.bm25("zebrafish", 5))) == {f"{'k' * 16}:0", f"{'l' * 16}:0"}
     assert ids(store.bm25("regeneration", 5)) == [f"{'k' * 16}:0"]
@@ -83,7 +82,7 @@ def test_lance_store_written_before_search_text_still_works(tmp_path: Path) -> N
     lancedb.connect(str(path)).create_table("chunks", schema=chunk_schema(384).remove(
         chunk_schema(384).get_field_index(SEARCH_TEXT))).create_index("text", config=FTS())
     store = LanceStore(path)
-    put(store, *make_doc("m" * 64, ["older stores index chunk text"], title="Legacy"))
+    put(store, *store_doc("m" * 64, ["older stores index chunk text"], title="Legacy"))
     store.upsert_documents([_item("n" * 64, ["batch written into an older store"])])
     assert set(ids(store.bm25("older", 5))) == {f"{'m' * 16}:0", f"{'n' * 16}:0"}
     assert store.bm25("legacy", 5) == []  # the title is not indexed there
@@ -94,7 +93,7 @@ def test_lance_has_scalar_indexes_on_lookup_columns(tmp_path: Path) -> None:
 
     from infra.store.lancedb import LanceStore
 
-    put(LanceStore(tmp_path / "store"), *make_doc("o" * 64, ["indexed"]))
+    put(LanceStore(tmp_path / "store"), *store_doc("o" * 64, ["indexed"]))
     db = lancedb.connect(str(tmp_path / "store"))
     for table, columns in {"chunks": {"chunk_id", "doc_id"}, "documents": {"doc_id", "key"}}.items():
         found = {c for ix in db.open_table(table).list_indices() if ix.index_type.upper() == "BTREE"

@@ -7,15 +7,14 @@ from __future__ import annotations
 from pathlib import Path
 
 from infra.store.base import ChunkFilter, Store
-from tests.contract.test_store_contract import (  # noqa: F401
-    _drop_weaviate_library, hash_vec, ids, make_doc, put, store, store_spec)
+from tests.factories import hash_vec, ids, put, store_doc
 
 REFS = ("[1] A. Author and B. Writer. 2019. A cited paper. In Proc. of ACL, pages 1–10.",
         "Smith J, Doe R (2020) Another cited work. Nature 5:12–20")
 
 
 def test_context_and_references_round_trip(store: Store) -> None:
-    doc, chunks = make_doc("c" * 64, ["the plain chunk text", "a second chunk"])
+    doc, chunks = store_doc("c" * 64, ["the plain chunk text", "a second chunk"])
     doc = doc.model_copy(update={"references": REFS})
     chunks[0] = chunks[0].model_copy(update={"context": "This passage describes the zebrafish cohort."})
     put(store, doc, chunks)
@@ -28,7 +27,7 @@ def test_context_and_references_round_trip(store: Store) -> None:
 
 
 def test_bm25_finds_a_chunk_by_its_context_but_the_text_stays_the_original(store: Store) -> None:
-    doc, chunks = make_doc("d" * 64, ["households were surveyed twice", "unrelated words here"])
+    doc, chunks = store_doc("d" * 64, ["households were surveyed twice", "unrelated words here"])
     chunks[0] = chunks[0].model_copy(update={"context": "Describes the zebrafish regeneration cohort."})
     put(store, doc, chunks)
     assert ids(store.bm25("zebrafish", 5)) == [chunks[0].chunk_id]
@@ -40,7 +39,7 @@ def test_bm25_finds_a_chunk_by_its_context_but_the_text_stays_the_original(store
 def test_batch_write_keeps_context_and_references(store: Store) -> None:
     items = []
     for doc_id, text in (("e" * 64, "first document body"), ("f" * 64, "second document body")):
-        doc, chunks = make_doc(doc_id, [text])
+        doc, chunks = store_doc(doc_id, [text])
         doc = doc.model_copy(update={"references": REFS[:1]})
         chunks = [c.model_copy(update={"context": f"Context of {doc_id[:1]}."}) for c in chunks]
         items.append((doc, chunks, [hash_vec(c.text) for c in chunks]))
@@ -65,7 +64,7 @@ def test_lance_store_written_before_context_and_references_gains_them(tmp_path: 
     for name in ("references", "venue", "venue_kind"):
         old_docs = old_docs.remove(old_docs.get_field_index(name))
     db = lancedb.connect(str(path))
-    old_doc, old_rows = make_doc("a" * 64, ["written by an older forage"])
+    old_doc, old_rows = store_doc("a" * 64, ["written by an older forage"])
     chunk_row = {**old_rows[0].model_dump(exclude={"context"}), "pages": list(old_rows[0].pages),
                  "vector": hash_vec(old_rows[0].text), "search_text": "A title\nwritten by an older forage"}
     db.create_table("chunks", data=[chunk_row], schema=old_chunks)
@@ -78,7 +77,7 @@ def test_lance_store_written_before_context_and_references_gains_them(tmp_path: 
     old = store.get_document(old_doc.doc_id)
     assert old is not None and old.references == () and (old.venue, old.venue_kind) == ("", "")
     assert store.get_chunk(old_rows[0].chunk_id).context == ""  # type: ignore[union-attr]
-    new_doc, new_chunks = make_doc("b" * 64, ["written now"])
+    new_doc, new_chunks = store_doc("b" * 64, ["written now"])
     new_doc = new_doc.model_copy(update={"references": REFS, "venue": "PLOS ONE", "venue_kind": "journal"})
     new_chunks = [new_chunks[0].model_copy(update={"context": "A fresh context about lampreys."})]
     put(store, new_doc, new_chunks)
@@ -89,7 +88,7 @@ def test_lance_store_written_before_context_and_references_gains_them(tmp_path: 
     # the chunks gain the windows column: the old chunk is scored by its own vector, a new one by its windows too
     assert "windows" in lancedb.connect(str(path)).open_table("chunks").schema.names
     assert store.vector(hash_vec(old_rows[0].text), 2)[0].chunk.chunk_id == old_rows[0].chunk_id
-    windowed, windowed_chunks = make_doc("c" * 64, ["a chunk with a window"])
+    windowed, windowed_chunks = store_doc("c" * 64, ["a chunk with a window"])
     window = [0.0] * 384
     window[3] = 1.0
     store.upsert_document(windowed, windowed_chunks, [hash_vec("something else entirely")], [[window]])
@@ -109,7 +108,7 @@ def test_lance_windows_are_stored_in_half_precision_and_a_float32_store_keeps_it
     window = [0.0] * 384
     window[3] = 1.0
     fresh = LanceStore(tmp_path / "new")
-    doc, chunks = make_doc("d" * 64, ["a chunk with a window"])
+    doc, chunks = store_doc("d" * 64, ["a chunk with a window"])
     fresh.upsert_document(doc, chunks, [hash_vec("something else entirely")], [[window]])
     stored = lancedb.connect(str(tmp_path / "new")).open_table("chunks").schema.field(WINDOWS).type
     assert stored == pa.list_(pa.list_(pa.float16(), 384))
@@ -117,7 +116,7 @@ def test_lance_windows_are_stored_in_half_precision_and_a_float32_store_keeps_it
     assert top.chunk.chunk_id == chunks[0].chunk_id and abs(top.score - 1.0) < 1e-3
     assert fresh.windows_of(doc.doc_id) == [[window]]
     # stored at unit length: a window of large values (an unnormalised embedder's) does not overflow half precision
-    big, big_chunks = make_doc("9" * 64, ["a chunk with a loud window"])
+    big, big_chunks = store_doc("9" * 64, ["a chunk with a loud window"])
     loud = [0.0] * 384
     loud[7], loud[8] = 3e5, 4e5
     fresh.upsert_document(big, big_chunks, [hash_vec("elsewhere")], [[loud]])
@@ -129,11 +128,11 @@ def test_lance_windows_are_stored_in_half_precision_and_a_float32_store_keeps_it
                                 pa.field(WINDOWS, pa.list_(pa.list_(pa.float32(), 384))))
     lancedb.connect(str(tmp_path / "old")).create_table("chunks", schema=old_schema)
     old = LanceStore(tmp_path / "old")
-    first, first_chunks = make_doc("e" * 64, ["the first chunk"])
+    first, first_chunks = store_doc("e" * 64, ["the first chunk"])
     old.upsert_document(first, first_chunks, [hash_vec("far away")], [[window]])
     other = [0.0] * 384
     other[5] = 1.0
-    second, second_chunks = make_doc("f" * 64, ["the second chunk"])
+    second, second_chunks = store_doc("f" * 64, ["the second chunk"])
     old.upsert_documents([(second, second_chunks, [hash_vec("far away too")], [[other]])])
     table = lancedb.connect(str(tmp_path / "old")).open_table("chunks")
     assert table.schema.field(WINDOWS).type == pa.list_(pa.list_(pa.float32(), 384)) and table.count_rows() == 2

@@ -11,7 +11,6 @@ import math
 import multiprocessing as mp
 import os
 import pickle
-import re
 import time
 from collections import Counter
 from collections.abc import Sequence
@@ -22,114 +21,7 @@ import pytest
 
 from infra.errors import ConfigError, StoreError
 from infra.store.base import ChunkFilter, ChunkRecord, DocumentRecord, Hit, SectionKind, Store
-
-DIM = 384
-
-
-# ---------------------------------------------------------------- helpers
-
-
-def unit(i: int, dim: int = DIM) -> list[float]:
-    """The i-th basis vector."""
-    vec = [0.0] * dim
-    vec[i] = 1.0
-    return vec
-
-
-def mix(*parts: tuple[int, float], dim: int = DIM) -> list[float]:
-    """A unit vector from (axis, weight) pairs."""
-    vec = [0.0] * dim
-    for axis, weight in parts:
-        vec[axis] += weight
-    norm = math.sqrt(sum(v * v for v in vec))
-    return [v / norm for v in vec]
-
-
-def hash_vec(text: str, dim: int = DIM) -> list[float]:
-    """Hashed bag-of-words: a deterministic stand-in for an embedder (same words → close vectors)."""
-    vec = [0.0] * dim
-    for word in re.findall(r"\w+", text.lower()):
-        vec[int(hashlib.md5(word.encode()).hexdigest(), 16) % dim] += 1.0
-    if not any(vec):
-        vec[0] = 1.0
-    norm = math.sqrt(sum(v * v for v in vec))
-    return [v / norm for v in vec]
-
-
-def make_doc(doc_id: str, texts: Sequence[str], *, key: str | None = None,
-             paths: Sequence[str] | None = None, kinds: Sequence[SectionKind] | None = None,
-             title: str = "A title") -> tuple[DocumentRecord, list[ChunkRecord]]:
-    """A document with one chunk per text, chunk ids '<doc_id[:16]>:<ordinal>'."""
-    paths = list(paths) if paths is not None else ["Body"] * len(texts)
-    kinds = list(kinds) if kinds is not None else ["body"] * len(texts)
-    chunks, offset = [], 0
-    for i, text in enumerate(texts):
-        chunks.append(ChunkRecord(chunk_id=f"{doc_id[:16]}:{i}", doc_id=doc_id, ordinal=i, text=text,
-                                  section_path=paths[i], section_kind=kinds[i], char_start=offset,
-                                  char_end=offset + len(text), token_count=len(text.split()), pages=(1, i + 1)))
-        offset += len(text) + 1
-    doc = DocumentRecord(doc_id=doc_id, key=key or f"file:/library/{doc_id}.pdf", title=title,
-                         authors=("Ada Lovelace", "Alan O'Turing"), year=2021, abstract="An abstract.",
-                         sections=tuple(dict.fromkeys(paths)), markdown="\n".join(texts), parser="test",
-                         flags=("ocr",), origin=f"{doc_id}.pdf")
-    return doc, chunks
-
-
-def put(store: Store, doc: DocumentRecord, chunks: Sequence[ChunkRecord],
-        vectors: Sequence[Sequence[float]] | None = None) -> None:
-    store.upsert_document(doc, chunks, vectors if vectors is not None else [hash_vec(c.text) for c in chunks])
-
-
-def cid(doc_id: str, ordinal: int) -> str:
-    return f"{doc_id[:16]}:{ordinal}"
-
-
-def ids(hits: Sequence[Hit] | Sequence[ChunkRecord]) -> list[str]:
-    return [h.chunk.chunk_id if isinstance(h, Hit) else h.chunk_id for h in hits]
-
-
-def open_store(kind: str, path: str, **options: Any) -> Store:
-    """Open a store of ``kind``; top-level so that worker processes can call it."""
-    if kind == "lancedb":
-        from infra.store.lancedb import LanceStore
-
-        return LanceStore(path, dim=DIM, **options)
-    if kind == "weaviate":
-        from infra.store.weaviate import WeaviateStore
-
-        # one library per test, the same in every worker process (str hashes differ between processes)
-        library = "T" + hashlib.sha256(path.encode()).hexdigest()[:20]
-        return WeaviateStore.from_url(os.environ["WEAVIATE_URL"], library=library, dim=DIM,
-                                      grpc_port=int(os.environ.get("WEAVIATE_GRPC_PORT", "50051")), **options)
-    raise ValueError(kind)
-
-
-@pytest.fixture(params=["lancedb", "weaviate"])
-def store_spec(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[str, str]:
-    """(kind, location) of a fresh, empty store."""
-    if request.param == "weaviate":
-        if not os.environ.get("WEAVIATE_URL"):
-            pytest.skip("needs a live Weaviate: set WEAVIATE_URL (and WEAVIATE_GRPC_PORT if not 50051)")
-    return request.param, str(tmp_path / "store")
-
-
-@pytest.fixture(autouse=True)
-def _drop_weaviate_library(request: pytest.FixtureRequest) -> Any:
-    """Remove the test's Weaviate collections afterwards (a live server outlives the test)."""
-    yield
-    spec = request.node.funcargs.get("store_spec")
-    if spec and spec[0] == "weaviate":
-        store = open_store(*spec)
-        client = store._connect()  # type: ignore[attr-defined]
-        for name in (store.chunks_name, store.docs_name):  # type: ignore[attr-defined]
-            client.collections.delete(name)
-        store.close()  # type: ignore[attr-defined]
-
-
-@pytest.fixture
-def store(store_spec: tuple[str, str]) -> Store:
-    return open_store(*store_spec)
-
+from tests.factories import DIM, cid, hash_vec, ids, mix, open_store, put, store_doc, unit
 
 # ---------------------------------------------------------------- registry and chunks
 
@@ -148,7 +40,7 @@ def test_empty_store_answers_empty(store: Store) -> None:
 
 
 def test_upsert_then_read_back(store: Store) -> None:
-    doc, chunks = make_doc("d" * 64, ["alpha text", "beta text", "gamma text"],
+    doc, chunks = store_doc("d" * 64, ["alpha text", "beta text", "gamma text"],
                            paths=["Intro", "Methods > O'Brien", "Methods > O'Brien"])
     put(store, doc, chunks)
     got = store.get_document(doc.doc_id)
@@ -162,10 +54,10 @@ def test_upsert_then_read_back(store: Store) -> None:
 
 
 def test_get_documents_reads_many_in_the_order_asked(store: Store) -> None:
-    docs = [make_doc(letter * 64, [f"{letter} text"], title=f"Paper {letter}")[0] for letter in "abc"]
+    docs = [store_doc(letter * 64, [f"{letter} text"], title=f"Paper {letter}")[0] for letter in "abc"]
     assert store.get_documents([d.doc_id for d in docs]) == []  # nothing stored yet: no table
     for letter in "abc":
-        put(store, *make_doc(letter * 64, [f"{letter} text"], title=f"Paper {letter}"))
+        put(store, *store_doc(letter * 64, [f"{letter} text"], title=f"Paper {letter}"))
     stored = {d.doc_id: store.get_document(d.doc_id) for d in docs}
     asked = ["c" * 64, "f" * 64, "a" * 64, "c" * 64]  # an unknown id and a repeated one
     assert store.get_documents(asked) == [stored["c" * 64], stored["a" * 64]]
@@ -174,7 +66,7 @@ def test_get_documents_reads_many_in_the_order_asked(store: Store) -> None:
 
 
 def test_upsert_with_no_year_and_no_pages(store: Store) -> None:
-    doc, chunks = make_doc("e" * 64, ["only chunk"])
+    doc, chunks = store_doc("e" * 64, ["only chunk"])
     doc = doc.model_copy(update={"year": None, "authors": (), "flags": ()})
     chunks = [chunks[0].model_copy(update={"pages": ()})]
     put(store, doc, chunks)
@@ -183,8 +75,8 @@ def test_upsert_with_no_year_and_no_pages(store: Store) -> None:
 
 
 def test_same_key_new_bytes_replaces_old_version(store: Store) -> None:
-    old, old_chunks = make_doc("a" * 64, ["old words one", "old words two"], key="file:/lib/paper.pdf")
-    new, new_chunks = make_doc("b" * 64, ["new words"], key="file:/lib/paper.pdf")
+    old, old_chunks = store_doc("a" * 64, ["old words one", "old words two"], key="file:/lib/paper.pdf")
+    new, new_chunks = store_doc("b" * 64, ["new words"], key="file:/lib/paper.pdf")
     put(store, old, old_chunks)
     put(store, new, new_chunks)
     assert store.get_document(old.doc_id) is None
@@ -195,7 +87,7 @@ def test_same_key_new_bytes_replaces_old_version(store: Store) -> None:
 
 
 def test_reupsert_same_document_is_idempotent(store: Store) -> None:
-    doc, chunks = make_doc("c" * 64, [f"chunk number {i}" for i in range(6)])
+    doc, chunks = store_doc("c" * 64, [f"chunk number {i}" for i in range(6)])
     put(store, doc, chunks)
     put(store, doc, chunks)
     assert store.count_chunks() == 6
@@ -212,8 +104,8 @@ def test_reupsert_same_document_is_idempotent(store: Store) -> None:
 def test_a_metadata_fix_keeps_chunks_and_vectors_and_searches_by_the_new_title(store: Store) -> None:
     from infra.store.base import update_metadata
 
-    doc, chunks = make_doc("f" * 64, ["photosynthesis in leaves", "carbon fixation"], title="Proceedings of the 45th")
-    other, other_chunks = make_doc("9" * 64, ["unrelated words"])
+    doc, chunks = store_doc("f" * 64, ["photosynthesis in leaves", "carbon fixation"], title="Proceedings of the 45th")
+    other, other_chunks = store_doc("9" * 64, ["unrelated words"])
     store.upsert_document(doc, chunks, [hash_vec(c.text) for c in chunks], [[unit(7)], []])
     put(store, other, other_chunks)
     assert [d.doc_id for d in documents_of(store, [other.doc_id, "nope", doc.doc_id])] == [other.doc_id, doc.doc_id]
@@ -241,8 +133,8 @@ def documents_of(store: Store, doc_ids: Sequence[str]) -> list[DocumentRecord]:
 
 
 def test_delete_document(store: Store) -> None:
-    keep, keep_chunks = make_doc("k" * 64, ["keep me"])
-    drop, drop_chunks = make_doc("x" * 64, ["drop me", "drop me too"])
+    keep, keep_chunks = store_doc("k" * 64, ["keep me"])
+    drop, drop_chunks = store_doc("x" * 64, ["drop me", "drop me too"])
     put(store, keep, keep_chunks)
     put(store, drop, drop_chunks)
     store.delete_document(drop.doc_id)
@@ -256,8 +148,8 @@ def test_index_new_chunks_keeps_every_search_answer(store: Store) -> None:
     """What the Orchestrator runs after each iteration's ingestion: the same hits before and after, nothing left
     to fold in afterwards."""
     a, b = "i" * 64, "j" * 64
-    put(store, *make_doc(a, ["glaciers retreat in warm summers", "ice cores record old air"]))
-    put(store, *make_doc(b, ["volcanoes emit ash and glaciers melt"]))
+    put(store, *store_doc(a, ["glaciers retreat in warm summers", "ice cores record old air"]))
+    put(store, *store_doc(b, ["volcanoes emit ash and glaciers melt"]))
     queries = ("glaciers", "volcanoes ash", "ice")
     before = {q: ids(store.bm25(q, 5)) for q in queries}
     vector_before = ids(store.vector(hash_vec("glaciers melt"), 3))
@@ -269,8 +161,8 @@ def test_index_new_chunks_keeps_every_search_answer(store: Store) -> None:
 
 
 def test_chunks_come_in_document_order(store: Store) -> None:
-    second, second_chunks = make_doc("2" * 64, [f"second {i}" for i in range(12)])
-    first, first_chunks = make_doc("1" * 64, [f"first {i}" for i in range(3)])
+    second, second_chunks = store_doc("2" * 64, [f"second {i}" for i in range(12)])
+    first, first_chunks = store_doc("1" * 64, [f"first {i}" for i in range(3)])
     put(store, second, list(reversed(second_chunks)), [hash_vec(c.text) for c in reversed(second_chunks)])
     put(store, first, first_chunks)
     assert store.chunks(ChunkFilter(), limit=100) == first_chunks + second_chunks
@@ -286,8 +178,8 @@ def filtered_store(store: Store) -> Store:
     paths = ["Intro", "Methods > O'Brien's \\ method", "Methods > Data", "Methods_x%", "Results", "References"]
     kinds: list[SectionKind] = ["body", "body", "body", "body", "body", "references"]
     texts = [f"shared term in {p}" for p in paths]
-    put(store, *make_doc("f1" + "0" * 62, texts, paths=paths, kinds=kinds))
-    put(store, *make_doc("f2" + "0" * 62, ["shared term elsewhere", "shared term references"],
+    put(store, *store_doc("f1" + "0" * 62, texts, paths=paths, kinds=kinds))
+    put(store, *store_doc("f2" + "0" * 62, ["shared term elsewhere", "shared term references"],
                          paths=["Intro", "References"], kinds=["body", "references"]))
     return store
 
@@ -361,7 +253,7 @@ def reg_id(name: str) -> str:
 @pytest.fixture
 def registry_store(store: Store) -> Store:
     for name, key, year in REGISTRY:
-        doc, chunks = make_doc(reg_id(name), [f"shared term in {name} methods", f"shared term in {name} results",
+        doc, chunks = store_doc(reg_id(name), [f"shared term in {name} methods", f"shared term in {name} results",
                                               f"shared term in {name} references"],
                                key=key, paths=["Methods", "Results", "References"],
                                kinds=["body", "body", "references"])
@@ -446,12 +338,12 @@ I1, I2 = "i1" + "0" * 62, "i2" + "0" * 62
 
 @pytest.fixture
 def corpus_store(store: Store) -> Store:
-    put(store, *make_doc(S1, [
+    put(store, *store_doc(S1, [
         "Mitochondria are the powerhouse of the cell and produce ATP.",
         "The survey sampled four hundred households in rural Kenya.",
         "Gradient descent converges slowly on ill-conditioned problems.",
     ]))
-    put(store, *make_doc(S2, [
+    put(store, *store_doc(S2, [
         "Household income was measured with a standardized questionnaire.",
         "Transformer models use attention over token sequences.",
         "Mitochondrial DNA is inherited maternally in most animals.",
@@ -476,7 +368,7 @@ def test_bm25_survives_awkward_queries(corpus_store: Store, query: str) -> None:
 
 
 def test_vector_returns_nearest_first(store: Store) -> None:
-    doc, chunks = make_doc("v" * 64, ["a", "b", "c", "d"])
+    doc, chunks = store_doc("v" * 64, ["a", "b", "c", "d"])
     put(store, doc, chunks, [unit(0), unit(1), mix((0, 1.0), (1, 1.0)), unit(2)])
     hits = store.vector(unit(0), 3)
     assert ids(hits) == [chunks[0].chunk_id, chunks[2].chunk_id, chunks[1].chunk_id]
@@ -503,7 +395,7 @@ def test_hybrid_extremes_equal_single_sides(corpus_store: Store, k: int) -> None
 def fusion_store(store: Store) -> tuple[Store, dict[str, str]]:
     """X: best BM25, orthogonal vector. Y: best vector, no shared word. Z: best BM25 too and
     close in vector space. V: the opposite vector."""
-    doc, chunks = make_doc("h" * 64, ["kinase inhibitor", "unrelated words", "kinase inhibitor", "nothing here"])
+    doc, chunks = store_doc("h" * 64, ["kinase inhibitor", "unrelated words", "kinase inhibitor", "nothing here"])
     put(store, doc, chunks, [unit(5), unit(0), mix((0, 1.0), (5, 1.0)), [-v for v in unit(0)]])
     return store, {name: c.chunk_id for name, c in zip("XYZV", chunks)}
 
@@ -536,7 +428,7 @@ def test_hybrid_rrf_fusion(fusion_store: tuple[Store, dict[str, str]]) -> None:
 def test_the_store_fuses_as_configured_when_not_told(store_spec: tuple[str, str]) -> None:
     """``store.hybrid_fusion`` (build_store passes it to either store) is what ``hybrid`` fuses with by default."""
     store = open_store(*store_spec, fusion="rrf")
-    doc, chunks = make_doc("r" * 64, ["kinase inhibitor", "unrelated words", "kinase inhibitor", "nothing here"])
+    doc, chunks = store_doc("r" * 64, ["kinase inhibitor", "unrelated words", "kinase inhibitor", "nothing here"])
     put(store, doc, chunks, [unit(5), unit(0), mix((0, 1.0), (5, 1.0)), [-v for v in unit(0)]])
     by_default = store.hybrid("kinase inhibitor", unit(0), 4, alpha=0.5)
     assert by_default == store.hybrid("kinase inhibitor", unit(0), 4, alpha=0.5, fusion="rrf")
@@ -552,7 +444,7 @@ def test_hybrid_is_deterministic(corpus_store: Store) -> None:
 def test_window_vectors_score_a_chunk_by_its_best_sentence_window(store: Store) -> None:
     """A chunk's window vectors (Upsert's fourth element): a store that keeps them scores the chunk by the best of
     its own and its windows' cosine; one that does not (Weaviate) takes them and searches chunk vectors."""
-    doc, chunks = make_doc("s" * 64, ["a long chunk", "another chunk", "a third"])
+    doc, chunks = store_doc("s" * 64, ["a long chunk", "another chunk", "a third"])
     own = [mix((0, 1.0), (1, 1.0)), unit(2), unit(3)]
     windows = [[unit(4), unit(1)], [], [mix((3, 1.0), (1, 0.2))]]
     store.upsert_document(doc, chunks, own, windows)
@@ -574,7 +466,7 @@ def test_window_vectors_score_a_chunk_by_its_best_sentence_window(store: Store) 
 def test_similarity_is_the_vector_search_score_of_each_listed_chunk(store: Store) -> None:
     """``similarity`` reads the listed chunks' stored vectors (and windows, where kept) and scores them as vector
     search does, without a search: chunks it does not hold are left out, any kind counts (a reference too)."""
-    doc, chunks = make_doc("w" * 64, ["a long chunk", "another chunk", "a third", "Smith J. 2020. A reference."],
+    doc, chunks = store_doc("w" * 64, ["a long chunk", "another chunk", "a third", "Smith J. 2020. A reference."],
                            kinds=["body", "body", "body", "references"])
     own = [mix((0, 1.0), (1, 1.0)), unit(2), unit(3), mix((1, 1.0), (5, 1.0))]
     windows = [[unit(4), unit(1)], [], [mix((3, 1.0), (1, 0.2))], []]
@@ -595,7 +487,7 @@ def test_similarity_is_the_vector_search_score_of_each_listed_chunk(store: Store
 
 
 def test_bad_window_vectors_register_nothing(store: Store) -> None:
-    doc, chunks = make_doc("u" * 64, ["one", "two"])
+    doc, chunks = store_doc("u" * 64, ["one", "two"])
     good = [hash_vec(c.text) for c in chunks]
     cases = {"pair up": [[good[0]]], "dimensions": [[good[0]], [[0.5] * (DIM - 1)]],
              "zero": [[good[0]], [[0.0] * DIM]]}
@@ -610,7 +502,7 @@ def test_bad_window_vectors_register_nothing(store: Store) -> None:
 
 
 def test_bad_vectors_register_nothing(store: Store) -> None:
-    doc, chunks = make_doc("w" * 64, ["one", "two", "three"])
+    doc, chunks = store_doc("w" * 64, ["one", "two", "three"])
     good = [hash_vec(c.text) for c in chunks]
     cases = {
         "dimensions": [good[0], good[1], [0.5] * (DIM - 1)],
@@ -638,7 +530,7 @@ def _writer(kind: str, path: str, worker: int, docs: int, chunks_per_doc: int, b
     for d in range(docs):
         doc_id = hashlib.sha256(f"worker{worker}-doc{d}".encode()).hexdigest()
         texts = [f"worker {worker} document {d} paragraph {i} about topic{i % 7}" for i in range(chunks_per_doc)]
-        put(store, *make_doc(doc_id, texts, key=f"file:/lib/w{worker}/d{d}.pdf"))
+        put(store, *store_doc(doc_id, texts, key=f"file:/lib/w{worker}/d{d}.pdf"))
 
 
 def _reader(kind: str, path: str, done, out) -> None:
@@ -723,7 +615,7 @@ def test_lance_fresh_path_creates_nothing_until_written(lance_path: Path) -> Non
     store = LanceStore(lance_path)
     assert store.bm25("x", 3) == [] and store.list_documents() == []
     assert not lance_path.exists() or not any(lance_path.iterdir())
-    put(store, *make_doc("n" * 64, ["now it exists"]))
+    put(store, *store_doc("n" * 64, ["now it exists"]))
     assert {p.name for p in lance_path.iterdir()} >= {"chunks.lance", "documents.lance"}
 
 
@@ -733,12 +625,12 @@ def test_lance_finds_chunks_added_after_the_index_was_built(lance_path: Path) ->
     from infra.store.lancedb import LanceStore
 
     store = LanceStore(lance_path)
-    put(store, *make_doc(I1, ["indexed paragraph about glaciers"]))
+    put(store, *store_doc(I1, ["indexed paragraph about glaciers"]))
     store.optimize()
     table = lancedb.connect(str(lance_path)).open_table("chunks")
     fts = next(ix for ix in table.list_indices() if ix.index_type == "FTS")
     assert table.index_stats(fts.name).num_unindexed_rows == 0
-    put(store, *make_doc(I2, ["fresh paragraph about volcanoes and glaciers"]))
+    put(store, *store_doc(I2, ["fresh paragraph about volcanoes and glaciers"]))
     table.checkout_latest()
     assert table.index_stats(fts.name).num_unindexed_rows == 1  # really outside the index
     assert ids(store.bm25("volcanoes", 5)) == [cid(I2, 0)]
@@ -757,7 +649,7 @@ def test_lance_index_new_chunks_folds_in_what_waits_and_skips_while_another_proc
 
     store = LanceStore(lance_path)
     assert store.index_new_chunks() == 0  # nothing written yet: no tables, nothing to do
-    put(store, *make_doc("k" * 64, [f"moraine number {i}" for i in range(4)]))
+    put(store, *store_doc("k" * 64, [f"moraine number {i}" for i in range(4)]))
     assert store.unindexed_chunks() == 4
     with FileLock(lance_path / LOCK_DIR / "optimize.lock"):  # another process is optimizing: it folds them in
         assert store.index_new_chunks() == 0
@@ -781,7 +673,7 @@ def test_lance_purge_deleted_leaves_no_trace_in_the_indexes(lance_path: Path, fo
     papers = [("g" * 64, "the zorblatt assay of fin rays", "file:/lib/zorblatt.pdf"),
               ("h" * 64, "fin rays regrow from a quenfish blastema", "file:/lib/quenfish.pdf")]
     for doc_id, text, key in papers:
-        put(store, *make_doc(doc_id, [text], key=key))
+        put(store, *store_doc(doc_id, [text], key=key))
     assert store.index_new_chunks() == 2
     for doc_id, _, _ in papers[:forgotten]:
         store.delete_document(doc_id)
@@ -801,7 +693,7 @@ def test_lance_purge_deleted_trains_the_vector_index_again_or_drops_it(lance_pat
     from infra.store.lancedb import LanceStore
 
     store = LanceStore(lance_path, dim=DIM, auto_optimize_rows=None, vector_index_rows=300)
-    docs = [make_doc(f"{d:02d}".ljust(64, "v"), [f"topic{d} word{i % 7} note{d}x{i}" for i in range(40)])
+    docs = [store_doc(f"{d:02d}".ljust(64, "v"), [f"topic{d} word{i % 7} note{d}x{i}" for i in range(40)])
             for d in range(10)]
     for doc, chunks in docs:
         put(store, doc, chunks)
@@ -823,9 +715,9 @@ def test_lance_optimizes_itself_once_enough_chunks_are_unindexed(lance_path: Pat
     from infra.store.lancedb import LanceStore
 
     store = LanceStore(lance_path, auto_optimize_rows=10)
-    put(store, *make_doc("a1" + "0" * 62, [f"first batch {i}" for i in range(6)]))
+    put(store, *store_doc("a1" + "0" * 62, [f"first batch {i}" for i in range(6)]))
     assert store.unindexed_chunks() == 6
-    put(store, *make_doc("a2" + "0" * 62, [f"second batch {i}" for i in range(6)]))
+    put(store, *store_doc("a2" + "0" * 62, [f"second batch {i}" for i in range(6)]))
     assert store.unindexed_chunks() == 0
     assert len(store.bm25("batch", 20)) == 12
 
@@ -851,7 +743,7 @@ def test_lance_failed_chunk_write_registers_nothing_and_keeps_old_version(
     from infra.store.lancedb import LanceStore
 
     store = LanceStore(lance_path)
-    old, old_chunks = make_doc("o" * 64, ["old version text"], key="file:/lib/p.pdf")
+    old, old_chunks = store_doc("o" * 64, ["old version text"], key="file:/lib/p.pdf")
     put(store, old, old_chunks)
     real = LanceStore._chunk_table
 
@@ -860,7 +752,7 @@ def test_lance_failed_chunk_write_registers_nothing_and_keeps_old_version(
         return table.drop_columns(["section_path"])  # LanceDB refuses a batch that misses a column
 
     monkeypatch.setattr(LanceStore, "_chunk_table", broken_batch)
-    new, new_chunks = make_doc("p" * 64, ["new version text", "more"], key="file:/lib/p.pdf")
+    new, new_chunks = store_doc("p" * 64, ["new version text", "more"], key="file:/lib/p.pdf")
     with pytest.raises(StoreError, match="nothing was registered"):
         put(store, new, new_chunks)
     assert store.get_document(new.doc_id) is None and store.count_chunks(new.doc_id) == 0
@@ -875,13 +767,13 @@ def test_lance_failed_registry_write_removes_the_new_chunks(
     from infra.store.lancedb import LanceStore
 
     store = LanceStore(lance_path)
-    put(store, *make_doc("q" * 64, ["bystander"]))  # the registry table exists with its real schema
+    put(store, *store_doc("q" * 64, ["bystander"]))  # the registry table exists with its real schema
 
     def broken_row(docs: Sequence[DocumentRecord]) -> pa.Table:
         return pa.table({"doc_id": [d.doc_id for d in docs], "unexpected": [1] * len(docs)})
 
     monkeypatch.setattr(LanceStore, "_doc_table", staticmethod(broken_row))
-    doc, chunks = make_doc("r" * 64, ["orphan to be", "orphan too"])
+    doc, chunks = store_doc("r" * 64, ["orphan to be", "orphan too"])
     with pytest.raises(StoreError, match="its chunks were removed") as err:
         put(store, doc, chunks)
     assert err.value.retryable is True
@@ -896,13 +788,13 @@ def test_lance_builds_an_ann_index_at_its_size_keeps_filters_exact_and_finds_row
 
     store = LanceStore(lance_path, dim=DIM, auto_optimize_rows=None, vector_index_rows=1500, vector_index_type=kind)
     texts = [f"topic{i % 37} word{i % 11} note{i}" for i in range(1200)]
-    docs = [make_doc(f"{d:03d}".ljust(64, "a"), texts[d * 40:(d + 1) * 40]) for d in range(30)]
+    docs = [store_doc(f"{d:03d}".ljust(64, "a"), texts[d * 40:(d + 1) * 40]) for d in range(30)]
     for doc, chunks in docs:
         put(store, doc, chunks)
     store.optimize()
     assert store.vector_index() is None  # 1,200 rows: under the size where it pays, every search exact
     exact = {q: ids(store.vector(hash_vec(q), 10)) for q in ("topic3 word5", "topic20 word1", "note77")}
-    more = [make_doc(f"{d:03d}".ljust(64, "a"), [f"topic{i % 37} word{i % 11} extra{i}"
+    more = [store_doc(f"{d:03d}".ljust(64, "a"), [f"topic{i % 37} word{i % 11} extra{i}"
                                                  for i in range(d * 40, d * 40 + 40)]) for d in range(30, 40)]
     for doc, chunks in more:
         put(store, doc, chunks)
@@ -929,7 +821,7 @@ def test_lance_builds_an_ann_index_at_its_size_keeps_filters_exact_and_finds_row
     hits = store.vector(hash_vec("topic3 word5"), 30, ChunkFilter(doc_ids=wanted))
     assert hits and {h.chunk.doc_id for h in hits} <= set(wanted)
     # a document added after the index was trained is found before the next optimize folds it in
-    late, late_chunks = make_doc("e" * 64, ["a wholly new zebrafish sentence about fin regeneration"])
+    late, late_chunks = store_doc("e" * 64, ["a wholly new zebrafish sentence about fin regeneration"])
     put(store, late, late_chunks)
     assert ids(store.vector(hash_vec("a wholly new zebrafish sentence about fin regeneration"), 1)) == \
         [late_chunks[0].chunk_id]
@@ -942,9 +834,9 @@ def test_lance_remove_orphans(lance_path: Path) -> None:
     from infra.store.lancedb import LanceStore
 
     store = LanceStore(lance_path)
-    doc, chunks = make_doc("s" * 64, ["kept"])
+    doc, chunks = store_doc("s" * 64, ["kept"])
     put(store, doc, chunks)
-    put(store, *make_doc("t" * 64, ["orphaned", "orphaned too"]))
+    put(store, *store_doc("t" * 64, ["orphaned", "orphaned too"]))
     import lancedb  # a crash between the chunk commit and the registry commit leaves this state
 
     lancedb.connect(str(lance_path)).open_table("documents").delete(f"doc_id = '{'t' * 64}'")
@@ -955,7 +847,7 @@ def test_lance_remove_orphans(lance_path: Path) -> None:
 def test_lance_readers_open_a_ready_store_without_the_tables_lock(lance_path: Path) -> None:
     from infra.store.lancedb import LanceStore
 
-    put(LanceStore(lance_path, dim=DIM, embed_model="m"), *make_doc("a" * 64, ["alpha text", "beta text"]))
+    put(LanceStore(lance_path, dim=DIM, embed_model="m"), *store_doc("a" * 64, ["alpha text", "beta text"]))
     locks: list[tuple[str, ...]] = []
 
     def counting(store: LanceStore) -> LanceStore:
@@ -985,7 +877,7 @@ def test_lance_readers_open_a_ready_store_without_the_tables_lock(lance_path: Pa
 def test_lance_refuses_other_vector_sizes(lance_path: Path) -> None:
     from infra.store.lancedb import LanceStore
 
-    put(LanceStore(lance_path), *make_doc("u" * 64, ["384 dims"]))
+    put(LanceStore(lance_path), *store_doc("u" * 64, ["384 dims"]))
     with pytest.raises(StoreError, match="384-dimensional") as err:
         LanceStore(lance_path, dim=768).count_chunks()
     assert err.value.retryable is False
@@ -995,7 +887,7 @@ def test_lance_store_pickles_for_other_processes(lance_path: Path) -> None:
     from infra.store.lancedb import LanceStore
 
     store = LanceStore(lance_path)
-    put(store, *make_doc("y" * 64, ["travels well"]))
+    put(store, *store_doc("y" * 64, ["travels well"]))
     clone = pickle.loads(pickle.dumps(store))
     assert clone.count_chunks() == 1 and ids(clone.bm25("travels", 1)) == [cid("y" * 64, 0)]
 
@@ -1024,7 +916,7 @@ def test_lance_timings(lance_path: Path, capsys: pytest.CaptureFixture[str]) -> 
     words = ("cell protein gene climate model network data survey patient trial effect method result "
              "analysis sample water soil energy market policy").split()
     texts = [" ".join(words[(i * 7 + j * 3) % len(words)] for j in range(60)) + f" item{i}" for i in range(500)]
-    doc, chunks = make_doc("z" * 64, texts)
+    doc, chunks = store_doc("z" * 64, texts)
     vectors = [hash_vec(t) for t in texts]
     t0 = time.perf_counter()
     store.upsert_document(doc, chunks, vectors)
@@ -1087,7 +979,7 @@ def test_hybrid_with_minilm_finds_a_paraphrase(store: Store) -> None:
         "The telescope recorded the spectra of distant galaxies over three nights.",
         "Soil samples were analysed for nitrogen and phosphorus content.",
     ]
-    doc, chunks = make_doc("m" * 64, texts)
+    doc, chunks = store_doc("m" * 64, texts)
     store.upsert_document(doc, chunks, embedder.embed(texts))
     query = "Which drugs reduce high blood pressure in older adults?"
     qvec = embedder.embed([query])[0]

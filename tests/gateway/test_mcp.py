@@ -36,7 +36,7 @@ DVT = "dvt_prophylaxis_trauma_bmc2010.pdf"
 def library(tmp_path_factory, shared_data, ingest_cache):
     """(store, runs folder): the DVT paper stored by `forage library add`, a finished run beside it."""
     sys.path.insert(0, str(REPO / "tests" / "unit"))
-    from finished_run import make_run
+    from tests.finished_run import make_run
     from typer.testing import CliRunner
 
     from gateway.cli import app

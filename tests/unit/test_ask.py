@@ -6,15 +6,27 @@ import asyncio
 import re
 
 import pytest
-from test_write_step import C, embedder, store  # noqa: F401  (fixtures)
 from typer.testing import CliRunner
 
 from actors.steps.tools.ask import INSUFFICIENT, AskStep
 from actors.steps.schemas import AskAnswer, AskIntent
 from infra.llm.fakes import FunctionLLM, ScriptedLLM
 from infra.rerank import EmbeddingSimilarity
+from tests.factories import make_doc
+from tests.leaves import C, leaf_store
 
 QUESTION = "How is carbon dioxide fixed into sugars?"
+
+
+@pytest.fixture(scope="module")
+def embedder(minilm):
+    return minilm
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory, embedder):
+    """The three leaf papers (tests/leaves.py): asking only reads the store."""
+    return leaf_store(tmp_path_factory.mktemp("ask") / "store", embedder)
 
 
 def ask(store, embedder, llm, question=QUESTION):
@@ -124,9 +136,7 @@ CALVIN = "The Calvin cycle uses ATP and NADPH to fix carbon dioxide into sugars 
 
 
 def library_doc(name: str, key: str, title: str, text: str, year: int | None = None):
-    """A stored paper with one chunk (``make_doc`` of the Writer's tests, under the given key)."""
-    from test_write_step import make_doc
-
+    """A stored paper with one chunk (tests/factories.py's ``make_doc``, under the given key)."""
     record, chunks = make_doc(name, title, [("Results", text)], year=year)
     return record.model_copy(update={"key": key}), chunks
 

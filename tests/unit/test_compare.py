@@ -6,7 +6,7 @@ import asyncio
 import itertools
 import random
 
-from test_write_step import A, B, C, embedder, store  # noqa: F401  (fixtures)
+import pytest
 
 from actors.steps.write.compare import ComparisonStep, contribution_schema, gap_matrix
 from actors.steps.schemas import ContributionDraft, DifferenceDraft, OverlapDraft
@@ -14,6 +14,18 @@ from infra.errors import LLMOutputError
 from infra.llm.fakes import ScriptedLLM
 from infra.settings import Settings
 from messages.write import ContributionRecord, SourceRef
+from tests.leaves import A, B, C, leaf_store
+
+
+@pytest.fixture(scope="module")
+def embedder(minilm):
+    return minilm
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory, embedder):
+    """The three leaf papers (tests/leaves.py), read only."""
+    return leaf_store(tmp_path_factory.mktemp("leaves") / "store", embedder)
 
 PROBLEMS = ("prediction", "mechanism", "measurement")
 METHODS = ("trial", "experiment", "model")

@@ -18,7 +18,7 @@ from actors.ingestor import Ingestor
 from actors.steps.ingest.chunking import CHUNK_CONTEXT_TOKENS, CONTEXT_TOKENS, SPECIAL_TOKENS, window_for
 from actors.steps.ingest.contextual import (ChunkContexts, ContextCache, Contextualizer, cache_path, chunk_hash,
                                      clean_context)
-from actors.steps.ingest.step import IngestStep, TextDocument, text_markdown
+from actors.steps.ingest.step import IngestStep, text_markdown
 from infra.embed.ollama import OllamaEmbedder
 from infra.llm.base import ChatMessage
 from infra.llm.fakes import FunctionLLM, ScriptedLLM
@@ -28,7 +28,7 @@ from infra.store.lancedb import LanceStore
 from messages.ingest import IngestRequest
 from messages.search import Candidate
 from tests.loopback_ollama import LoopbackOllama, install_real_llm_guard
-from tests.unit.test_ingest_step import make_pdf, paper_html
+from tests.factories import wheat_pdf
 
 NOMIC = "nomic-embed-text"
 SENT = "Households in the northern districts were surveyed about their water use every season. "
@@ -104,7 +104,7 @@ def test_pdf_chunks_get_contexts_too(tmp_path: Path, server: LoopbackOllama) -> 
                              ingest={"contextual": True})
     store = LanceStore(tmp_path / "store", dim=768)
     step = IngestStep(settings, store, OllamaEmbedder(host=server.url, timeout_s=10), PyMuPDFParser(), llm=llm)
-    path = make_pdf(tmp_path / "wheat.pdf", paper_html())
+    path = wheat_pdf(tmp_path / "wheat.pdf")
     result = step.ingest(IngestRequest(run_id="run-1", candidate=Candidate(key=f"file:{path}", path=str(path))))
     assert result.status == "stored"
     doc = store.get_document(result.doc_id)  # type: ignore[arg-type]

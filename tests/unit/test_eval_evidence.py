@@ -8,7 +8,6 @@ import re
 from pathlib import Path
 
 import pytest
-from test_eval_retrieval import QUERIES, write_beir
 from typer.testing import CliRunner
 
 from actors.steps.evaluation.evidence import (
@@ -22,6 +21,7 @@ from actors.steps.evaluation.evidence import (
 from actors.steps.schemas import BatchVerdict, DeepDiveBatchVerdict, DocumentGist, Reformulation, RelevanceGate
 from infra.llm.fakes import FunctionLLM
 from infra.settings import Settings
+from tests.tiny_beir import QUERIES, write_beir
 
 
 def yes_man(messages, schema):

@@ -20,22 +20,15 @@ from infra.store.lancedb import LanceStore
 from messages.ingest import IngestRequest
 from messages.search import Candidate
 from messages.status import Stage
-from tests.loopback_ollama import (
-    LoopbackOllama,
-    closed_loopback_url,
-    install_real_llm_guard,
-)
+from tests.factories import WHEAT_ABSTRACT, WHEAT_TEXT_TITLE
+from tests.loopback_ollama import LoopbackOllama, closed_loopback_url, install_real_llm_guard, nomic_ollama
 
-NOMIC = "nomic-embed-text"
-TITLE = "Heat stress and wheat yield"
-ABSTRACT = ("Heat stress reduces wheat yield through faster grain filling and lower photosynthesis. " * 6
-            + "Irrigation at flowering softens the loss in dry years. " * 4).strip()
+TITLE, ABSTRACT = WHEAT_TEXT_TITLE, WHEAT_ABSTRACT
 
 
 @pytest.fixture
 def server(monkeypatch: pytest.MonkeyPatch):
-    install_real_llm_guard(monkeypatch)
-    with LoopbackOllama(models=(NOMIC,), embed_dim=768) as srv:
+    with nomic_ollama(monkeypatch) as srv:
         yield srv
 
 

@@ -6,7 +6,6 @@ import asyncio
 import json
 
 import pytest
-from finished_run import RUN, make_run
 from typer.testing import CliRunner
 
 from actors.steps.evaluation.report_judge import judge_run, run_metrics
@@ -16,6 +15,7 @@ from gateway.eval_suite import DEFAULT_SUITE, load_suite, markdown_table, run_su
 from infra.llm.fakes import ScriptedLLM
 from infra.settings import Settings
 from infra.store.lancedb import LanceStore
+from tests.finished_run import RUN, make_run
 
 VERDICT = {"correctness": 4, "usefulness": 3, "scope": 5, "rationale": "Mostly supported, somewhat generic.",
            "unsupported_claims": ["Study 2 reports a finding on this requirement."]}

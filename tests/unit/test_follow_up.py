@@ -27,23 +27,11 @@ from infra.errors import ForageError
 from infra.llm.fakes import FunctionLLM
 from infra.settings import Settings
 from messages.plan import PlanRequest, ResearchQuery
+from tests.factories import page_pdf
 
 BROAD = "How fast do zebrafish fins regenerate, and how are their scales pigmented?"
 NARROW = "Narrower: how fast do zebrafish caudal fins regrow after amputation?"
 OUTSIDER = "Zorblax"  # only in the document another run stored
-
-
-def make_pdf(path: Path, title: str, paragraphs: list[str]) -> None:
-    import pymupdf
-
-    doc = pymupdf.open()
-    page = doc.new_page()
-    page.insert_text((72, 72), title, fontsize=16)
-    y = 110
-    for para in paragraphs:
-        page.insert_textbox(pymupdf.Rect(72, y, 520, y + 140), para, fontsize=10)
-        y += 150
-    doc.save(path)
 
 
 def brain(messages: list[dict[str, str]], schema: type) -> Any:
@@ -93,15 +81,15 @@ def embedder(minilm):
 def world(tmp_path: Path) -> dict[str, Path]:
     library = tmp_path / "library"
     library.mkdir()
-    make_pdf(library / "a_fins.pdf", "Fin regeneration after amputation",
+    page_pdf(library / "a_fins.pdf", "Fin regeneration after amputation",
              ["Abstract. Zebrafish regenerate their caudal fins after amputation within two weeks. " * 3,
               "Results. Fin regrowth reached 0.2 mm per day in treated fish. " * 3])
-    make_pdf(library / "b_scales.pdf", "Scale pigmentation of zebrafish",
+    page_pdf(library / "b_scales.pdf", "Scale pigmentation of zebrafish",
              ["Abstract. Pigment cells of adult zebrafish scales were counted under a microscope. " * 3,
               "Results. Melanophore density differed between the dorsal and ventral scales. " * 3])
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
-    make_pdf(elsewhere / "c_outsider.pdf", "Caudal fin regrowth after amputation",
+    page_pdf(elsewhere / "c_outsider.pdf", "Caudal fin regrowth after amputation",
              [f"Abstract. {OUTSIDER} zebrafish caudal fins regrow after amputation; regrowth speed is fast. " * 3])
     return {"runs": tmp_path / "runs", "store": tmp_path / "store", "library": library, "elsewhere": elsewhere}
 
@@ -182,7 +170,7 @@ def test_a_follow_up_starts_from_the_earlier_runs_documents_and_evidence(world, 
     hits = build_store(settings).bm25("caudal fin regrowth after amputation", 5)
     assert outsider in {h.chunk.doc_id for h in hits}  # an ordinary run would find the outsider
     # a new paper in the library after the earlier run: the follow-up may add it later, not in iteration 1
-    make_pdf(world["library"] / "d_new.pdf", "Fin rays", ["Abstract. Fin rays regrow from a blastema. " * 3])
+    page_pdf(world["library"] / "d_new.pdf", "Fin rays", ["Abstract. Fin rays regrow from a blastema. " * 3])
 
     state, emit, llm, requests = real_run(settings, "run-narrow", NARROW, embedder, from_run="run-broad")
 
@@ -214,7 +202,7 @@ def test_a_follow_up_starts_from_the_earlier_runs_documents_and_evidence(world, 
 def test_a_follow_up_adds_documents_to_its_scope_in_later_iterations(world, embedder) -> None:
     settings = settings_for(world)
     real_run(settings, "run-broad", BROAD, embedder)
-    make_pdf(world["library"] / "d_new.pdf", "Fin rays", ["Abstract. Fin rays regrow from a blastema. " * 3])
+    page_pdf(world["library"] / "d_new.pdf", "Fin rays", ["Abstract. Fin rays regrow from a blastema. " * 3])
     follow_settings = settings.updated(run={"max_iterations": 2})
     query = "Narrower: what does the blastema do when fin rays regrow?"  # only the new paper answers it
     state, emit, _, requests = real_run(follow_settings, "run-narrow", query, embedder, from_run="run-broad")

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import re
 from collections.abc import Sequence
 
@@ -33,28 +32,12 @@ from infra.store.base import ChunkFilter, ChunkRecord, DocumentRecord
 from messages.forage import ForageRequest
 from messages.plan import Requirement
 from messages.status import Stage
+from tests.factories import make_doc
+from tests.minilm import PRECISIONS, assert_clear_of, score_tolerance, shared_minilm
 
 RUN = "run-forage"
 REQ = Requirement(id="R1", text="How does chlorophyll convert absorbed light energy into chemical energy such as "
                                "ATP and NADPH?")
-
-Section = tuple[str, str, str]  # (section_path, section_kind, text)
-
-
-def make_doc(name: str, title: str, sections: Sequence[Section], **meta) -> tuple[DocumentRecord, list[ChunkRecord]]:
-    doc_id = hashlib.sha256(name.encode()).hexdigest()
-    markdown, chunks = "", []
-    for ordinal, (path, kind, text) in enumerate(sections):
-        start = len(markdown)
-        markdown += text + "\n\n"
-        chunks.append(ChunkRecord(chunk_id=f"{doc_id[:16]}:{ordinal}", doc_id=doc_id, ordinal=ordinal, text=text,
-                                  section_path=path, section_kind=kind, char_start=start, char_end=start + len(text),
-                                  token_count=len(text.split())))
-    paths = tuple(dict.fromkeys(p for p, _, _ in sections))
-    doc = DocumentRecord(doc_id=doc_id, key=f"file:/library/{name}.pdf", title=title, sections=paths,
-                         markdown=markdown, parser="hand-made", n_chunks=len(chunks), origin=f"{name}.pdf", **meta)
-    return doc, chunks
-
 
 PHOTO = make_doc("photo", "Light Reactions of Photosynthesis", [
     ("Introduction", "body", "Plants, algae and cyanobacteria depend on sunlight. This study examines how leaves "
@@ -1201,10 +1184,17 @@ def test_cpu_steps_hold_one_gate_place_up_to_each_llm_call_and_none_during_it(st
     assert decisions(cov) == decisions(alone) and cov.llm_calls == alone.llm_calls
 
 
-def test_the_store_signal_checks_a_passage_without_embedding_it(store, embedder):
+@pytest.mark.parametrize("precision", PRECISIONS)
+def test_the_store_signal_checks_a_passage_without_embedding_it(tmp_path, precision):
     """With the store's own score as the signal (the default with MiniLM and LanceDB), a check embeds nothing but
     the requirement: the passages' scores are read from their stored vectors. This store holds each chunk text's own
-    embedding (no context line, no windows), so the scores are the text signal's and so are the verdicts."""
+    embedding (no context line, no windows), so the scores are the text signal's and so are the verdicts. Under
+    either precision (the stored vectors come from batches padded otherwise than the check's, so the scores agree
+    within :func:`score_tolerance`, not to the bit); the passages sit clear of every floor by more than that, so no
+    verdict can flip on a host of the other kind."""
+    embedder = shared_minilm(precision)
+    store = filled_store(tmp_path / "store", embedder)
+    tolerance = score_tolerance(embedder)
     asked: list[str] = []
 
     class Counting:
@@ -1223,6 +1213,14 @@ def test_the_store_signal_checks_a_passage_without_embedding_it(store, embedder)
     via_text = forage(ForageStep(cfg, store, embedder, FunctionLLM(YesMan())))
 
     def verdicts(cov):
-        return {j.chunk_id: (j.tag, j.confirmed, round(j.relevance, 4)) for j in cov.judgements}
+        return {j.chunk_id: (j.tag, j.confirmed) for j in cov.judgements}
 
-    assert verdicts(via_store) == verdicts(via_text) and via_store.coverage == via_text.coverage
+    def scores(cov):
+        return {j.chunk_id: j.relevance for j in cov.judgements}
+
+    assert verdicts(via_store) == verdicts(via_text)
+    stored, fresh = scores(via_store), scores(via_text)
+    assert all(abs(stored[c] - fresh[c]) <= tolerance for c in fresh), (stored, fresh)
+    floors = [*cfg.similarity_floors("text"), cfg.answer_confirmation("text")]
+    assert_clear_of(fresh.values(), floors, tolerance)
+    assert via_store.coverage == pytest.approx(via_text.coverage, abs=tolerance)

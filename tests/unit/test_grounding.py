@@ -4,26 +4,25 @@ from __future__ import annotations
 
 import asyncio
 
-from test_write_step import (  # noqa: F401  (store and embedder are fixtures)
-    OVERVIEW,
-    R1,
-    R2,
-    R2_DRAFT,
-    A,
-    B,
-    draft,
-    embedder,
-    request,
-    section,
-    settings,
-    store,
-)
+import pytest
 
 from actors.steps.schemas import OverviewDraft, SectionDraft
 from actors.steps.write.step import WriteStep, check_citations
 from infra.errors import LLMOutputError
 from infra.llm.fakes import ScriptedLLM
 from messages.write import SectionSources, SourceRef
+from tests.leaves import OVERVIEW, R1, R2_DRAFT, draft, leaf_store, request, section, settings
+
+
+@pytest.fixture(scope="module")
+def embedder(minilm):
+    return minilm
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory, embedder):
+    """The three leaf papers (tests/leaves.py), read only."""
+    return leaf_store(tmp_path_factory.mktemp("leaves") / "store", embedder)
 
 
 def write(store, llm, **write_settings):

@@ -6,13 +6,22 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
+import pytest
+
 from actors.steps.ingest.step import IngestStep, TextDocument
 from infra.errors import StoreError
 from infra.settings import Settings
 from infra.store.lancedb import LanceStore
-from tests.loopback_ollama import LoopbackOllama
-from tests.unit.test_eval_ingest_text import ABSTRACT, TITLE, server  # noqa: F401
 from infra.embed.ollama import OllamaEmbedder
+from tests.factories import WHEAT_ABSTRACT as ABSTRACT
+from tests.factories import WHEAT_TEXT_TITLE as TITLE
+from tests.loopback_ollama import LoopbackOllama, nomic_ollama
+
+
+@pytest.fixture
+def server(monkeypatch: pytest.MonkeyPatch):
+    with nomic_ollama(monkeypatch) as srv:
+        yield srv
 
 
 class CountingStore(LanceStore):

@@ -7,7 +7,6 @@ import hashlib
 import os
 from pathlib import Path
 
-import pymupdf
 import pytest
 
 from actors.steps.events import RecordingEmit
@@ -23,36 +22,11 @@ from infra.store.lancedb import LanceStore
 from messages.ingest import IngestRequest
 from messages.search import Candidate
 from messages.status import Stage
+from tests.factories import WHEAT_SENTENCE, WHEAT_TITLE, wheat_pdf
 from tests.loopback_ollama import LoopbackOllama, closed_loopback_url, install_real_llm_guard
 
 NOMIC = "nomic-embed-text"
-TITLE = "Heat Stress in Wheat Crops"
-SENTENCE = "Heat stress reduces wheat yield through faster grain filling and lower photosynthesis. "
-
-
-def paper_html(extra: str = "") -> str:
-    para = SENTENCE * 8
-    return (f"<h1>{TITLE}</h1><p>Ada Lovelace, Alan Turing</p><h2>Abstract</h2><p>{para}</p>"
-            f"<h2>1 Introduction</h2><p>{para}</p><p>{para}{extra}</p><h2>2 Methods</h2><h3>2.1 Field trials</h3>"
-            f"<p>{para}</p><h2>References</h2><p>[1] A. Author. A paper about wheat. Journal of Crops, 2001.</p>"
-            "<p>[2] B. Author. Another paper. 2002.</p>")
-
-
-def make_pdf(path: Path, html: str) -> Path:
-    story = pymupdf.Story(html=html)
-    writer = pymupdf.DocumentWriter(str(path))
-    more = True
-    while more:
-        device = writer.begin_page(pymupdf.paper_rect("a4"))
-        more, _ = story.place(pymupdf.paper_rect("a4") + (50, 50, -50, -50))
-        story.draw(device)
-        writer.end_page()
-    writer.close()
-    doc = pymupdf.open(path)
-    doc.set_metadata({"title": TITLE, "author": "Ada Lovelace; Alan Turing", "creationDate": "D:20210304"})
-    doc.saveIncr()
-    doc.close()
-    return path
+TITLE, SENTENCE = WHEAT_TITLE, WHEAT_SENTENCE
 
 
 def summaries(emit: RecordingEmit) -> list:
@@ -114,7 +88,7 @@ def embedded_inputs(server: LoopbackOllama) -> list[str]:
 
 def test_stores_document_chunks_and_vectors(setup, server: LoopbackOllama, tmp_path: Path) -> None:
     step, store, parser, emit = setup
-    path = make_pdf(tmp_path / "wheat.pdf", paper_html())
+    path = wheat_pdf(tmp_path / "wheat.pdf")
     result = step.ingest(request(path))
 
     assert result.status == "stored" and result.reason is None
@@ -156,7 +130,7 @@ def test_stores_document_chunks_and_vectors(setup, server: LoopbackOllama, tmp_p
 def test_index_new_chunks_folds_the_batch_into_the_search_index_and_says_so(setup, tmp_path: Path,
                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
     step, store, _, emit = setup
-    result = step.ingest(request(make_pdf(tmp_path / "wheat.pdf", paper_html())))
+    result = step.ingest(request(wheat_pdf(tmp_path / "wheat.pdf")))
     assert store.unindexed_chunks() == result.n_chunks > 0  # BM25 flat-scans them until they are folded in
     assert step.index_new_chunks() == result.n_chunks
     assert store.unindexed_chunks() == 0
@@ -165,7 +139,7 @@ def test_index_new_chunks_folds_the_batch_into_the_search_index_and_says_so(setu
     assert step.index_new_chunks() == 0  # nothing new: no work, no event
     assert len([e for e in emit.events if e.kind == "indexed"]) == 1
 
-    step.ingest(request(make_pdf(tmp_path / "wheat2.pdf", paper_html(" Drought too."))))
+    step.ingest(request(wheat_pdf(tmp_path / "wheat2.pdf", " Drought too.")))
 
     def broken(*args: object, **kwargs: object) -> None:
         raise OSError("disk full")
@@ -180,7 +154,7 @@ def test_index_new_chunks_folds_the_batch_into_the_search_index_and_says_so(setu
 
 def test_same_file_again_is_skipped_without_parsing(setup, server: LoopbackOllama, tmp_path: Path) -> None:
     step, store, parser, emit = setup
-    path = make_pdf(tmp_path / "wheat.pdf", paper_html())
+    path = wheat_pdf(tmp_path / "wheat.pdf")
     first = step.ingest(request(path))
     embeds = len(embedded_inputs(server))
     again = step.ingest(request(path))
@@ -198,9 +172,9 @@ def test_same_file_again_is_skipped_without_parsing(setup, server: LoopbackOllam
 
 def test_changed_file_replaces_the_earlier_version(setup, tmp_path: Path) -> None:
     step, store, _, _ = setup
-    path = make_pdf(tmp_path / "wheat.pdf", paper_html())
+    path = wheat_pdf(tmp_path / "wheat.pdf")
     first = step.ingest(request(path))
-    make_pdf(path, paper_html(extra=" Drought makes it worse."))
+    wheat_pdf(path, " Drought makes it worse.")
     second = step.ingest(request(path))
     assert second.status == "stored" and second.doc_id != first.doc_id
     assert second.reason == f"replaces {first.doc_id[:16]} (file changed)"
@@ -211,7 +185,7 @@ def test_changed_file_replaces_the_earlier_version(setup, tmp_path: Path) -> Non
 
 def test_candidate_metadata_wins_over_parsed(setup, tmp_path: Path) -> None:
     step, store, _, _ = setup
-    path = make_pdf(tmp_path / "wheat.pdf", paper_html())
+    path = wheat_pdf(tmp_path / "wheat.pdf")
     result = step.ingest(request(path, key="doi:10.1/xyz", title="Official Title", authors=("K. Author",),
                                  year=2019, source="openalex"))
     doc = store.get_document(result.doc_id)
@@ -249,7 +223,7 @@ def test_embedder_down_is_a_retryable_failure(tmp_path: Path, monkeypatch: pytes
     settings = Settings.load(embed={"backend": "ollama"})
     store = LanceStore(tmp_path / "store", dim=768)
     step = IngestStep(settings, store, OllamaEmbedder(host=closed_loopback_url(), retries=0), PyMuPDFParser())
-    result = step.ingest(request(make_pdf(tmp_path / "wheat.pdf", paper_html())))
+    result = step.ingest(request(wheat_pdf(tmp_path / "wheat.pdf")))
     assert result.status == "failed" and result.retryable is True and "not reachable" in result.reason
     assert store.list_documents() == []
 
@@ -257,7 +231,7 @@ def test_embedder_down_is_a_retryable_failure(tmp_path: Path, monkeypatch: pytes
 def test_a_crashing_parser_does_not_raise(tmp_path: Path, server: LoopbackOllama) -> None:
     step = IngestStep(Settings.load(embed={"backend": "ollama"}), LanceStore(tmp_path / "s", dim=768),
                       OllamaEmbedder(host=server.url), ExplodingParser())
-    result = step.ingest(request(make_pdf(tmp_path / "wheat.pdf", paper_html())))
+    result = step.ingest(request(wheat_pdf(tmp_path / "wheat.pdf")))
     assert result.status == "failed" and "RuntimeError" in result.reason and "boom" in result.reason
 
 
@@ -310,7 +284,7 @@ def stored(store: LanceStore) -> tuple:
 
 def test_the_cache_serves_another_store_without_parsing_or_embedding(server: LoopbackOllama, tmp_path: Path) -> None:
     cache = tmp_path / "cache"
-    path = make_pdf(tmp_path / "wheat.pdf", paper_html())
+    path = wheat_pdf(tmp_path / "wheat.pdf")
     first, store_a, parser_a, emit_a = cached_step(tmp_path, server, "a", cache)
     r1 = first.ingest(request(path))
     assert r1.status == "stored" and parser_a.calls == 1
@@ -339,10 +313,10 @@ def test_the_cache_serves_another_store_without_parsing_or_embedding(server: Loo
 def test_a_changed_file_or_chunking_misses_and_a_damaged_entry_is_parsed_again(server: LoopbackOllama,
                                                                                tmp_path: Path) -> None:
     cache = tmp_path / "cache"
-    path = make_pdf(tmp_path / "wheat.pdf", paper_html())
+    path = wheat_pdf(tmp_path / "wheat.pdf")
     step, _, parser, _ = cached_step(tmp_path, server, "a", cache)
     step.ingest(request(path))
-    changed = make_pdf(tmp_path / "wheat2.pdf", paper_html(extra=" Drought makes it worse."))
+    changed = wheat_pdf(tmp_path / "wheat2.pdf", " Drought makes it worse.")
     step2, _, parser2, _ = cached_step(tmp_path, server, "b", cache)
     before = len(embedded_inputs(server))
     assert step2.ingest(request(changed)).status == "stored"

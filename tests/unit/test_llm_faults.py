@@ -12,100 +12,18 @@ requirement when the server is down).
 from __future__ import annotations
 
 import asyncio
-import hashlib
-import json
-import threading
 import time
-from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from infra.errors import LLMUnavailable
-from infra.llm.ollama import OllamaLLM
 from infra.settings import Settings
 from messages.forage import ForageRequest
 from messages.plan import Requirement, ResearchQuery
-from tests.loopback_ollama import (
-    Behaviour, LoopbackOllama, answer, empty, hang, http_error, invalid_json, thinking, truncated,
-)
-from tests.unit.test_forget import brain, make_pdf
-
-MODEL = "qwen2.5:7b-instruct"
-TIMEOUT_S = 1.0
-SLOW_S = 0.3  # well inside the timeout
-
-
-def _wrong_enum(good: dict[str, Any]) -> str:
-    bad = json.loads(json.dumps(good))
-    if "verdicts" in bad and bad["verdicts"]:
-        bad["verdicts"] = [{**v, "tag": "maybe"} for v in bad["verdicts"]]
-    elif "tag" in bad:
-        bad["tag"] = "maybe"
-    else:
-        bad = {"requirements": "not a list", "kind": "maybe"}
-    return json.dumps(bad)
-
-
-# scenario -> what the server does on attempts 1, 2, ... of one logical call (then: the right answer)
-FAULTS: dict[str, Callable[[dict[str, Any]], list[Behaviour]]] = {
-    "http_500": lambda good: [http_error(500)],
-    "hang": lambda good: [hang()],
-    "slow": lambda good: [answer(good, delay_s=SLOW_S)],
-    "invalid_json": lambda good: [invalid_json()],
-    "truncated": lambda good: [truncated(json.dumps(good)[: max(2, len(json.dumps(good)) // 2)])],
-    "think": lambda good: [thinking(good, "Let me reason about the passages first. {not json}")],
-    "wrong_enum": lambda good: [answer(_wrong_enum(good))],
-    "empty": lambda good: [empty()],
-    # not recoverable within one call's retries (max_retries=2: three attempts)
-    "always_invalid": lambda good: [invalid_json()] * 3,
-    "always_hang": lambda good: [hang()] * 3,
-    "always_500": lambda good: [http_error(500)] * 3,
-}
-RECOVERABLE = ["http_500", "hang", "slow", "invalid_json", "truncated", "think", "wrong_enum", "empty"]
-
-
-class ChaosOllama(LoopbackOllama):
-    """A loopback Ollama whose answer to each request is computed: the test brain's correct answer,
-    after the faults of the scenario ``choose`` picks for the request's logical call."""
-
-    def __init__(self, choose: Callable[[int, list[dict[str, str]]], str], **kw: Any) -> None:
-        super().__init__(**kw)
-        self.choose = choose
-        self.calls: dict[str, tuple[str, int]] = {}  # logical call -> (scenario, attempts so far)
-        self.seen: list[tuple[str, str]] = []  # (scenario, behaviour kind) per chat request
-        self._current = threading.local()
-        self._chaos_lock = threading.Lock()
-
-    def _record(self, request: Any) -> None:
-        super()._record(request)
-        self._current.body = request.body
-
-    def _pop(self, endpoint: str) -> Behaviour | None:
-        queued = super()._pop(endpoint)
-        if queued is not None or endpoint != "chat":
-            return queued
-        body = self._current.body
-        messages = body.get("messages", [])
-        schema_name = (body.get("format") or {}).get("title", "")
-        key = hashlib.sha256(json.dumps(messages[:2], sort_keys=True).encode()).hexdigest()
-        with self._chaos_lock:
-            scenario, attempts = self.calls.get(key, (self.choose(len(self.calls), messages), 0))
-            self.calls[key] = (scenario, attempts + 1)
-        schema = type(schema_name, (), {})
-        good = asyncio.run(brain(messages, schema))
-        faults = FAULTS[scenario](good) if scenario in FAULTS else []
-        behaviour = faults[attempts] if attempts < len(faults) else answer(good)
-        with self._chaos_lock:
-            self.seen.append((scenario, "fault" if attempts < len(faults) else "good"))
-        return behaviour
-
-
-def llm_for(server: LoopbackOllama) -> OllamaLLM:
-    return OllamaLLM(host=server.url, model=MODEL, timeout_s=TIMEOUT_S, max_retries=2, backoff_s=0.01,
-                     backoff_max_s=0.05)
-
+from tests.chaos_ollama import FAULTS, MODEL, RECOVERABLE, TIMEOUT_S, ChaosOllama, llm_for
+from tests.factories import page_pdf
+from tests.loopback_ollama import LoopbackOllama
 
 # -- the planner ------------------------------------------------------------------------------------
 
@@ -159,10 +77,10 @@ def library_store(tmp_path_factory) -> tuple[Settings, Any]:
     from messages.search import Candidate
 
     tmp = tmp_path_factory.mktemp("faults")
-    make_pdf(tmp / "fins.pdf", "Fin regeneration under treatment",
+    page_pdf(tmp / "fins.pdf", "Fin regeneration under treatment",
              ["Abstract. Zebrafish regenerate their caudal fins after amputation within two weeks. " * 3,
               "Methods. Fish were treated with a drug and regrowth of the fin was measured daily. " * 3])
-    make_pdf(tmp / "scales.pdf", "Scale pigmentation of zebrafish",
+    page_pdf(tmp / "scales.pdf", "Scale pigmentation of zebrafish",
              ["Abstract. Pigment cells of adult zebrafish scales were counted under a microscope. " * 3,
               "Results. Melanophore density differed between the dorsal and ventral scales. " * 3])
     settings = Settings.load("quick").updated(store={"path": tmp / "store"}, embed={"backend": "minilm"},

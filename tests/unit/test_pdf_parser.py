@@ -11,6 +11,7 @@ from infra.errors import PDFError
 from infra.pdf import build_parser
 from infra.pdf.pymupdf import PyMuPDFParser, _page_markdown, _pick_year, _running_keys
 from infra.settings import Settings
+from tests.factories import html_pdf
 
 SENTENCE = "Heat stress reduces wheat yield through faster grain filling and lower photosynthesis. "
 PARA = SENTENCE * 6
@@ -24,23 +25,8 @@ PAPER_HTML = (
 
 
 def make_pdf(path: Path, html: str = PAPER_HTML, *, repeat: int = 1, metadata: dict | None = None) -> Path:
-    """Lay ``html`` (``repeat`` times) out on A4 pages with pymupdf's Story engine."""
-    story = pymupdf.Story(html=html * repeat)
-    writer = pymupdf.DocumentWriter(str(path))
-    mediabox = pymupdf.paper_rect("a4")
-    more = True
-    while more:
-        device = writer.begin_page(mediabox)
-        more, _ = story.place(mediabox + (50, 50, -50, -50))
-        story.draw(device)
-        writer.end_page()
-    writer.close()
-    if metadata:
-        doc = pymupdf.open(path)
-        doc.set_metadata(metadata)
-        doc.saveIncr()
-        doc.close()
-    return path
+    """The module's paper (or ``html``) as a PDF (tests/factories.py)."""
+    return html_pdf(path, html, repeat=repeat, metadata=metadata)
 
 
 @pytest.fixture(scope="module")

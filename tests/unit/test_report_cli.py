@@ -6,13 +6,13 @@ import json
 import shutil
 
 import pytest
-from finished_run import RUN, make_run
 from typer.testing import CliRunner
 
 from actors.steps.run.rundir import RunDir
 from actors.steps.tools.verify import verify_run
 from gateway.cli import app
 from infra.store.lancedb import LanceStore
+from tests.finished_run import RUN, make_run
 
 runner = CliRunner()
 

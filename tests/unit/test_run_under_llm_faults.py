@@ -33,8 +33,9 @@ from infra.llm.base import ChatMessage
 from infra.llm.ollama import OllamaLLM
 from infra.settings import Settings
 from messages.plan import PlanRequest, ResearchQuery
-from tests.unit.test_forget import QUERY_CANARY, SCALES_REQUIREMENT, brain, make_pdf
-from tests.unit.test_llm_faults import FAULTS, MODEL, RECOVERABLE, ChaosOllama, llm_for
+from tests.chaos_ollama import FAULTS, MODEL, RECOVERABLE, ChaosOllama, llm_for
+from tests.factories import page_pdf
+from tests.zebrafish import QUERY_CANARY, SCALES_REQUIREMENT, brain
 
 # slow (whole suite only): a whole run on real PDFs and MiniLM under every LLM fault, ~8 s
 pytestmark = pytest.mark.slow
@@ -56,10 +57,10 @@ FORAGE_SCHEMAS = {"BatchVerdict", "DeepDiveBatchVerdict", "ChunkVerdict", "DeepD
 def world(root: Path) -> Settings:
     library = root / "library"
     library.mkdir()
-    make_pdf(library / "fins.pdf", "Fin regeneration under treatment",
+    page_pdf(library / "fins.pdf", "Fin regeneration under treatment",
              ["Abstract. Zebrafish regenerate their caudal fins after amputation within two weeks. " * 3,
               "Results. Fish treated with a drug showed slower regrowth of the fin, measured daily. " * 3])
-    make_pdf(library / "scales.pdf", "Scale pigmentation of zebrafish",
+    page_pdf(library / "scales.pdf", "Scale pigmentation of zebrafish",
              ["Abstract. Pigment cells of adult zebrafish scales were counted under a microscope. " * 3,
               "Results. Melanophore density differed between the dorsal and ventral scales. " * 3])
     return Settings.load("quick").updated(

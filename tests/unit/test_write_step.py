@@ -14,76 +14,15 @@ from actors.steps.text import collapse_loop, plausible, trim_cut
 from actors.steps.write.step import NO_EVIDENCE, NO_MECHANISM, WriteStep, check_citations, first_sentence, harvard, query_title
 from infra.errors import LLMOutputError, LLMTimeout
 from infra.llm.fakes import FunctionLLM, ScriptedLLM
-from infra.settings import Settings
-from infra.store.base import ChunkRecord, DocumentRecord
 from messages.forage import Evidence, RequirementCoverage
-from messages.plan import Requirement, ResearchQuery
+from messages.plan import Requirement
 from messages.status import Stage
-from messages.write import SourceRef, WriteRequest
-
-RUN = "run-write"
-QUERY = ResearchQuery(run_id=RUN, text="How do plants turn sunlight into chemical energy?")
-
-
-def make_doc(name: str, title: str, texts: list[tuple[str, str]], **meta) -> tuple[DocumentRecord, list[ChunkRecord]]:
-    doc_id = hashlib.sha256(name.encode()).hexdigest()
-    markdown, chunks = "", []
-    for ordinal, (path, text) in enumerate(texts):
-        start = len(markdown)
-        markdown += text + "\n\n"
-        chunks.append(ChunkRecord(chunk_id=f"{doc_id[:16]}:{ordinal}", doc_id=doc_id, ordinal=ordinal, text=text,
-                                  section_path=path, char_start=start, char_end=start + len(text),
-                                  token_count=len(text.split())))
-    doc = DocumentRecord(doc_id=doc_id, key=f"file:/library/{name}.pdf", title=title,
-                         sections=tuple(dict.fromkeys(p for p, _ in texts)), markdown=markdown, parser="hand-made",
-                         n_chunks=len(chunks), **meta)
-    return doc, chunks
-
-
-A = make_doc("a", "Light Reactions of Photosynthesis", [
-    ("Introduction", "Plants depend on sunlight. This study examines how leaves use it."),
-    ("Results > Light capture", ("## Light capture\nChlorophyll in photosystem II absorbs photons. The light "
-                                 "reactions split water and produce ATP and NADPH.")),
-], authors=("Ada Lovelace", "Alan Turing"), year=2020, origin="a.pdf")
-B = make_doc("b", "Notes on [Leaf] *Energy*", [
-    ("Body", ("Leaves of sun-exposed plants hold more chlorophyll per area than shade leaves do, which "
-              "increases the share of absorbed light that ends up as chemical energy in the Calvin cycle and "
-              "beyond; the effect was strongest in young leaves measured at noon in midsummer under clear sky "
-              "conditions.")),
-])
-C = make_doc("c", "The Calvin Cycle", [
-    ("Results", "The Calvin cycle uses ATP and NADPH to fix carbon dioxide into sugars."),
-], authors=("Melvin Calvin",), year=1950, origin="doi:10.1000/calvin")
-
-R1 = Requirement(id="R1", text="How does chlorophyll capture light energy?")
-R2 = Requirement(id="R2", text="How is the captured energy stored in sugars?")
-R3 = Requirement(id="R3", text="Which leaf pigments besides chlorophyll matter?")
-R4 = Requirement(id="R4", text="How fast do leaves adapt to shade?")
-
-
-def ev(doc, tag: str, motive: str, *ordinals: int) -> Evidence:
-    record, chunks = doc
-    return Evidence(doc_id=record.doc_id, title=record.title, tag=tag, motive=motive, summary=f"About {record.title}.",
-                    chunk_ids=tuple(chunks[o].chunk_id for o in ordinals))
-
-
-def coverages() -> tuple[RequirementCoverage, ...]:
-    return (
-        RequirementCoverage(run_id=RUN, requirement=R1, iteration=2, coverage=1.0, evidence=(
-            ev(A, "answers", "Photosystem II absorbs photons and splits water.", 1),
-            ev(B, "interesting", "Sun leaves hold more chlorophyll.", 0))),
-        RequirementCoverage(run_id=RUN, requirement=R2, iteration=2, coverage=1.0, evidence=(
-            ev(C, "answers", "The Calvin cycle fixes carbon with ATP and NADPH.", 0),
-            ev(A, "answers", "ATP and NADPH come from the light reactions.", 1, 0))),
-        RequirementCoverage(run_id=RUN, requirement=R3, iteration=2, coverage=0.0),
-        RequirementCoverage(run_id=RUN, requirement=R4, iteration=2, status="failed", coverage=0.0,
-                            error="RuntimeError: forager died"),
-    )
-
-
-def request(covs=None) -> WriteRequest:
-    return WriteRequest(run_id=RUN, query=QUERY, coverages=covs if covs is not None else coverages(), iterations=2)
-
+from messages.write import SourceRef
+from tests.factories import make_doc
+from tests.leaves import (
+    OVERVIEW, R1, R2, R2_DRAFT, R3, R4, RUN, A, B, C, draft, ev, leaf_store, request, section,
+    settings,
+)
 
 @pytest.fixture(scope="module")
 def embedder(minilm):
@@ -93,37 +32,12 @@ def embedder(minilm):
 @pytest.fixture(scope="module")
 def store(tmp_path_factory, embedder):
     """One store for the module: the Writer only reads it."""
-    from infra.store.lancedb import LanceStore
-
-    s = LanceStore(tmp_path_factory.mktemp("write") / "store", dim=384)
-    for record, chunks in (A, B, C):
-        s.upsert_document(record, chunks, embedder.embed([c.text for c in chunks]))
-    return s
-
-
-def settings(**write) -> Settings:
-    """Without regeneration, comparison and charts unless asked: the tests below script one draft per section."""
-    return Settings.load().updated(write={"regenerate_sections": False, "comparison": False, "charts": False,
-                                          **write})
-
-
-OVERVIEW = OverviewDraft(title="Photosynthetic Energy Capture",
-                         overview="Plants capture light with chlorophyll and store it in sugars [4].")
-
-
-def draft(mechanism: str, evidence: list[tuple[str, list[int]]], mechanism_sources=()) -> SectionDraft:
-    return SectionDraft(mechanism=mechanism, mechanism_sources=list(mechanism_sources),
-                        evidence=[{"sentence": s, "sources": n} for s, n in evidence])
+    return leaf_store(tmp_path_factory.mktemp("write") / "store", embedder)
 
 
 def write(store, llm, covs=None, emit=None, settings=None):
     step = WriteStep(settings or globals()["settings"](), store, llm, **({"emit": emit} if emit else {}))
     return asyncio.run(step.write(request(covs)))
-
-
-def section(markdown: str, heading: str) -> str:
-    part = markdown.split(f"## {heading}\n", 1)[1]
-    return part.split("\n## ", 1)[0]
 
 
 def test_report_structure_and_numbering(store):
@@ -425,7 +339,6 @@ LONG = ("Bleeding-edge measurements in sun leaves showed that chlorophyll conten
         "the antenna complexes and the efficiency of non-photochemical quenching all changed with the light "
         "climate of the canopy, especially in young leaves measured at noon during midsummer under clear skies "
         "and hemosiderin")
-R2_DRAFT = draft("Sugars store the energy of ATP and NADPH", [("The Calvin cycle fixes carbon", [1])])
 
 
 def test_plausible_sentences():

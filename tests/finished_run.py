@@ -13,8 +13,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from test_write_step import A, B, C, QUERY, coverages
-
 from actors.orchestrator import Orchestrator
 from actors.steps.events import RecordingEmit
 from actors.steps.write.step import WriteStep
@@ -24,6 +22,7 @@ from messages import (
     ForageRequest, IngestRequest, IngestResult, Report, RequirementCoverage, RequirementsPlan, SearchRequest,
     SearchResults, WriteRequest,
 )
+from tests.leaves import QUERY, A, B, C, coverages
 
 RUN = "20260101-000000-feedfacecafebeef"
 
