@@ -19,7 +19,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from actors.steps.evaluation.runs import load_run_suite  # noqa: E402
-from gateway.eval_runs import COLUMNS, run_suite_runs, table_rows, totals_lines  # noqa: E402
+from gateway.eval_runs import columns, run_suite_runs, table_rows, totals_lines  # noqa: E402
 from infra.settings import Settings, settings_for_run  # noqa: E402
 
 
@@ -39,7 +39,7 @@ def main() -> None:
                                 runs_dir=args.runs_dir, offline=True)
     result = run_suite_runs(settings, suite, plan_only=args.plan_only, limit=args.limit,
                             progress=lambda i, n, q: print(f"{i}/{n} {q}", file=sys.stderr, flush=True))
-    print("\t".join(COLUMNS))
+    print("\t".join(columns(result)))
     for cells in table_rows(result):
         print("\t".join(cells))
     print()

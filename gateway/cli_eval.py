@@ -171,7 +171,7 @@ def eval_runs(
     accepted as with --yes) and score it from the run's own records, without an LLM: requirement fidelity,
     answering files read in iteration 1 and cited, coverage, false coverage, iterations, LLM calls, wall time."""
     from actors.steps.evaluation.runs import load_run_suite
-    from gateway.eval_runs import COLUMNS, run_suite_runs, table_rows, totals_lines
+    from gateway.eval_runs import columns, run_suite_runs, table_rows, totals_lines
 
     try:
         suite = load_run_suite(suite_file)
@@ -194,12 +194,12 @@ def eval_runs(
     table = Table(title=f"runs: {len(result['rows'])} queries · {settings.llm.backend}"
                         f"{' ' + settings.llm.model if settings.llm.backend != 'embedded' else ''}"
                         f" · {settings.preset}{' · plan only' if plan_only else ''}")
-    for col in COLUMNS:
+    for col in columns(result):
         table.add_column(col, max_width=40 if col == "query" else None, justify="left" if col in (
             "query", "stop") else "right")
     for cells in table_rows(result):
         table.add_row(*cells)
-    base.console.print(table)
+    base.console.print(table, width=max(base.console.width, 160))  # a full line per query, also into a file
     summary = Table(title="totals", show_header=False)
     summary.add_column("figure")
     summary.add_column("value", justify="right")

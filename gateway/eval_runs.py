@@ -26,6 +26,7 @@ from infra.settings import Settings
 
 COLUMNS = ("query", "ans", "questions", "not needs", "read 1st", "cited recall", "cited prec", "coverage",
            "false cov", "iters", "idle iters", "stop", "LLM calls", "wall s")
+PLAN_COLUMNS = ("query", "ans", "questions", "not needs", "read 1st", "wall s")  # --plan-only: what planning shows
 
 
 @contextmanager
@@ -113,21 +114,28 @@ def _fig(value: Any) -> str:
     return str(value)
 
 
+def columns(result: dict[str, Any]) -> tuple[str, ...]:
+    return PLAN_COLUMNS if result["plan_only"] else COLUMNS
+
+
 def table_rows(result: dict[str, Any]) -> list[list[str]]:
-    """One line of cells (:data:`COLUMNS`) per query."""
+    """One line of cells (:func:`columns`) per query."""
     out = []
     for r in result["rows"]:
         if "fidelity" not in r:
             out.append([r["query"], _fig(r["answerable"]), "failed: " + r.get("error", "")[:60]]
                        + [""] * (len(COLUMNS) - 3))
             continue
-        f = r["fidelity"]
+        f = r["fidelity"]  # a full line of COLUMNS; --plan-only keeps its PLAN_COLUMNS below
         out.append([r["query"], _fig(r["answerable"]), f"{f['questions_kept']}/{f['questions']}",
                     f"{len(f['not_needs'])}/{f['requirements']}", _fig(r["answering_read_first"]),
                     _fig(r["cited_recall"]), _fig(r["cited_precision"]), _fig(r["mean_coverage"]),
                     _fig(r["false_coverage"]), _fig(r["iterations"] if r["iterations"] else None),
                     _fig(r["iterations_nothing_new"] if r["iterations"] else None),
                     (r["stop_reason"] or "—")[:50], _fig(r["llm_calls"]), _fig(r["wall_s"])])
+    if result["plan_only"]:
+        keep = [COLUMNS.index(c) for c in PLAN_COLUMNS]
+        out = [[cells[i] for i in keep] for cells in out]
     return out
 
 
@@ -137,6 +145,7 @@ TOTAL_LABELS = {
     "queries_every_question_kept": "queries with every question kept",
     "requirements": "requirements", "status_or_meta_requirements": "status or meta requirements",
     "off_query_requirements": "off-query requirements", "replanned_requirements": "re-planned requirements",
+    "runs_with_fallbacks": "runs where a step fell back (run.json degraded)",
     "answering_read_first": "answering files read in iteration 1 (mean share)",
     "queries_all_answering_read_first": "answerable queries with all answering files read in iteration 1",
     "cited_recall": "answering files cited (mean recall)",

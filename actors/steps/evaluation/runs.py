@@ -330,6 +330,7 @@ def score_run(run_dir: Path, query: SuiteQuery, *, wall_s: float | None = None,
         "run_id": state.run_id, "status": state.status,
         "requirements": [{"id": r.id, "text": r.text} for r in reqs],
         "replanned": sum(len(rep.added) for rep in state.replans),
+        "degraded": list(state.degraded),  # steps that fell back (a plan made without the model's requirements)
         "fidelity": fidelity(query.query, [(r.id, r.text) for r in reqs]),
     }
     reads = files_read(read_events(run_dir / "events.jsonl"))
@@ -400,6 +401,7 @@ def totals(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
         "status_or_meta_requirements": sum(f["status_or_meta"] for f in fid),
         "off_query_requirements": sum(f["off_query"] for f in fid),
         "replanned_requirements": sum(r["replanned"] for r in scored),
+        "runs_with_fallbacks": sum(1 for r in scored if r["degraded"]),
         "answering_read_first": _mean(first),
         "queries_all_answering_read_first": _ratio(sum(1 for v in first if v == 1.0), len(first)),
         "cited_recall": _mean(recall),
