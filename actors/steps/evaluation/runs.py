@@ -186,7 +186,8 @@ _META = re.compile(
     r"|\brequirements?\s+(?:to|is|are)\b|\bthe\s+(?:query|researcher|user|report\s+(?:must|should|will))\b"
     r"|\bresearch\s+question\b|\bliterature\s+search\b|\b(?:find|search\s+for|look\s+for|read)\s+(?:the\s+)?"
     r"(?:papers|studies|literature|articles|sources)\b|\bthe\s+(?:model|assistant)\s+(?:named|found|should)\b"
-    r"|\bmissing\s+dimensions?\b|\bsource[_ ]diversity\b", re.IGNORECASE)
+    r"|\bmissing\s+dimensions?\b|\bsource[_ ]diversity\b|^\s*the\s+(?:question|answer)\s+is\b"
+    r"|\b(?:list|summary|summari[sz]e)\s+of\s+(?:the\s+)?(?:query|\d+\s+requirements)\b", re.IGNORECASE)
 
 
 def not_a_need(requirement: str, query: str) -> str:
