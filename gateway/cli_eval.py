@@ -1,5 +1,6 @@
-"""`forage eval report RUN --judge MODEL`, `forage eval suite [FILE.yaml]` (see gateway/eval_suite.py) and
-`forage eval evidence --beir DIR` (actors/steps/evaluation/evidence.py)."""
+"""`forage eval report RUN --judge MODEL`, `forage eval suite [FILE.yaml]` (see gateway/eval_suite.py),
+`forage eval evidence --beir DIR` (actors/steps/evaluation/evidence.py) and `forage eval runs SUITE.yaml`
+(gateway/eval_runs.py)."""
 
 from __future__ import annotations
 
@@ -153,7 +154,68 @@ def show_evidence(results: dict) -> None:
     base.console.print(table)
 
 
+def eval_runs(
+    suite_file: Annotated[Path, typer.Argument(help="Run suite YAML: library (folder, or list of folders) and "
+                                                    "queries, each with the file names that answer it.")],
+    preset: Annotated[str | None, typer.Option(help="quick / standard / deep.")] = None,
+    llm: Annotated[str, typer.Option(help="LLM backend: embedded, ollama or openai.")] = "embedded",
+    model: Annotated[str | None, typer.Option(help="Model name (Ollama, or the served model id).")] = None,
+    out: Annotated[Path | None, typer.Option(help="Write every query's scores and the totals as JSON.")] = None,
+    limit: Annotated[int | None, typer.Option(min=1, help="Only the first N queries.")] = None,
+    plan_only: Annotated[bool, typer.Option("--plan-only", help="Stop each query after planning: score its "
+                                            "requirements and the files its first iteration would read.")] = False,
+    runs_dir: Annotated[Path | None, typer.Option(help="Where runs/<run_id>/ go.")] = None,
+    store: Annotated[Path | None, typer.Option(help="LanceDB store folder.")] = None,
+) -> None:
+    """Run each query of a suite end to end (plan, loop, report; offline over the suite's library, requirements
+    accepted as with --yes) and score it from the run's own records, without an LLM: requirement fidelity,
+    answering files read in iteration 1 and cited, coverage, false coverage, iterations, LLM calls, wall time."""
+    from actors.steps.evaluation.runs import load_run_suite
+    from gateway.eval_runs import columns, run_suite_runs, table_rows, totals_lines
+
+    try:
+        suite = load_run_suite(suite_file)
+        settings = base.run_settings(preset, None, llm, model, runs_dir, store, offline=True)  # type: ignore[arg-type]
+    except (ForageError, ValueError) as exc:
+        base.err.print(f"[red]error:[/red] {base.one_line(exc)}")
+        raise typer.Exit(2) from None
+
+    def progress(i: int, n: int, query: str) -> None:
+        base.err.print(f"[bold]{i}/{n}[/bold] {query}", highlight=False)
+
+    def scored(row: dict) -> None:
+        if "fidelity" not in row:
+            base.err.print(f"[red]failed:[/red] {row.get('error')}", highlight=False, markup=False)
+            return
+        reqs = "; ".join(f"{r['id']}: {r['text']}" for r in row["requirements"])
+        base.err.print(f"[dim]{reqs}[/dim]", highlight=False)
+
+    result = run_suite_runs(settings, suite, plan_only=plan_only, limit=limit, progress=progress, scored=scored)
+    table = Table(title=f"runs: {len(result['rows'])} queries · {settings.llm.backend}"
+                        f"{' ' + settings.llm.model if settings.llm.backend != 'embedded' else ''}"
+                        f" · {settings.preset}{' · plan only' if plan_only else ''}")
+    for col in columns(result):
+        table.add_column(col, max_width=40 if col == "query" else None, justify="left" if col in (
+            "query", "stop") else "right")
+    for cells in table_rows(result):
+        table.add_row(*cells)
+    base.console.print(table, width=max(base.console.width, 160))  # a full line per query, also into a file
+    summary = Table(title="totals", show_header=False)
+    summary.add_column("figure")
+    summary.add_column("value", justify="right")
+    for label, value in totals_lines(result):
+        summary.add_row(label, value)
+    base.console.print(summary)
+    if out is not None:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(result, indent=2, ensure_ascii=False, default=str) + "\n", encoding="utf-8")
+        base.console.print(f"results: {out}")
+    if result["totals"]["failed"]:
+        raise typer.Exit(1)
+
+
 def register(app: typer.Typer) -> None:
     base.eval_app.command("report")(eval_report)
     base.eval_app.command("suite")(eval_suite)
     base.eval_app.command("evidence")(eval_evidence)
+    base.eval_app.command("runs")(eval_runs)
