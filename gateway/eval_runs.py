@@ -22,7 +22,12 @@ from pathlib import Path
 from typing import Any
 
 from actors.steps.evaluation.runs import RunSuite, library_names, score_run, totals
+from actors.steps.search.library import LibrarySearch
+from gateway.eval_suite import research_run
+from gateway.session import ResearchSession
 from infra.settings import Settings
+from messages.run_state import RunState
+from messages.search import SearchRequest
 
 COLUMNS = ("query", "ans", "questions", "not needs", "read 1st", "cited recall", "cited prec", "coverage",
            "false cov", "iters", "idle iters", "stop", "LLM calls", "wall s")
@@ -44,8 +49,6 @@ def suite_library(suite: RunSuite) -> Iterator[Path]:
 
 def plan_query(settings: Settings, query: str, llm: Any | None = None) -> Path:
     """Only the planning of ``query`` (a run left awaiting approval); returns its run folder."""
-    from gateway.session import ResearchSession
-
     session = ResearchSession(settings, llm=llm, quiet=True)
     try:
         session.plan(query)
@@ -56,9 +59,6 @@ def plan_query(settings: Settings, query: str, llm: Any | None = None) -> Path:
 
 def first_batch(settings: Settings, run_dir: Path, searcher: Any) -> list[str]:
     """The file names the library Searcher offers first for the run's proposed requirements."""
-    from messages.run_state import RunState
-    from messages.search import SearchRequest
-
     state = RunState.load(run_dir / "run.json")
     assert state is not None
     request = SearchRequest(run_id=state.run_id, iteration=1, query=state.query or "",
@@ -74,9 +74,6 @@ def run_suite_runs(settings: Settings, suite: RunSuite, *, plan_only: bool = Fal
     """Every query of ``suite`` (the first ``limit``), offline over its library; {"rows", "totals", "settings"}.
     ``llm``: the model handed to the runs (tests); None for the one ``settings`` names. A query that fails is a
     row with its error, not the end of the suite."""
-    from actors.steps.search.library import LibrarySearch
-    from gateway.eval_suite import research_run
-
     queries = suite.queries[:limit] if limit else suite.queries
     rows: list[dict[str, Any]] = []
     with suite_library(suite) as library:
