@@ -159,6 +159,18 @@ class _Prepared:
         return (self.doc, self.chunks, vectors[:n], windows)
 
 
+@dataclass(frozen=True)
+class CheckedFile:
+    """A candidate's file that may be parsed: found, under the size limit, not stored yet (``previous``: the
+    document stored under the same key before, which this one replaces)."""
+
+    request: IngestRequest
+    path: Path
+    doc_id: str
+    started: float
+    previous: DocumentRecord | None
+
+
 class IngestStep:
     """Parse (PDFs) or take text, chunk, embed and store documents; report what happened to each."""
 
@@ -211,6 +223,25 @@ class IngestStep:
         return result
 
     def _ingest(self, request: IngestRequest, started: float, timings: dict[str, float]) -> IngestResult:
+        checked = self.check_file(request, started)
+        if isinstance(checked, IngestResult):
+            return checked
+        t = perf_counter()
+        if self.cache is not None:
+            parsed, cached = self.cache.parse(self.parser, checked.path, checked.doc_id)
+            timings["parse_cached"] = float(cached)
+        else:
+            parsed = self.parser.parse(checked.path)  # type: ignore[union-attr]  # check_file made sure
+        timings["parse_s"] = perf_counter() - t
+        [(result, own)] = self.store_parsed([(checked, parsed)], report=False)
+        timings.update(own)
+        return result
+
+    def check_file(self, request: IngestRequest, started: float | None = None) -> CheckedFile | IngestResult:
+        """What must hold before a candidate's file is parsed: a parser, a readable file under the size limit;
+        its content hash (the doc_id). An IngestResult instead when the file is already stored ('skipped').
+        PDFError / ForageError when the file cannot be ingested."""
+        started = perf_counter() if started is None else started
         candidate = request.candidate
         if not candidate.path:
             raise PDFError(f"{candidate.key}: no local file to ingest (candidate has only "
@@ -233,27 +264,50 @@ class IngestStep:
             raise PDFError(f"{path}: is a folder, not a file", retryable=False) from None
         except OSError as exc:
             raise ForageError(f"{path.name}: cannot read the file: {exc}", retryable=True) from exc
-
         known = self._known(request.run_id, candidate.key, str(path), doc_id, started)
         if known is not None:
             return known
-        previous = self.store.document_by_key(candidate.key)
+        return CheckedFile(request, path, doc_id, started, self.store.document_by_key(candidate.key))
 
-        t = perf_counter()
-        if self.cache is not None:
-            parsed, cached = self.cache.parse(self.parser, path, doc_id)
-            timings["parse_cached"] = float(cached)
-        else:
-            parsed = self.parser.parse(path)
-        timings["parse_s"] = perf_counter() - t
-
-        self._progress(candidate.key, "chunking")
-        prepared = self.prepare_parsed(doc_id, candidate, path, parsed)
-        self._progress(candidate.key, "embedding", chunks=len(prepared.chunks))
-        [vectors] = self._embed([prepared])
-        self._store(prepared, vectors)
-        timings.update(prepared.timings)
-        return self._stored(request.run_id, prepared, str(path), previous, started, "file changed")
+    def store_parsed(self, parsed: Sequence[tuple[CheckedFile, ParsedDocument]], *,
+                     report: bool = True) -> list[tuple[IngestResult, dict[str, float]]]:
+        """Chunk, embed (one embedder call for all of them) and store documents parsed from checked files; each
+        one's result and timings, in order. A document that cannot be chunked or stored fails alone.
+        ``report``: emit each result's events here (:meth:`ingest` reports its own)."""
+        prepared: list[tuple[int, _Prepared]] = []
+        out: list[tuple[IngestResult, dict[str, float]] | None] = [None] * len(parsed)
+        for i, (checked, doc) in enumerate(parsed):
+            key = checked.request.candidate.key
+            try:
+                self._progress(key, "chunking")
+                item = self.prepare_parsed(checked.doc_id, checked.request.candidate, checked.path, doc)
+                self._progress(key, "embedding", chunks=len(item.chunks))
+                prepared.append((i, item))
+            except Exception as exc:  # noqa: BLE001 - one bad document fails alone
+                out[i] = (self._failed_on(checked, exc), {})
+        try:
+            vectors = self._embed([item for _, item in prepared]) if prepared else []
+        except Exception as exc:  # noqa: BLE001 - nothing of the batch was embedded: each says why
+            for i, _ in prepared:
+                out[i] = (self._failed_on(parsed[i][0], exc), {})
+            prepared, vectors = [], []
+        items = [item for _, item in prepared]
+        batched = len(items) > 1 and self._store_batch(items, vectors)
+        for (i, item), v in zip(prepared, vectors, strict=True):
+            checked = parsed[i][0]
+            try:
+                if not batched:
+                    self._store(item, v)
+            except Exception as exc:  # noqa: BLE001 - a failed write fails its document only
+                out[i] = (self._failed_on(checked, exc), {})
+                continue
+            out[i] = (self._stored(checked.request.run_id, item, str(checked.path), checked.previous,
+                                   checked.started, "file changed"), dict(item.timings))
+        results = [r for r in out if r is not None]
+        if report:
+            for result, timings in results:
+                self._report(result, timings)
+        return results
 
     def prepare_parsed(self, doc_id: str, candidate: Candidate, path: Path, parsed: ParsedDocument) -> _Prepared:
         """A parsed PDF as a document record, its chunks and the embedder's inputs (nothing embedded or
@@ -533,6 +587,13 @@ class IngestStep:
                 started: float) -> IngestResult:
         return IngestResult(run_id=run_id, key=key, path=path, status="failed", reason=reason, retryable=retryable,
                             seconds=perf_counter() - started)
+
+    def _failed_on(self, checked: CheckedFile, exc: Exception) -> IngestResult:
+        """The failed result of a checked file, its reason and retry hint from ``exc``."""
+        key, path = checked.request.candidate.key, str(checked.path)
+        if isinstance(exc, ForageError):
+            return self._failed(checked.request.run_id, key, path, str(exc), exc.retryable, checked.started)
+        return self._failed(checked.request.run_id, key, path, _unexpected(exc), False, checked.started)
 
     def _progress(self, key: str, phase: str, **payload: object) -> None:
         """One step of a document's way through ingestion (:data:`PHASES`), as an ``ingest/progress`` event."""
