@@ -266,16 +266,22 @@ class Orchestrator:
         self.record.record_replan(
             Replan(after_iteration=iteration, mean_coverage=mean, previous_mean_coverage=previous,
                    missing=list(result.missing), added=list(result.added), dropped=result.dropped,
-                   degraded=list(result.degraded)),
+                   degraded=list(result.degraded), rejected=list(result.rejected)),
             (*plan.requirements, *result.added))
-        ids = ", ".join(r.id for r in result.added) or "none"
+        # shown before they are searched (the CLI prints it, the dashboard lists it); the approval the researcher
+        # gave with the plan (--yes) accepts them
+        added = "; ".join(f"{r.id} “{r.text}”" for r in result.added)
+        dropped = f"{result.dropped} proposal(s) dropped: {', '.join(result.rejected)}" if result.rejected else ""
         self.emit(Stage.RUN, "replanned",
                   f"coverage stalled ({previous:.2f} → {mean:.2f}): "
                   + (f"missing {', '.join(result.missing)}; " if result.missing
                      else "the model named nothing missing; ")
-                  + f"added {ids}", iteration=iteration, mean_coverage=mean, previous_mean_coverage=previous,
+                  + (f"added {added}, accepted and searched from iteration {iteration + 1}" if result.added
+                     else "nothing new to add")
+                  + (f" ({dropped})" if dropped else ""),
+                  iteration=iteration, mean_coverage=mean, previous_mean_coverage=previous,
                   missing=list(result.missing), requirements=[r.model_dump() for r in result.added],
-                  degraded=list(result.degraded))
+                  rejected=list(result.rejected), degraded=list(result.degraded))
         return result.added
 
     async def _forage(self, crew: Crew, iteration: int,

@@ -98,6 +98,7 @@ class Replan(_Record):
     added: list[Requirement] = []
     dropped: Any = None
     degraded: list[str] = []
+    rejected: list[str] = Field(default=[], description="Why proposals were not added, one line per reason.")
 
 
 class Resumed(_Record):

@@ -273,3 +273,67 @@ def test_a_proposal_restating_several_of_the_querys_questions_is_dropped() -> No
                                                                 "specialize types", gap])
     result = asyncio.run(replan_requirements(query, existing, ScriptedLLM([draft]), max_new=3))
     assert [(r.id, r.text) for r in result.added] == [("R3", gap)] and result.dropped == 2
+
+
+# -- re-planned requirements pass the derive path's checks (issue 45) ------------------------------------------
+def echo_progress(messages, schema):
+    """A weak model that answers the re-plan with the lines of the progress it was shown."""
+    progress = messages[-1]["content"].split("<<<PROGRESS\n", 1)[1].split("\nPROGRESS>>>", 1)[0]
+    lines = [line.split(": ", 1)[0].split("(", 1)[-1].rstrip(")") for line in progress.splitlines()]
+    return ReplanDraft(missing=[], requirements=lines[:3])
+
+
+def test_a_replan_echoing_the_progress_text_adds_nothing() -> None:
+    from infra.llm.fakes import FunctionLLM
+
+    result = asyncio.run(replan_requirements(QUERY, coverages(), FunctionLLM(echo_progress), max_new=3))
+    assert result.added == ()
+    assert result.dropped == 3 and result.rejected == ("3 as Forage's own progress text",)
+
+
+def test_a_replan_repeating_requirements_or_the_query_or_about_requirements_adds_nothing() -> None:
+    draft = ReplanDraft(missing=["methods"], requirements=[
+        "Effects of microplastics on the physiology of freshwater fish",  # R1's words only, reordered
+        "How do microplastics affect freshwater fish?",  # the query restated
+        "The requirement to report microplastic concentrations is a critical aspect of fish studies",  # meta text
+    ])
+    result = asyncio.run(replan_requirements(QUERY, coverages(), ScriptedLLM([draft]), max_new=3))
+    assert result.added == () and result.dropped == 3
+    assert set(result.rejected) == {"1 as repeating a requirement the run has", "1 as restating the query",
+                                    "1 as a statement about the requirements, not the query's subject"}
+    off = ReplanDraft(missing=[], requirements=["Which crop yields do fertilisers raise in drylands?"])
+    result = asyncio.run(replan_requirements(QUERY, coverages(), ScriptedLLM([off]), max_new=3))
+    assert result.added == () and result.rejected == ("1 as no word of the query's subject",)
+
+
+def test_added_requirements_are_marked_with_the_iteration_after_which_they_came() -> None:
+    llm = ScriptedLLM([ReplanDraft(missing=["quantitative"], requirements=NEW[:1])])
+    later = [c.model_copy(update={"iteration": 3}) for c in coverages()]
+    (added,) = asyncio.run(replan_requirements(QUERY, later, llm, max_new=3)).added
+    assert added.id == "R4" and added.added_after == 3
+
+
+def test_a_stall_whose_replan_echoes_progress_adds_nothing_and_says_so(tmp_path) -> None:
+    from infra.llm.fakes import FunctionLLM
+
+    crew = Crew(STALLED)
+    summary, state, emit = run(tmp_path, crew, FunctionLLM(echo_progress))
+    assert summary.status == "finished", summary.stop_reason
+    assert [r["id"] for r in state["requirements"]] == ["R1", "R2"]  # nothing added, nothing foraged beyond them
+    assert all(ids == ["R1", "R2"] for ids in crew.foraged)
+    (replan,) = state["replans"]
+    assert replan["added"] == [] and replan["rejected"] == ["2 as Forage's own progress text"]
+    (event,) = [e for e in emit.events if e.kind == "replanned"]
+    assert "nothing new to add" in event.message and event.payload["requirements"] == []
+
+
+def test_added_requirements_are_shown_with_their_text_before_they_are_searched(tmp_path) -> None:
+    llm = ScriptedLLM([ReplanDraft(missing=["quantitative"], requirements=NEW[:1])])
+    crew = Crew(STALLED)
+    summary, state, emit = run(tmp_path, crew, llm)
+    assert [r.get("added_after") for r in state["requirements"]] == [None, None, 2]
+    kinds = [(e.kind, e.iteration) for e in emit.events if e.kind in ("replanned", "iteration")]
+    assert kinds.index(("replanned", 2)) < kinds.index(("iteration", 3))  # shown before iteration 3 searches
+    (event,) = [e for e in emit.events if e.kind == "replanned"]
+    assert f"R3 “{NEW[0]}”" in event.message and "accepted and searched from iteration 3" in event.message
+    assert crew.written[0].coverages[-1].requirement.added_after == 2

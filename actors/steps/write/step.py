@@ -707,15 +707,19 @@ class WriteStep:
             consulted = f"{len(self.store.list_documents())} in the whole store (every run's and library's papers)"
         else:
             consulted = f"{len(request.doc_ids)} read by this run (its own sources; the rest of the store was not used)"
+        added = sum(1 for s in sections if s.coverage.requirement.added_after is not None)
         out += [f"- Research query: {escape_md(_topic(request.query.text, 300))}",
-                f"- Requirements: {len(sections)}",
+                f"- Requirements: {len(sections)}" + (f" ({added} added by re-planning during the run)" if added
+                                                      else ""),
                 f"- Iterations: {request.iterations}",
                 f"- Documents consulted: {consulted}; {with_evidence} gave evidence", "",
                 "| Requirement | Coverage | Evidence documents |", "| --- | --- | --- |"]
         for s in sections:
             cov = s.coverage
             state = "failed" if cov.status == "failed" else f"{cov.coverage:.1f} ({_coverage_word(cov.coverage)})"
-            out.append(f"| {cov.requirement.id}: {escape_md(cov.requirement.text)} | {state} | {len(cov.evidence)} |")
+            req = cov.requirement
+            mark = f" (added after iteration {req.added_after})" if req.added_after is not None else ""
+            out.append(f"| {req.id}: {escape_md(req.text)}{mark} | {state} | {len(cov.evidence)} |")
         out.append("")
         for s in sections:
             out += [f"## {escape_md(s.coverage.requirement.text)}", ""]
