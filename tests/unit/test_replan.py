@@ -101,7 +101,8 @@ def test_ids_and_progress_helpers() -> None:
 # -- the Orchestrator's loop ------------------------------------------------------------------------------
 class Crew:
     """Two documents per search; each requirement's coverage per iteration comes from ``table``
-    (iteration -> id -> coverage; a requirement not listed gets ``default``)."""
+    (iteration -> id -> coverage; a requirement not listed gets ``default``); each iteration brings every
+    requirement a new passage (none settles by "nothing new")."""
 
     def __init__(self, table: dict[int, dict[str, float]], default: float = 1.0) -> None:
         self.table, self.default = table, default
@@ -121,7 +122,8 @@ class Crew:
         self.foraged.append([r.requirement.id for r in requests])
         row = self.table.get(requests[0].iteration, {})
         return [RequirementCoverage(run_id=r.run_id, requirement=r.requirement, iteration=r.iteration,
-                                    coverage=row.get(r.requirement.id, self.default)) for r in requests]
+                                    coverage=row.get(r.requirement.id, self.default), new_passages=1)
+                for r in requests]
 
     async def write(self, request: WriteRequest) -> Report:
         self.written.append(request)
@@ -153,8 +155,9 @@ def test_a_stall_adds_requirements_that_are_foraged_next_and_reach_the_report(tm
     crew = Crew(STALLED)
     summary, state, emit = run(tmp_path, crew, llm)
     assert summary.status == "finished", summary.stop_reason
-    # iteration 2 did not rise above iteration 1 (0.25 → 0.25): re-planned once, then foraged with R3, R4
-    assert crew.foraged == [["R1", "R2"], ["R1", "R2"], ["R1", "R2", "R3", "R4"]]
+    # iteration 2 did not rise above iteration 1 (0.25 → 0.25): re-planned once, then foraged with R3, R4 until
+    # every requirement is answered (R2 at 0.5 after iteration 3 still got new passages: not settled)
+    assert crew.foraged == [["R1", "R2"], ["R1", "R2"], ["R1", "R2", "R3", "R4"], ["R1", "R2", "R3", "R4"]]
     assert [r["id"] for r in state["requirements"]] == ["R1", "R2", "R3", "R4"]
     (replan,) = state["replans"]
     assert replan["after_iteration"] == 2 and replan["missing"] == ["quantitative"]
@@ -164,7 +167,7 @@ def test_a_stall_adds_requirements_that_are_foraged_next_and_reach_the_report(tm
     assert event.iteration == 2 and [r["id"] for r in event.payload["requirements"]] == ["R3", "R4"]
     assert [c.requirement.id for c in crew.written[0].coverages] == ["R1", "R2", "R3", "R4"]
     assert set(state["coverage"]) == {"R1", "R2", "R3", "R4"}
-    assert state["iterations"][-1]["mean_coverage"] == 0.875  # (1 + 0.5 + 1 + 1) / 4 reaches the goal
+    assert state["iterations"][-1]["mean_coverage"] == 1.0 and "every requirement answered" in state["stop_reason"]
     assert llm.calls == 1
 
 
