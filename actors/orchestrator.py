@@ -1,9 +1,13 @@
 """Orchestrator: requirements, then the search → ingest → forage loop, then the Writer.
 
 The loop (thesis "Knowledge Orchestrator"): search and ingest a first batch, forage every
-requirement in parallel (one Forager each); while mean coverage is below ``run.min_coverage`` and
-fewer than ``run.max_iterations`` iterations ran, ask the Searcher for more documents, ingest them
-and forage again; then write the report. The run's state (``RunState``) is checkpointed to ``run.json`` by its
+requirement in parallel (one Forager each); while a requirement is not settled and fewer than
+``run.max_iterations`` iterations ran, ask the Searcher for more documents, ingest them and forage
+again; then write the report. A requirement is settled (``record.settled``) when it is answered (its
+coverage reached ``run.min_coverage``), when its Forager failed, or when an iteration brought it
+nothing new (no new document read for it, no new passage above the topic floor): an iteration after
+every requirement settled could read nothing new, so it does not run. run.json and the run's summary
+say per requirement why it settled (``settled``). The run's state (``RunState``) is checkpointed to ``run.json`` by its
 one writer, :class:`~actors.steps.run.record.RunRecord`, after every stage:
 the plan, each search's results (before their ingestion), each iteration's ingestion, each requirement's
 forage result as its Forager finishes (``foraging``), each iteration's coverage, the end. A resume takes
@@ -38,7 +42,7 @@ from actors.status_hub import HubEmit
 from actors.steps.events import Emit
 from actors.steps.plan.requirements import MAX_PLAN_REQUIREMENTS, derive_requirements, replan_requirements
 from actors.steps.plan.search_terms import propose_search_queries
-from actors.steps.run.record import RunRecord, RunSuperseded, mean_coverage, stop_reason
+from actors.steps.run.record import RunRecord, RunSuperseded, final_settled, mean_coverage, settled, stop_reason
 from actors.steps.run.rundir import RunDir
 from infra.cluster import ray_node
 from infra.errors import ConfigError, describe
@@ -140,6 +144,7 @@ class Orchestrator:
                   node=ray_node())  # the machine that coordinates the run (None outside Ray)
         offered: list[str] = list(record.s.documents)
         reason = record.resume_stop(coverages, s.min_coverage, s.max_iterations) if resumed else ""
+        settle = settled(coverages, s.min_coverage)
         iteration = record.iterations_done()
         warming: asyncio.Future[None] | None = None
         try:
@@ -165,20 +170,22 @@ class Orchestrator:
                 record.record_ingest(iteration, results, ingested)
                 await self._started(warming)
                 coverages = await self._forage(crew, iteration, plan.requirements)
-                mean = record.record_iteration(iteration, coverages)
-                self.emit(Stage.RUN, "coverage", f"iteration {iteration}: mean coverage {mean:.2f}",
+                settle = settled(coverages, s.min_coverage)
+                mean = record.record_iteration(iteration, coverages, settle)
+                done = [f"{rid} ({why.split(':', 1)[0].split(' in iteration', 1)[0]})" for rid, why in settle.items()
+                        if why]
+                self.emit(Stage.RUN, "coverage", f"iteration {iteration}: mean coverage {mean:.2f}"
+                          + (f"; settled: {', '.join(done)}" if done else ""),
                           iteration=iteration, mean_coverage=mean,
-                          coverage={c.requirement.id: c.coverage for c in coverages})
-                reason = stop_reason(mean, iteration, s.min_coverage, s.max_iterations)
+                          coverage={c.requirement.id: c.coverage for c in coverages}, settled=settle)
+                # every requirement answered, failed or brought nothing new by this iteration: the next one could
+                # read nothing new, so it does not run
+                reason = stop_reason(settle, mean, s.min_coverage, iteration, s.max_iterations)
                 if reason:
                     break
                 added = await self._replan(crew, plan, coverages, iteration, mean)
-                if added:  # new requirements: forage them next iteration, even when sources are exhausted
+                if added:  # new requirements: foraged from the next iteration on (unsettled until then)
                     plan = plan.model_copy(update={"requirements": (*plan.requirements, *added)})
-                    continue
-                if results.exhausted and not results.candidates and self._nothing_new(coverages):
-                    reason = f"sources exhausted and nothing new to forage (coverage {mean:.2f})"
-                    break
 
             self._check_cancel()
             self.emit(Stage.WRITE, "started", "writing the report")
@@ -187,12 +194,13 @@ class Orchestrator:
                 coverage_history=tuple(record.s.coverage_history()),
                 doc_ids=record.scope(s.whole_store)[0]))
             self.rundir.save_report(report)
-            record.finish(reason, coverages, report, time.monotonic() - started)
+            why = final_settled(settle, s.max_iterations, iteration)
+            record.finish(reason, coverages, report, time.monotonic() - started, why)
             summary = RunSummary(
                 run_id=self.run_id, status="finished", iterations=iteration, stop_reason=reason,
                 mean_coverage=mean_coverage(coverages), run_dir=str(self.rundir.path),
                 report_path=str(self.rundir.report_md), documents_stored=record.documents_stored(),
-                documents_failed=record.documents_failed())
+                documents_failed=record.documents_failed(), settled=why)
             await self._final_event("finished", reason, iteration, report=str(self.rundir.report_md),
                                     mean_coverage=summary.mean_coverage)
             return summary
@@ -266,16 +274,22 @@ class Orchestrator:
         self.record.record_replan(
             Replan(after_iteration=iteration, mean_coverage=mean, previous_mean_coverage=previous,
                    missing=list(result.missing), added=list(result.added), dropped=result.dropped,
-                   degraded=list(result.degraded)),
+                   degraded=list(result.degraded), rejected=list(result.rejected)),
             (*plan.requirements, *result.added))
-        ids = ", ".join(r.id for r in result.added) or "none"
+        # shown before they are searched (the CLI prints it, the dashboard lists it); the approval the researcher
+        # gave with the plan (--yes) accepts them
+        added = "; ".join(f"{r.id} “{r.text}”" for r in result.added)
+        dropped = f"{result.dropped} proposal(s) dropped: {', '.join(result.rejected)}" if result.rejected else ""
         self.emit(Stage.RUN, "replanned",
                   f"coverage stalled ({previous:.2f} → {mean:.2f}): "
                   + (f"missing {', '.join(result.missing)}; " if result.missing
                      else "the model named nothing missing; ")
-                  + f"added {ids}", iteration=iteration, mean_coverage=mean, previous_mean_coverage=previous,
+                  + (f"added {added}, accepted and searched from iteration {iteration + 1}" if result.added
+                     else "nothing new to add")
+                  + (f" ({dropped})" if dropped else ""),
+                  iteration=iteration, mean_coverage=mean, previous_mean_coverage=previous,
                   missing=list(result.missing), requirements=[r.model_dump() for r in result.added],
-                  degraded=list(result.degraded))
+                  rejected=list(result.rejected), degraded=list(result.degraded))
         return result.added
 
     async def _forage(self, crew: Crew, iteration: int,
@@ -317,11 +331,6 @@ class Orchestrator:
             await warming
         except Exception:  # noqa: BLE001 - reported by the forage call of that requirement
             log.debug("starting the Foragers ahead failed", exc_info=True)
-
-    @staticmethod
-    def _nothing_new(coverages: Sequence[RequirementCoverage]) -> bool:
-        # the Foragers judged nothing new this iteration: the store is foraged out for these requirements
-        return all(c.status == "failed" or not c.judgements for c in coverages)
 
     async def _final_event(self, kind: str, message: str, iteration: int, **payload: Any) -> None:
         """The run's last event is awaited, so it is in the hub before run() returns."""

@@ -192,6 +192,8 @@ def execute(settings: Settings, query: str, *, yes: bool, requirements_file: Pat
         err.print(f"state: {summary.run_dir}/run.json")
         return 1
     console.print(f"stopped: {summary.stop_reason}")
+    for rid, why in summary.settled.items():  # per requirement, why it settled
+        console.print(f"  {rid}: {why}", highlight=False)
     console.print(f"documents: {summary.documents_stored} in the store, {summary.documents_failed} failed "
                   f"(reasons in {summary.run_dir}/run.json)")
     read = library_read(settings, Path(summary.run_dir))

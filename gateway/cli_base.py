@@ -62,6 +62,8 @@ class ProgressView:
             self.plan = self.plan.model_copy(update={"requirements": (*self.plan.requirements, *added)})
             self.coverage.update({r.id: "—" for r in added})
         self.last = ev.message
+        if self.live and ev.stage == Stage.RUN and ev.kind == "replanned":  # shown before they are searched
+            console.print(f"[bold]re-planned:[/bold] {ev.message}", highlight=False)
         if not self.live and ev.message and ev.kind in (
                 "iteration", "results", "document", "failed", "coverage", "finished", "started", "replanned",
                 "replan_skipped", "retried", "waiting", "placed", "fitted"):

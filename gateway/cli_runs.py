@@ -133,6 +133,8 @@ def resume(run_id: Annotated[str, typer.Argument(help="The run to continue (see 
         base.err.print(f"[red]run {summary.status}:[/red] {summary.stop_reason}")
         raise typer.Exit(1)
     base.console.print(f"stopped: {summary.stop_reason}")
+    for rid, why in summary.settled.items():  # per requirement, why it settled
+        base.console.print(f"  {rid}: {why}", highlight=False)
     base.console.print(f"[bold green]report:[/bold green] {summary.report_path}")
 
 

@@ -87,4 +87,9 @@ class RequirementCoverage(Message):
                                                         "'answers' far from the requirement counts for nothing).")
     unconfirmed: int = Field(default=0, ge=0, description="Answers so far that retrieval signals did not confirm "
                                                           "(ChunkJudgement.confirmed): shown, not counted.")
+    new_passages: int | None = Field(
+        default=None, ge=0, description="Passages first judged in this iteration at or above the topic floor (shown to "
+                                        "the judge; a new document read for the requirement brings some): 0 means the "
+                                        "iteration brought the requirement nothing new. None: not counted (then the "
+                                        "iteration's judgements count).")
     error: str | None = None

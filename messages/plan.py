@@ -14,6 +14,9 @@ class Requirement(Frozen):
 
     id: str = Field(pattern=r"^R\d+$", description="Stable id within a run: R1, R2, ...")
     text: str = Field(min_length=3, max_length=400)
+    added_after: int | None = Field(default=None, ge=1, description="The iteration after which re-planning added it "
+                                                                     "(shown before it is searched; marked in the "
+                                                                     "report's Scope); None: planned before the run.")
 
     @field_validator("text")
     @classmethod

@@ -65,6 +65,10 @@ class IterationRecord(_Record):
     unconfirmed: dict[str, int] = Field(default={}, description="Judge's answers retrieval signals did not confirm "
                                                                 "(shown as evidence, not counted for coverage).")
     errors: dict[str, str | None] = {}
+    new_passages: dict[str, int] = Field(default={}, description="Passages the iteration brought each requirement "
+                                                                 "(at or above the topic floor).")
+    settled: dict[str, str] = Field(default={}, description="Why each requirement is settled after the iteration "
+                                                            "('' while it is not).")
 
 
 class Searched(_Record):
@@ -98,6 +102,7 @@ class Replan(_Record):
     added: list[Requirement] = []
     dropped: Any = None
     degraded: list[str] = []
+    rejected: list[str] = Field(default=[], description="Why proposals were not added, one line per reason.")
 
 
 class Resumed(_Record):
@@ -152,6 +157,8 @@ class RunState(_Record):
     from_run: FromRun | None = None
     # the end
     stop_reason: str | None = None
+    settled: dict[str, str] = Field(default={}, description="Why each requirement settled (answered, nothing new, "
+                                                            "foraging failed) or that it had not when the run stopped.")
     error: str | None = None
     final_coverage: float | None = None
     coverage: dict[str, float] = {}

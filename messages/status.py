@@ -44,3 +44,4 @@ class RunSummary(Message):
     report_path: str | None = None
     documents_stored: int = 0
     documents_failed: int = 0
+    settled: dict[str, str] = Field(default={}, description="Per requirement, why it settled (run.json's settled).")

@@ -72,7 +72,9 @@ class FixedCrew:
         out = []
         for r, cov in zip(requests, self.coverages, strict=True):
             first = self.rounds == 1 and cov.coverage == 1.0
-            out.append(cov.model_copy(update={"iteration": r.iteration, "coverage": 0.5 if first else cov.coverage}))
+            # the first round reads passages (none settles by "nothing new"), the second reads nothing new
+            out.append(cov.model_copy(update={"iteration": r.iteration, "coverage": 0.5 if first else cov.coverage,
+                                              "new_passages": 1 if self.rounds == 1 else 0}))
         return out
 
     async def write(self, request: WriteRequest) -> Report:

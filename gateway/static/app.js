@@ -107,7 +107,7 @@ async function refreshState(proposed = false) {
   $("cancel").hidden = !["planning", "awaiting_approval", "running"].includes(s.status);
   $("resume").hidden = !s.resumable;  // interrupted (its gateway or driver stopped), cancelled or failed
   $("n-egress").textContent = s.egress_requests;
-  for (const r of (s.requirements || [])) coverageRow(r.id, r.text);
+  for (const r of (s.requirements || [])) coverageRow(r.id, r.added_after ? `${r.text} (added after iteration ${r.added_after})` : r.text);
   for (const [rid, c] of Object.entries(s.coverage || {})) setCoverage(rid, c);
   if (s.proposal && s.status === "awaiting_approval") showProposal(s.proposal); else $("approval").hidden = true;
   if (s.documents) {
@@ -263,6 +263,7 @@ function onEvent(ev) {
       break;
     case "run":
       if (ev.kind === "started") loadRuns();  // the runs list shows the status the header shows
+      if (ev.kind === "replanned" && (p.requirements || []).length) refreshState();  // added requirements, before they are searched
       if (ev.kind === "iteration") step("orchestrator", `iteration ${ev.iteration}`);
       else if (ev.kind === "coverage") {
         step("orchestrator", `mean ${Number(p.mean_coverage || 0).toFixed(2)}`, "done");

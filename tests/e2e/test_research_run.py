@@ -197,10 +197,12 @@ def test_requirements_foraged_in_parallel_by_separate_actors(finished_run) -> No
 def test_loop_stops_on_coverage_or_iteration_limit(finished_run) -> None:
     summary, state, _, settings = finished_run
     assert 1 <= summary.iterations <= settings.run.max_iterations
-    last = state["iterations"][-1]["mean_coverage"]
-    reached = last >= settings.run.min_coverage
-    assert reached or summary.iterations == settings.run.max_iterations
-    assert ("reached the goal" in state["stop_reason"]) == reached
+    # the loop stops when every requirement is settled (answered, failed, or nothing new), else at the limit
+    last = state["iterations"][-1]["settled"]
+    every = all(last.values())
+    assert every or summary.iterations == settings.run.max_iterations
+    assert ("settled" in state["stop_reason"] or "reached the goal" in state["stop_reason"]) == every
+    assert set(state["settled"]) == {r["id"] for r in state["requirements"]} and all(state["settled"].values())
 
 
 def test_failed_forager_fails_only_its_requirement(finished_run) -> None:

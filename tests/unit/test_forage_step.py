@@ -341,6 +341,9 @@ def test_store_foraged_out_judges_nothing_new(store, embedder):
     second = forage(step, 2)
     assert second.judgements == () and llm.calls == calls
     assert second.coverage == first.coverage == 1.0 and second.evidence == first.evidence
+    # what the Orchestrator's stop rule reads: the first iteration brought passages, the second nothing new
+    assert first.new_passages == sum(1 for j in first.judgements if not j.motive.startswith("not shown"))
+    assert first.new_passages > 0 and second.new_passages == 0
 
 
 def test_failing_batch_call_is_recorded_and_its_chunks_tried_again(store, embedder):

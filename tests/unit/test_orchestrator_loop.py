@@ -20,10 +20,12 @@ RUN = "run-loop"
 
 
 class RecordingCrew:
-    """Offers ``batches`` of documents; Foragers answer from ``coverage_by_iteration``."""
+    """Offers ``batches`` of documents; Foragers answer from ``coverage_by_iteration``, each bringing ``new``
+    new passages per iteration (0: nothing new, the requirement settles)."""
 
     def __init__(self, batches: list[int], coverage_by_iteration: list[dict[str, float]],
-                 failing: Sequence[str] = ()) -> None:
+                 failing: Sequence[str] = (), new: int = 1) -> None:
+        self.new = new
         self.batches = batches
         self.coverage = coverage_by_iteration
         self.failing = set(failing)
@@ -58,7 +60,7 @@ class RecordingCrew:
                                                status="failed", coverage=0.0, error="boom"))
             else:
                 out.append(RequirementCoverage(run_id=r.run_id, requirement=r.requirement, iteration=r.iteration,
-                                               coverage=table[r.requirement.id]))
+                                               coverage=table[r.requirement.id], new_passages=self.new))
         return out
 
     async def write(self, request: WriteRequest) -> Report:
@@ -193,10 +195,45 @@ def test_mean_coverage_counts_failed_as_zero() -> None:
     assert mean_coverage([]) == 0.0
 
 
-def test_stops_when_sources_are_exhausted_and_nothing_new_was_judged(tmp_path) -> None:
-    crew = RecordingCrew([2], [{"R1": 0.0, "R2": 0.0}])  # foragers report no new judgements
-    summary, _, _ = run(crew, tmp_path, max_iterations=6)
-    assert summary.iterations == 2 and "sources exhausted" in summary.stop_reason
+def test_an_iteration_that_brings_nothing_new_settles_every_requirement_and_stops_the_loop(tmp_path) -> None:
+    # the Foragers report no new passage above the topic floor: the next iteration could read nothing new
+    crew = RecordingCrew([2, 2, 2], [{"R1": 0.5, "R2": 0.0}], new=0)
+    summary, state, emit = run(crew, tmp_path, max_iterations=6)
+    assert summary.iterations == 1 and len(crew.searches) == 1
+    assert summary.stop_reason == "every requirement settled (coverage 0.25): 2 nothing new"
+    assert state["settled"] == summary.settled == {
+        "R1": "nothing new in iteration 1: no new document read, no new passage above the topic floor (coverage 0.50)",
+        "R2": "nothing new in iteration 1: no new document read, no new passage above the topic floor (coverage 0.00)"}
+    assert state["iterations"][0]["new_passages"] == {"R1": 0, "R2": 0}
+
+
+def test_a_settled_requirement_waits_for_the_others_and_the_stop_says_why_per_requirement(tmp_path) -> None:
+    class Crew(RecordingCrew):  # R1 answered in iteration 1; R2 gets new passages until iteration 3
+        async def forage(self, requests: Sequence[ForageRequest]) -> list[RequirementCoverage]:
+            out = await super().forage(requests)
+            n = len(self.foraged)
+            return [c.model_copy(update={"new_passages": 0 if c.requirement.id == "R1" or n >= 3 else 2})
+                    for c in out]
+
+    crew = Crew([2] * 6, [{"R1": 1.0, "R2": 0.0}, {"R1": 1.0, "R2": 0.5}])
+    summary, state, emit = run(crew, tmp_path, max_iterations=6)
+    assert summary.iterations == 3  # not 6: iteration 3 brought R2 nothing new
+    assert [it["settled"]["R1"].split(":")[0] for it in state["iterations"]] == ["answered"] * 3
+    assert [bool(it["settled"]["R2"]) for it in state["iterations"]] == [False, False, True]
+    assert state["settled"]["R1"] == "answered: coverage 1.00 reached the goal 0.85 (iteration 3)"
+    assert state["settled"]["R2"].startswith("nothing new in iteration 3")
+    assert summary.stop_reason == "every requirement settled (coverage 0.75): 1 answered, 1 nothing new"
+    coverage_events = [e for e in emit.events if e.kind == "coverage" and e.stage == "run"]
+    assert "settled: R1 (answered)" in coverage_events[0].message
+    assert "settled: R1 (answered), R2 (nothing new)" in coverage_events[-1].message
+
+
+def test_a_requirement_unsettled_at_the_limit_says_so(tmp_path) -> None:
+    crew = RecordingCrew([2] * 4, [{"R1": 1.0, "R2": 0.5}])  # R2 keeps getting new passages
+    summary, state, _ = run(crew, tmp_path, max_iterations=3)
+    assert summary.iterations == 3 and "maximum of 3" in summary.stop_reason
+    assert state["settled"]["R2"] == "not settled: the run reached the maximum of 3 iterations"
+    assert state["settled"]["R1"].startswith("answered")
 
 
 def test_each_iteration_records_answering_papers_per_requirement(tmp_path) -> None:

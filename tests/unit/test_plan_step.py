@@ -62,7 +62,7 @@ def test_near_identical_requirements_are_removed():
 
 
 def test_more_than_max_requirements_are_trimmed():
-    texts = [f"Requirement number {i} about microplastic effect {i} in fish" for i in range(1, 9)]
+    texts = [f"Aspect number {i} about microplastic effect {i} in fish" for i in range(1, 9)]
     plan = derive(ScriptedLLM([{"requirements": texts}]), max_requirements=3)
     assert [r.text for r in plan.requirements] == texts[:3]
     assert [r.id for r in plan.requirements] == ["R1", "R2", "R3"]
@@ -231,7 +231,9 @@ def test_only_garbage_falls_back_to_the_query():
 ])
 def test_requirements_that_merely_mention_schemas_or_json_are_kept(text):
     assert usable_requirement(text)
-    assert [r.text for r in derive(ScriptedLLM([{"requirements": [text]}])).requirements] == [text]
+    query = ResearchQuery(run_id="run-plan", text=text)  # a requirement must be a need of its query (off_query)
+    plan = asyncio.run(derive_requirements(query, ScriptedLLM([{"requirements": [text]}])))
+    assert [r.text for r in plan.requirements] == [text] and not plan.degraded
 
 
 # -- requirements that stand alone -------------------------------------------------------------------------
@@ -371,3 +373,55 @@ def test_loops_and_the_truncation_feedback_are_not_requirements(text):
 
     assert not usable_requirement(text)
     assert usable_requirement(GOOD) and not loops(GOOD)
+
+
+# -- every requirement a need of the query; every question kept (issue 45) ------------------------------------
+TWO = ResearchQuery(run_id="run-plan", text="How do LLM agents search for academic papers, and how should humans "
+                                            "evaluate the faithfulness of long-form summaries?")
+
+
+def test_a_two_question_query_keeps_both_questions_and_no_meta_requirement():
+    # the first is a sentence about "the requirement to …" holding one word of each question; the second asks only
+    # the second question: the first question must not be lost
+    llm = ScriptedLLM([RequirementList(requirements=[
+        "The requirement to provide a concise summary of academic papers is a critical aspect of academic discourse.",
+        "Guidelines for human evaluation of the faithfulness of long-form summaries"])])
+    plan = asyncio.run(derive_requirements(TWO, llm, 5))
+    texts = [r.text for r in plan.requirements]
+    assert texts == ["Guidelines for human evaluation of the faithfulness of long-form summaries",
+                     "How do LLM agents search for academic papers?"]
+    assert any("1 dropped as a statement about the requirements" in d for d in plan.degraded)
+
+
+@pytest.mark.parametrize("text", [
+    "coverage 0.50; answering papers 0; answering passages: 1 method",
+    "Microplastic coverage 0.75 in freshwater fish with answering passages none",
+    "The requirement to describe freshwater fish health is important for the query",
+    "Which crop yields do fertilisers raise in drylands?",
+])
+def test_what_is_not_a_need_of_the_query_is_dropped(text):
+    from actors.steps.plan.requirements import off_query
+
+    assert off_query(text, QUERY.text)
+    good = "Which physiological effects do microplastics have on freshwater fish?"
+    assert not off_query(good, QUERY.text)
+    plan = derive(ScriptedLLM([{"requirements": [text, good]}]))
+    assert [r.text for r in plan.requirements] == [good]
+
+
+def test_a_query_about_requirements_may_have_requirements_about_requirements():
+    from actors.steps.plan.requirements import off_query
+
+    query = "How are software requirements elicited from stakeholders in agile projects?"
+    assert not off_query("Which techniques elicit software requirements from stakeholders?", query)
+    assert off_query("The researcher wants to know how agile projects work", query)
+
+
+def test_one_shared_word_does_not_ask_a_question_of_several():
+    from actors.steps.plan.requirements import unasked
+
+    # one word of each question's own ("academic", "summaries") asks neither
+    assert unasked(TWO.text, ["Concise summaries of academic papers"]) == [
+        "How do LLM agents search for academic papers?",
+        "How should humans evaluate the faithfulness of long-form summaries?"]
+    assert unasked(TWO.text, ["How LLM agents search for papers", "Human evaluation of summary faithfulness"]) == []

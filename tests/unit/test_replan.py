@@ -101,7 +101,8 @@ def test_ids_and_progress_helpers() -> None:
 # -- the Orchestrator's loop ------------------------------------------------------------------------------
 class Crew:
     """Two documents per search; each requirement's coverage per iteration comes from ``table``
-    (iteration -> id -> coverage; a requirement not listed gets ``default``)."""
+    (iteration -> id -> coverage; a requirement not listed gets ``default``); each iteration brings every
+    requirement a new passage (none settles by "nothing new")."""
 
     def __init__(self, table: dict[int, dict[str, float]], default: float = 1.0) -> None:
         self.table, self.default = table, default
@@ -121,7 +122,8 @@ class Crew:
         self.foraged.append([r.requirement.id for r in requests])
         row = self.table.get(requests[0].iteration, {})
         return [RequirementCoverage(run_id=r.run_id, requirement=r.requirement, iteration=r.iteration,
-                                    coverage=row.get(r.requirement.id, self.default)) for r in requests]
+                                    coverage=row.get(r.requirement.id, self.default), new_passages=1)
+                for r in requests]
 
     async def write(self, request: WriteRequest) -> Report:
         self.written.append(request)
@@ -153,8 +155,9 @@ def test_a_stall_adds_requirements_that_are_foraged_next_and_reach_the_report(tm
     crew = Crew(STALLED)
     summary, state, emit = run(tmp_path, crew, llm)
     assert summary.status == "finished", summary.stop_reason
-    # iteration 2 did not rise above iteration 1 (0.25 → 0.25): re-planned once, then foraged with R3, R4
-    assert crew.foraged == [["R1", "R2"], ["R1", "R2"], ["R1", "R2", "R3", "R4"]]
+    # iteration 2 did not rise above iteration 1 (0.25 → 0.25): re-planned once, then foraged with R3, R4 until
+    # every requirement is answered (R2 at 0.5 after iteration 3 still got new passages: not settled)
+    assert crew.foraged == [["R1", "R2"], ["R1", "R2"], ["R1", "R2", "R3", "R4"], ["R1", "R2", "R3", "R4"]]
     assert [r["id"] for r in state["requirements"]] == ["R1", "R2", "R3", "R4"]
     (replan,) = state["replans"]
     assert replan["after_iteration"] == 2 and replan["missing"] == ["quantitative"]
@@ -164,7 +167,7 @@ def test_a_stall_adds_requirements_that_are_foraged_next_and_reach_the_report(tm
     assert event.iteration == 2 and [r["id"] for r in event.payload["requirements"]] == ["R3", "R4"]
     assert [c.requirement.id for c in crew.written[0].coverages] == ["R1", "R2", "R3", "R4"]
     assert set(state["coverage"]) == {"R1", "R2", "R3", "R4"}
-    assert state["iterations"][-1]["mean_coverage"] == 0.875  # (1 + 0.5 + 1 + 1) / 4 reaches the goal
+    assert state["iterations"][-1]["mean_coverage"] == 1.0 and "every requirement answered" in state["stop_reason"]
     assert llm.calls == 1
 
 
@@ -273,3 +276,67 @@ def test_a_proposal_restating_several_of_the_querys_questions_is_dropped() -> No
                                                                 "specialize types", gap])
     result = asyncio.run(replan_requirements(query, existing, ScriptedLLM([draft]), max_new=3))
     assert [(r.id, r.text) for r in result.added] == [("R3", gap)] and result.dropped == 2
+
+
+# -- re-planned requirements pass the derive path's checks (issue 45) ------------------------------------------
+def echo_progress(messages, schema):
+    """A weak model that answers the re-plan with the lines of the progress it was shown."""
+    progress = messages[-1]["content"].split("<<<PROGRESS\n", 1)[1].split("\nPROGRESS>>>", 1)[0]
+    lines = [line.split(": ", 1)[0].split("(", 1)[-1].rstrip(")") for line in progress.splitlines()]
+    return ReplanDraft(missing=[], requirements=lines[:3])
+
+
+def test_a_replan_echoing_the_progress_text_adds_nothing() -> None:
+    from infra.llm.fakes import FunctionLLM
+
+    result = asyncio.run(replan_requirements(QUERY, coverages(), FunctionLLM(echo_progress), max_new=3))
+    assert result.added == ()
+    assert result.dropped == 3 and result.rejected == ("3 as Forage's own progress text",)
+
+
+def test_a_replan_repeating_requirements_or_the_query_or_about_requirements_adds_nothing() -> None:
+    draft = ReplanDraft(missing=["methods"], requirements=[
+        "Effects of microplastics on the physiology of freshwater fish",  # R1's words only, reordered
+        "How do microplastics affect freshwater fish?",  # the query restated
+        "The requirement to report microplastic concentrations is a critical aspect of fish studies",  # meta text
+    ])
+    result = asyncio.run(replan_requirements(QUERY, coverages(), ScriptedLLM([draft]), max_new=3))
+    assert result.added == () and result.dropped == 3
+    assert set(result.rejected) == {"1 as repeating a requirement the run has", "1 as restating the query",
+                                    "1 as a statement about the requirements, not the query's subject"}
+    off = ReplanDraft(missing=[], requirements=["Which crop yields do fertilisers raise in drylands?"])
+    result = asyncio.run(replan_requirements(QUERY, coverages(), ScriptedLLM([off]), max_new=3))
+    assert result.added == () and result.rejected == ("1 as no word of the query's subject",)
+
+
+def test_added_requirements_are_marked_with_the_iteration_after_which_they_came() -> None:
+    llm = ScriptedLLM([ReplanDraft(missing=["quantitative"], requirements=NEW[:1])])
+    later = [c.model_copy(update={"iteration": 3}) for c in coverages()]
+    (added,) = asyncio.run(replan_requirements(QUERY, later, llm, max_new=3)).added
+    assert added.id == "R4" and added.added_after == 3
+
+
+def test_a_stall_whose_replan_echoes_progress_adds_nothing_and_says_so(tmp_path) -> None:
+    from infra.llm.fakes import FunctionLLM
+
+    crew = Crew(STALLED)
+    summary, state, emit = run(tmp_path, crew, FunctionLLM(echo_progress))
+    assert summary.status == "finished", summary.stop_reason
+    assert [r["id"] for r in state["requirements"]] == ["R1", "R2"]  # nothing added, nothing foraged beyond them
+    assert all(ids == ["R1", "R2"] for ids in crew.foraged)
+    (replan,) = state["replans"]
+    assert replan["added"] == [] and replan["rejected"] == ["2 as Forage's own progress text"]
+    (event,) = [e for e in emit.events if e.kind == "replanned"]
+    assert "nothing new to add" in event.message and event.payload["requirements"] == []
+
+
+def test_added_requirements_are_shown_with_their_text_before_they_are_searched(tmp_path) -> None:
+    llm = ScriptedLLM([ReplanDraft(missing=["quantitative"], requirements=NEW[:1])])
+    crew = Crew(STALLED)
+    summary, state, emit = run(tmp_path, crew, llm)
+    assert [r.get("added_after") for r in state["requirements"]] == [None, None, 2]
+    kinds = [(e.kind, e.iteration) for e in emit.events if e.kind in ("replanned", "iteration")]
+    assert kinds.index(("replanned", 2)) < kinds.index(("iteration", 3))  # shown before iteration 3 searches
+    (event,) = [e for e in emit.events if e.kind == "replanned"]
+    assert f"R3 “{NEW[0]}”" in event.message and "accepted and searched from iteration 3" in event.message
+    assert crew.written[0].coverages[-1].requirement.added_after == 2

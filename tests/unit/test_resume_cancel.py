@@ -72,7 +72,8 @@ class Crew:
         self.foraged_requirements.append((r.iteration, r.requirement.id))
         return RequirementCoverage(run_id=r.run_id, requirement=r.requirement, iteration=r.iteration,
                                    coverage=COVERAGE[r.iteration], answering_papers=r.iteration,
-                                   failed_steps=(f"step of iteration {r.iteration}",))
+                                   failed_steps=(f"step of iteration {r.iteration}",),
+                                   new_passages=1)  # each iteration reads something new: none settles before 3
 
     async def write(self, request: WriteRequest) -> Report:
         self._maybe_die("write", request.iterations)

@@ -80,9 +80,14 @@ def test_a_write_that_is_not_a_runs_state_never_reaches_the_disk(tmp_path) -> No
 
 
 def test_the_stop_rule_and_the_shown_status_live_in_one_place(tmp_path) -> None:
-    assert stop_reason(0.9, 1, 0.85, 6) == "coverage 0.90 reached the goal 0.85"
-    assert stop_reason(0.5, 6, 0.85, 6) == "reached the maximum of 6 iterations (coverage 0.50)"
-    assert stop_reason(0.5, 2, 0.85, 6) == ""
+    # the loop stops when every requirement is settled (answered, failed, nothing new), else at the limit
+    answered = {"R1": "answered: coverage 0.90 reached the goal 0.85 (iteration 1)"}
+    assert stop_reason(answered, 0.9, 0.85, 1, 6) == "coverage 0.90 reached the goal 0.85: every requirement answered"
+    mixed = {**answered, "R2": "nothing new in iteration 1: …", "R3": "foraging failed in iteration 1 (boom)"}
+    assert stop_reason(mixed, 0.5, 0.85, 1, 6) == ("every requirement settled (coverage 0.50): 1 answered, "
+                                                   "1 nothing new, 1 foraging failed")
+    assert stop_reason({**answered, "R2": ""}, 0.5, 0.85, 6, 6) == "reached the maximum of 6 iterations (coverage 0.50)"
+    assert stop_reason({**answered, "R2": ""}, 0.5, 0.85, 2, 6) == ""
     rundir = RunDir(tmp_path, "r")
     record = RunRecord(rundir, "r")
     state = RunState(run_id="r", status="running", requirements=[{"id": "R1", "text": "Fin regrowth"}])

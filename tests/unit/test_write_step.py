@@ -552,3 +552,59 @@ def test_a_model_sentence_citing_only_a_related_paper_is_marked_related(store):
     r2 = section(report.markdown, R2.text)  # both of R2's papers answer: nothing is Related there
     assert "Related:" not in r2 and "“Related”" not in r2
     assert check_citations(report.markdown, report.sources) == []
+
+
+# -- what the report quotes, and evidence.jsonl (issue 45) ---------------------------------------------------------
+def test_evidence_jsonl_lists_exactly_the_chunks_the_report_cites(store):
+    """A cited paper's other chunks (evidence for another requirement that no sentence cites, an uncited source's)
+    are not listed: evidence.jsonl is the cited set."""
+    r2 = R2.model_copy(update={"added_after": 1})  # a re-planned requirement: marked in the Scope
+    covs = (coverages()[0], coverages()[1].model_copy(update={"requirement": r2}))
+    llm = ScriptedLLM({SectionDraft: [draft("Chlorophyll absorbs photons", [("Photosystem II splits water", [1])]),
+                                      draft("Sugars store energy", [("The Calvin cycle fixes carbon", [1])])],
+                       OverviewDraft: [OVERVIEW]})
+    report = write(store, llm, covs)
+    a, _b, c = (doc[1] for doc in (A, B, C))
+    # R1's item 1 is A with its chunk 1; R2's item 1 is C with chunk 0; A's chunk 0 (R2's item 2) and B are uncited
+    assert [(x.n, x.chunk_id) for x in report.cited_chunks] == [(1, a[1].chunk_id), (2, c[0].chunk_id)]
+    cited = {n for x in re.findall(r"\[(\d+)\]", report.markdown.split("## Sources Consulted")[0]) for n in [int(x)]}
+    assert {x.n for x in report.cited_chunks} == cited
+    scope = section(report.markdown, "Scope")
+    assert "- Requirements: 2 (1 added by re-planning during the run)" in scope
+    assert f"| R2: {R2.text} (added after iteration 1) |" in scope
+
+
+def test_a_quote_states_a_finding_from_the_passage_that_earned_it(embedder, tmp_path):
+    """Seen in a new user's run: evidence.jsonl and the quotes held a "Competing interests" chunk, a title header and
+    pseudo-code lines. The answering passage's finding is quoted; back matter and code are not."""
+    from infra.store.lancedb import LanceStore
+
+    interests = "The authors declare that they have no competing interests regarding the search agent."
+    finding = "The search agent retrieved 74% of the relevant papers, more than keyword search over the same index."
+    code = "for q in queries do results ← search(q) end for return results of the search agent"
+    doc = make_doc("agent", "An LLM agent for paper search", [
+        ("Competing interests", interests), ("Results", f"{code}. {finding}")])
+    req = Requirement(id="R1", text="How well does an LLM search agent find relevant papers?")
+    store = LanceStore(tmp_path / "store", dim=384)
+    store.upsert_document(doc[0], doc[1], embedder.embed([c.text for c in doc[1]]))
+    covs = (RequirementCoverage(run_id=RUN, requirement=req, iteration=1, coverage=1.0,
+                                evidence=(ev(doc, "answers", "It measures recall.", 0, 1),)),)
+    report = write(store, ScriptedLLM({OverviewDraft: [OVERVIEW]}), covs,
+                   settings=settings().updated(llm={"backend": "embedded"}))
+    r1 = section(report.markdown, req.text)
+    assert "74% of the relevant papers" in r1 and "competing" not in r1 and "←" not in r1
+    assert [x.chunk_id for x in report.cited_chunks] == [doc[1][1].chunk_id]  # the quoted chunk, only it
+
+
+def test_what_a_quote_may_be():
+    from actors.steps.write.step import back_matter, states_something
+
+    assert back_matter("Declarations > Competing interests") and back_matter("Acknowledgements")
+    assert back_matter("References") and not back_matter("Results > Interest rates")
+    assert states_something("Recall rose from 0.41 to 0.74 when the agent expanded queries with citations.")
+    for no in ("The authors declare no competing interests.",
+               "Smith J, Doe A (2020). Paper search with agents. J Inf Sci, 12(3): 45-67.",
+               "end for return x := y ← z",
+               "1 Introduction",
+               "This work was funded by grant no. 12345 of the national science foundation."):
+        assert not states_something(no), no

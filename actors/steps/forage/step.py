@@ -46,8 +46,9 @@ earlier run's documents and its own) and judges ``request.seed_chunk_ids`` (the 
 evidence) first, before the start node's retrieval, each once.
 
 The result is cumulative over iterations (coverage, evidence, ``llm_calls``, ``failed_steps``),
-except ``judgements``, which lists the chunks judged *in this iteration*: the Orchestrator reads an
-empty list as "nothing new to forage". An LLM call that fails (LLMOutputError, LLMTimeout) is
+except ``judgements``, which lists the chunks judged *in this iteration*, and ``new_passages``, how many of them
+reached the topic floor: the Orchestrator reads 0 as "this iteration brought the requirement nothing new" (it is
+settled). An LLM call that fails (LLMOutputError, LLMTimeout) is
 recorded in ``failed_steps`` and its chunks or step skipped — skipped chunks are tried again next
 iteration. Any other exception propagates; the Forager actor marks the requirement failed.
 """
@@ -303,7 +304,8 @@ class ForageStep:
         return RequirementCoverage(
             run_id=request.run_id, requirement=req, iteration=it.number, coverage=coverage, evidence=evidence,
             judgements=tuple(it.judged), llm_calls=self.llm_calls, answering_papers=papers,
-            failed_steps=tuple(self.failed_steps), overruled=self.overruled, unconfirmed=self.unconfirmed())
+            failed_steps=tuple(self.failed_steps), overruled=self.overruled, unconfirmed=self.unconfirmed(),
+            new_passages=sum(1 for j in it.judged if j.relevance is None or j.relevance >= self._floors[1]))
 
     async def _summarize_dive_reformulate_at_once(self, req: Requirement, it: _Iteration) -> None:
         """Summarize, deep dive and reformulate with an LLM that queues calls: the same calls as one

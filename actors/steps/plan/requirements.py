@@ -214,18 +214,22 @@ async def derive_requirements(query: ResearchQuery, llm: LLM, max_requirements: 
     # "QUERY", "Photosynthesis" (an echo or a topic) and "Unterminated string starting at (character 332)"
     # (our own repair feedback) are not self-contained requirements
     cleaned = [_shorten(clean_requirement(t), _REQ_MAX_CHARS) for t in answer.requirements]
-    texts = _unique(t for t in cleaned if usable_requirement(t))
+    texts, off = _on_query(query.text, _unique(t for t in cleaned if usable_requirement(t)))
     if not texts:
         dropped = sum(1 for t in cleaned if t)
         return _fallback(query, "the LLM returned no usable requirement"
-                         + (f" ({dropped} dropped as too short or as echoed error feedback)" if dropped else ""), n)
+                         + (f" ({dropped} dropped as too short, as echoed error feedback or as not a need of the "
+                            "query)" if dropped else ""), n)
     texts, split = _one_question_each(query, texts, n)
     if not texts:
         return _fallback(query, "every requirement the LLM gave asked several of the query's questions at once", n)
     texts, degraded = await _standalone(query, texts[:n], llm)
+    texts, off_after = _on_query(query.text, texts)  # a rewrite is checked again
     texts, notes = _every_question(query, _unique(texts), n)
+    if not texts:
+        return _fallback(query, "no requirement the LLM gave was a need of the query", n)
     return RequirementsPlan(run_id=query.run_id, query=query, requirements=_numbered(texts),
-                            degraded=(*split, *degraded, *notes))
+                            degraded=(*off, *off_after, *split, *degraded, *notes))
 
 
 _ABOUT = re.compile(r"\s*\(about: [^()]*\)$")  # the subject :func:`anchored` names: not what a requirement asks
@@ -245,12 +249,19 @@ def _own_words(questions: Sequence[str]) -> list[set[str]]:
 
 def unasked(query_text: str, texts: Sequence[str]) -> list[str]:
     """The questions of a query of several (:func:`split_questions`) that no requirement stands for: none holds
-    a word of the question's own (a content word the query's other questions do not have: "evaluated" in "...,
-    and how is it evaluated?"). A weak model may keep one question of two; a question without words of its own
-    counts as asked."""
+    a share of the question's own words (content words the query's other questions do not have: "evaluated" in
+    "..., and how is it evaluated?"; :func:`_holds`). A weak model may keep one question of two; a question without
+    words of its own counts as asked."""
     questions = split_questions(query_text)
     return [q for q, own in zip(questions, _own_words(questions), strict=True)
-            if own and not any(own & content_words(own_question(t)) for t in texts)]
+            if own and not any(_holds(own, content_words(own_question(t))) for t in texts)]
+
+
+def _holds(own: set[str], words: set[str]) -> bool:
+    """Whether ``words`` hold a question's ``own`` words: at least a third of them (one at the least). One shared
+    word is not enough where a question has several: a requirement on "summaries of academic papers" holds one word
+    of "how do LLM agents search for academic papers" and does not ask it."""
+    return bool(own) and len(own & words) >= max(1, math.ceil(len(own) / 3))
 
 
 def asks_several(query_text: str, text: str) -> bool:
@@ -259,8 +270,7 @@ def asks_several(query_text: str, text: str) -> bool:
     can be earned on one of its questions alone (seen: a paper answering the second half of a query credited the
     whole at 1.0), so a plan gives each question a requirement of its own instead."""
     words = content_words(own_question(text))
-    held = [own for own in _own_words(split_questions(query_text))
-            if own and len(own & words) >= max(1, math.ceil(len(own) / 3))]
+    held = [own for own in _own_words(split_questions(query_text)) if _holds(own, words)]
     return len(held) >= 2
 
 
@@ -336,6 +346,41 @@ def anchored(text: str, query: str) -> str:
     return f"{body} (about: {subject})"
 
 
+# Forage's own progress and status text (:func:`describe_progress`, the run's events) echoed back by a model asked
+# to re-plan: "coverage 0.50; answering papers 0; answering passages: 1 method", "foraging failed", "mean coverage"
+_STATUS = re.compile(
+    r"\bcoverage\s*(?:of\s*|[:=]\s*)?\d|\banswering\s+(?:papers|passages)\b|\bforaging\s+failed\b"
+    r"|\bmean\s+coverage\b|\bcoverage\s+stalled\b|\b(?:unconfirmed|judged|off-topic)\s+passages?\b"
+    r"|\bpassages?:\s*(?:\d|none)|\biteration\s+\d|\b\d+\s+new\s+(?:documents?|chunks?)\b",
+    re.IGNORECASE)
+# words that make a sentence about the research process rather than its subject ("The requirement to provide a concise
+# summary … is a critical aspect"); one the query itself uses is the query's subject, not meta text
+_META_NOUNS = re.compile(r"\b(requirements?|query|queries|researchers?|the\s+user)\b", re.IGNORECASE)
+
+
+def off_query(text: str, query: str) -> str:
+    """Why a requirement is not a need of the query ('' when it is one): it is Forage's own progress or status text
+    (:data:`_STATUS`), it speaks about requirements, the query or the researcher where the query does not
+    (:data:`_META_NOUNS`), or it shares no content word with the query (not anchored in its subject). The one check
+    derived and re-planned requirements both pass."""
+    if _STATUS.search(text):
+        return "Forage's own progress text"
+    asked = {m.casefold()[:5] for m in _META_NOUNS.findall(query)}
+    if any(m.casefold()[:5] not in asked for m in _META_NOUNS.findall(own_question(text))):
+        return "a statement about the requirements, not the query's subject"
+    if not content_words(text) & content_words(query):
+        return "no word of the query's subject"
+    return ""
+
+
+def _on_query(query: str, texts: Sequence[str]) -> tuple[list[str], list[str]]:
+    """``texts`` that are needs of the query (:func:`off_query`), and one note per kind of text dropped."""
+    why = {t: off_query(t, query) for t in texts}
+    dropped = Counter(r for r in why.values() if r)
+    notes = [f"requirements: {n} dropped as {reason}" for reason, n in dropped.items()]
+    return [t for t in texts if not why[t]], notes
+
+
 async def _standalone(query: ResearchQuery, texts: list[str], llm: LLM) -> tuple[list[str], list[str]]:
     """``texts`` with every requirement that is not self-contained rewritten: the LLM is asked once to name
     the subject in each; what is still not self-contained is anchored to the query (:func:`anchored`)."""
@@ -394,6 +439,7 @@ class Replan:
     missing: tuple[str, ...] = ()
     dropped: int = 0
     degraded: tuple[str, ...] = ()
+    rejected: tuple[str, ...] = ()  # why proposals were dropped, one line per reason ("2 as Forage's own progress text")
 
 
 def describe_progress(coverages: Sequence[RequirementCoverage]) -> str:
@@ -440,20 +486,44 @@ async def replan_requirements(query: ResearchQuery, coverages: Sequence[Requirem
     except (LLMOutputError, LLMTimeout, LLMUnavailable) as exc:
         return Replan(degraded=(f"re-planning: the LLM failed ({type(exc).__name__}: {_shorten(str(exc), 200)}); "
                                 "no requirement added",))
-    seen = {normalize(c.requirement.text) for c in coverages}
     cleaned = [_shorten(clean_requirement(t), _REQ_MAX_CHARS) for t in answer.requirements]
-    texts: list[str] = []
-    for text in cleaned:
-        key = normalize(text)
-        # a proposal restating several of the query's questions at once is the query again, not a gap filled
-        if usable_requirement(text) and key not in seen and not asks_several(query.text, text):
-            seen.add(key)
-            texts.append(text)
-    kept = texts[:n]
+    kept: list[str] = []
+    why: Counter[str] = Counter()
+    for text in (t for t in cleaned if t):
+        reason = not_new(query.text, text, [*(c.requirement.text for c in coverages), *kept])
+        if reason:
+            why[reason] += 1
+        elif len(kept) < n:
+            kept.append(text)
+        else:
+            why["beyond the room for new requirements"] += 1
     ids = next_requirement_ids((c.requirement.id for c in coverages), len(kept))
-    added = tuple(Requirement(id=i, text=t) for i, t in zip(ids, kept, strict=True))
+    after = max((c.iteration for c in coverages), default=None)
+    added = tuple(Requirement(id=i, text=t, added_after=after) for i, t in zip(ids, kept, strict=True))
     return Replan(added=added, missing=tuple(dict.fromkeys(answer.missing)),
-                  dropped=len([t for t in cleaned if t]) - len(kept))
+                  dropped=sum(why.values()), rejected=tuple(f"{k} {r}" for r, k in why.items()))
+
+
+def not_new(query: str, text: str, existing: Sequence[str]) -> str:
+    """Why a re-planned requirement adds nothing ('' when it is a new need of the query): not usable (too short,
+    echoed feedback, a loop), not a need of the query (:func:`off_query`: Forage's progress text, a statement about
+    requirements, no word of the query's subject), several of the query's questions at once (the query again), or
+    no content word beyond an existing requirement's (near-identical, or narrower in words only) or beyond the
+    query's own (the query restated is no gap filled)."""
+    if not usable_requirement(text):
+        return "as too short or garbled"
+    off = off_query(text, query)
+    if off:
+        return f"as {off}"
+    if asks_several(query, text):
+        return "as asking several of the query's questions at once"
+    words = content_words(own_question(text))
+    key = normalize(text)
+    if any(key == normalize(e) or words <= content_words(e) for e in existing):
+        return "as repeating a requirement the run has"
+    if words <= content_words(query):
+        return "as restating the query"
+    return ""
 
 
 # -- the file the researcher edits ----------------------------------------------------------------------

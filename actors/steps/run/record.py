@@ -4,12 +4,13 @@
 of an earlier process's progress: the resume point), each search's results before their ingestion, each
 iteration's ingestion, each requirement's forage result as its Forager finishes, each iteration's coverage,
 and the end (finished / cancelled / failed). Every write is a checkpoint, made only while this process owns
-the run (:meth:`RunDir.claim`). The stop rule (:func:`stop_reason`) and the status a run is shown with
+the run (:meth:`RunDir.claim`). The stop rule (:func:`settled` per requirement, :func:`stop_reason`) and the status a run is shown with
 (:func:`shown_status`: "interrupted" for a running run whose owner is gone) live here too, each once.
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
@@ -38,13 +39,56 @@ def mean_coverage(coverages: Sequence[RequirementCoverage]) -> float:
     return sum(c.coverage if c.status == "ok" else 0.0 for c in coverages) / len(coverages)  # a failed one: 0
 
 
-def stop_reason(mean: float, iterations_done: int, min_coverage: float, max_iterations: int) -> str:
-    """Why the loop stops after ``iterations_done`` iterations at mean coverage ``mean``; "" to go on."""
-    if mean >= min_coverage:
-        return f"coverage {mean:.2f} reached the goal {min_coverage:.2f}"
+ANSWERED, NOTHING_NEW, FAILED = "answered", "nothing new", "foraging failed"  # how a requirement settles
+
+
+def new_passages(coverage: RequirementCoverage) -> int:
+    """Passages an iteration brought the requirement (at or above the topic floor; its judgements where the Forager
+    did not count them)."""
+    return coverage.new_passages if coverage.new_passages is not None else len(coverage.judgements)
+
+
+def settled(coverages: Sequence[RequirementCoverage], min_coverage: float) -> dict[str, str]:
+    """Per requirement, why it is settled after the iteration ``coverages`` report ("" while it is not): answered
+    (its coverage reached ``min_coverage``), its Forager failed, or the iteration brought it nothing new (no new
+    document read for it, no new passage above the topic floor: the next iteration would read the same store the
+    same way). A requirement that got something new is not settled: more of the same may follow. Settling is read
+    from each iteration afresh, so a later document that brings a settled requirement something unsettles it."""
+    out: dict[str, str] = {}
+    for c in coverages:
+        if c.status == "failed":
+            out[c.requirement.id] = f"{FAILED} in iteration {c.iteration} ({c.error or 'unknown error'})"
+        elif c.coverage >= min_coverage:
+            out[c.requirement.id] = (f"{ANSWERED}: coverage {c.coverage:.2f} reached the goal {min_coverage:.2f} "
+                                     f"(iteration {c.iteration})")
+        elif new_passages(c) == 0:
+            out[c.requirement.id] = (f"{NOTHING_NEW} in iteration {c.iteration}: no new document read, no new passage "
+                                     f"above the topic floor (coverage {c.coverage:.2f})")
+        else:
+            out[c.requirement.id] = ""
+    return out
+
+
+def stop_reason(settle: dict[str, str], mean: float, min_coverage: float, iterations_done: int,
+                max_iterations: int) -> str:
+    """Why the loop stops after ``iterations_done`` iterations (``settle``: :func:`settled`); "" to go on. It stops
+    when every requirement is settled, else at ``max_iterations``."""
+    if settle and all(settle.values()):
+        kinds = Counter(why.split(" in iteration", 1)[0].split(":", 1)[0] for why in settle.values())
+        if kinds[ANSWERED] == len(settle):
+            return f"coverage {mean:.2f} reached the goal {min_coverage:.2f}: every requirement answered"
+        parts = [f"{kinds[k]} {k}" for k in (ANSWERED, NOTHING_NEW, FAILED) if kinds[k]]
+        return f"every requirement settled (coverage {mean:.2f}): {', '.join(parts)}"
     if iterations_done >= max_iterations:
         return f"reached the maximum of {max_iterations} iterations (coverage {mean:.2f})"
     return ""
+
+
+def final_settled(settle: dict[str, str], max_iterations: int, iterations_done: int) -> dict[str, str]:
+    """``settle`` with a reason for each requirement the run ended on before it settled."""
+    unsettled = (f"not settled: the run reached the maximum of {max_iterations} iterations"
+                 if iterations_done >= max_iterations else "not settled when the run stopped")
+    return {rid: why or unsettled for rid, why in settle.items()}
 
 
 def shown_status(state: RunState | None, rundir: RunDir | None = None, *, live: bool = False) -> str:
@@ -209,7 +253,8 @@ class RunRecord:
         """The stop reason when the recorded iterations already met the stop rule (then only the report is left)."""
         if not coverages or not self.iterations_done():
             return ""
-        return stop_reason(mean_coverage(coverages), self.iterations_done(), min_coverage, max_iterations)
+        return stop_reason(settled(coverages, min_coverage), mean_coverage(coverages), min_coverage,
+                           self.iterations_done(), max_iterations)
 
     def scope(self, whole_store: bool) -> tuple[tuple[str, ...] | None, tuple[str, ...]]:
         """(doc_ids the Foragers search, seed chunk ids): the run's own documents (its library, the papers its
@@ -259,8 +304,10 @@ class RunRecord:
         self.s.foraging.done[coverage.requirement.id] = coverage
         self.checkpoint()
 
-    def record_iteration(self, iteration: int, coverages: Sequence[RequirementCoverage]) -> float:
-        """The finished iteration (it replaces the partial ``foraging`` record); returns its mean coverage."""
+    def record_iteration(self, iteration: int, coverages: Sequence[RequirementCoverage],
+                         settle: dict[str, str] | None = None) -> float:
+        """The finished iteration (it replaces the partial ``foraging`` record), with what it brought each requirement
+        and which are settled (``settle``: :func:`settled`); returns its mean coverage."""
         mean = mean_coverage(coverages)
         self.s.iterations.append(IterationRecord(
             iteration=iteration, mean_coverage=mean,
@@ -271,7 +318,9 @@ class RunRecord:
             answering_papers={c.requirement.id: c.answering_papers for c in coverages},
             overruled={c.requirement.id: c.overruled for c in coverages},  # by the relevance check
             unconfirmed={c.requirement.id: c.unconfirmed for c in coverages},
-            errors={c.requirement.id: c.error for c in coverages if c.status == "failed"}))
+            errors={c.requirement.id: c.error for c in coverages if c.status == "failed"},
+            new_passages={c.requirement.id: new_passages(c) for c in coverages},
+            settled=dict(settle or {})))
         self.s.last_coverages = list(coverages)  # for resume
         self.s.foraging = None
         self.checkpoint()
@@ -289,9 +338,11 @@ class RunRecord:
         self.checkpoint()
 
     # -- the end -------------------------------------------------------------------------------------------
-    def finish(self, reason: str, coverages: Sequence[RequirementCoverage], report: Report, seconds: float) -> None:
+    def finish(self, reason: str, coverages: Sequence[RequirementCoverage], report: Report, seconds: float,
+               settle: dict[str, str] | None = None) -> None:
         self.s.status = "finished"
         self.s.stop_reason = reason
+        self.s.settled = dict(settle or {})
         self.s.final_coverage = mean_coverage(coverages)
         self.s.coverage = {c.requirement.id: c.coverage for c in coverages}
         self.s.failed_requirements = {c.requirement.id: c.error for c in coverages if c.status == "failed"}
@@ -321,4 +372,5 @@ class RunRecord:
         return sum(1 for d in self.s.documents.values() if d.status == "failed")
 
 
-__all__ = ["RESUMABLE", "RunRecord", "RunSuperseded", "mean_coverage", "resumable", "shown_status", "stop_reason"]
+__all__ = ["RESUMABLE", "RunRecord", "RunSuperseded", "final_settled", "mean_coverage", "new_passages", "resumable",
+           "settled", "shown_status", "stop_reason"]

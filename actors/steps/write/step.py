@@ -280,6 +280,9 @@ class _Sentence:
     kind: Literal["Mechanism", "Evidence", "Related"]  # Related: quoted from a paper that does not answer
     text: str  # escaped Markdown, no final punctuation
     labels: list[int]  # valid local labels
+    # the chunks it rests on: the one a quote was taken from, the one a listed motive judged; () for a model's
+    # sentence, which rests on the passages its items were shown with (:func:`_rests_on`)
+    chunks: tuple[str, ...] = ()
 
 
 @dataclass
@@ -465,7 +468,7 @@ class WriteStep:
         """An Evidence sentence citing only papers that do not answer the requirement is Related (a paper on the
         topic is not a finding for it), whether a model wrote it or it is quoted."""
         answers = {i for i, (ev, _) in enumerate(section.items, start=1) if ev.tag == "answers"}
-        return [_Sentence("Related", x.text, x.labels)
+        return [_Sentence("Related", x.text, x.labels, x.chunks)
                 if x.kind == "Evidence" and x.labels and not answers & set(x.labels) else x for x in sentences]
 
     def _quote(self, section: _Section, chunks: dict[str, ChunkRecord | None], why: str) -> None:
@@ -495,26 +498,26 @@ class WriteStep:
             # what the requirement asks about this paper: its words the paper's title does not already state (a
             # sentence restating the topic is background; all of them when the title holds every one)
             focus = (asked - content_words(ev.title)) or asked
-            found: list[tuple[int, int, int, int, str]] = []
+            found: list[tuple[int, int, int, int, str, str]] = []
             for rank, cid in enumerate(ev.chunk_ids[:EXCERPTS_PER_ITEM]):
                 chunk = self._chunk(cid, chunks)
-                if chunk is None:
+                if chunk is None or back_matter(chunk.section_path):
                     continue
                 # an answer's quote comes from the passage that earned it (its first: the confirmed answer)
                 earned = 0 if ev.tag != "answers" or rank == 0 else 1
                 for sentence in prose_sentences(chunk.text):
-                    if sentence not in quoted:
+                    if sentence not in quoted and states_something(sentence):
                         words = content_words(sentence)
                         score = 2 * len(words & focus) + finding_weight(sentence)
-                        found.append((earned, -score, -len(words & wanted), len(found), sentence))
-            best = [text for *_, text in sorted(found)[:EXTRACTED_PER_ITEM]]
+                        found.append((earned, -score, -len(words & wanted), len(found), sentence, cid))
+            best = [(text, cid) for *_, text, cid in sorted(found)[:EXTRACTED_PER_ITEM]]
             if not best:
                 out += self._listed([(ev, src)], i - 1)
                 continue
-            for text in best:
+            for text, cid in best:
                 quoted.add(text)
                 clipped = text if len(text) <= SENTENCE_CHARS else text[:SENTENCE_CHARS].rsplit(" ", 1)[0] + " …"
-                out.append(_Sentence("Evidence", f"“{escape_md(clipped.rstrip('.;:, '))}”", [i]))
+                out.append(_Sentence("Evidence", f"“{escape_md(clipped.rstrip('.;:, '))}”", [i], (cid,)))
         return out
 
     def _apply(self, draft: SectionDraft, shown: Sequence[tuple[Evidence, _Source]]) -> _Draft:
@@ -573,7 +576,7 @@ class WriteStep:
                 f"{src.title} has passages that answer this requirement" if ev.tag == "answers"
                 else f"{src.title} has passages related to this requirement")
             text, _ = clean_sentence(what)
-            out.append(_Sentence("Evidence", text or escape_md(src.title), [i]))
+            out.append(_Sentence("Evidence", text or escape_md(src.title), [i], ev.chunk_ids[:1]))
         return out
 
     # -- numbering -----------------------------------------------------------------------------------
@@ -707,15 +710,19 @@ class WriteStep:
             consulted = f"{len(self.store.list_documents())} in the whole store (every run's and library's papers)"
         else:
             consulted = f"{len(request.doc_ids)} read by this run (its own sources; the rest of the store was not used)"
+        added = sum(1 for s in sections if s.coverage.requirement.added_after is not None)
         out += [f"- Research query: {escape_md(_topic(request.query.text, 300))}",
-                f"- Requirements: {len(sections)}",
+                f"- Requirements: {len(sections)}" + (f" ({added} added by re-planning during the run)" if added
+                                                      else ""),
                 f"- Iterations: {request.iterations}",
                 f"- Documents consulted: {consulted}; {with_evidence} gave evidence", "",
                 "| Requirement | Coverage | Evidence documents |", "| --- | --- | --- |"]
         for s in sections:
             cov = s.coverage
             state = "failed" if cov.status == "failed" else f"{cov.coverage:.1f} ({_coverage_word(cov.coverage)})"
-            out.append(f"| {cov.requirement.id}: {escape_md(cov.requirement.text)} | {state} | {len(cov.evidence)} |")
+            req = cov.requirement
+            mark = f" (added after iteration {req.added_after})" if req.added_after is not None else ""
+            out.append(f"| {req.id}: {escape_md(req.text)}{mark} | {state} | {len(cov.evidence)} |")
         out.append("")
         for s in sections:
             out += [f"## {escape_md(s.coverage.requirement.text)}", ""]
@@ -742,12 +749,18 @@ class WriteStep:
     # -- evidence.jsonl ------------------------------------------------------------------------------
     def _cited_chunks(self, sections: Sequence[_Section], numbered: Sequence[_Source],
                       chunks: dict[str, ChunkRecord | None], failed: list[str]) -> tuple[CitedChunk, ...]:
-        cited_ids = {s.items[label - 1][1].doc_id for s in sections for x in s.sentences for label in x.labels}
+        """evidence.jsonl: exactly the chunks the report's citations rest on (:func:`_rests_on`), each once, by source
+        number; a chunk of a cited paper that no sentence rests on is not listed."""
+        cited: dict[str, list[str]] = {}
+        for s in sections:
+            for x in s.sentences:
+                for label in x.labels:
+                    ev, src = s.items[label - 1]
+                    got = cited.setdefault(src.doc_id, [])
+                    got.extend(c for c in _rests_on(x, ev) if c not in got)
         out: list[CitedChunk] = []
         for src in numbered:
-            if src.doc_id not in cited_ids:
-                continue
-            for cid in src.chunk_ids:
+            for cid in cited.get(src.doc_id, ()):
                 chunk = self._chunk(cid, chunks)
                 if chunk is None:
                     failed.append(f"source [{src.n}]: chunk {cid} is no longer in the store")
@@ -757,6 +770,48 @@ class WriteStep:
                                       sha256=hashlib.sha256(chunk.text.encode("utf-8")).hexdigest(),
                                       quote=first_sentence(chunk.text)))
         return tuple(out)
+
+
+def _rests_on(sentence: _Sentence, ev: Evidence) -> tuple[str, ...]:
+    """The chunks of evidence item ``ev`` a sentence citing it rests on: the chunk it was quoted from or whose verdict
+    it lists, else (a model's sentence) the passages the item was shown with (its first ``EXCERPTS_PER_ITEM``)."""
+    own = tuple(c for c in sentence.chunks if c in ev.chunk_ids)
+    return own or ev.chunk_ids[:EXCERPTS_PER_ITEM]
+
+
+# sections whose sentences are about the paper, not its findings: a quote never comes from them
+_BACK_MATTER = re.compile(
+    r"\b(?:competing\s+interests?|conflicts?\s+of\s+interests?|declarations?|acknowledge?ments?|funding|financial"
+    r"\s+support|author(?:s'?)?\s+contributions?|data\s+(?:and\s+code\s+)?availability|code\s+availability|ethics"
+    r"|consent|references|bibliography|supplementary|appendix|abbreviations)\b", re.IGNORECASE)
+# a sentence that states nothing: a disclosure, a reference entry, pseudo-code, a heading run into a line
+_NO_FINDING = re.compile(
+    r"\b(?:declare[sd]?\s+(?:that\s+)?(?:they\s+have\s+)?no|no\s+(?:competing|conflicts?)|competing\s+interests?"
+    r"|conflicts?\s+of\s+interests?|funded\s+by|grant\s+(?:no|number)|thank(?:s|ed)?\b|correspond(?:ence|ing)\s+"
+    r"author|licensed\s+under|creative\s+commons|copyright|all\s+rights\s+reserved|doi\s*:|https?://|arxiv:\d"
+    r"|end\s+(?:for|if|while|procedure|function)|\breturn\s+\w+\s*$|:=|←|\bprocedure\b|\balgorithm\s+\d+\b)"
+    r"|\(\d{4}[a-z]?\)\.|,\s*\d+\s*\(\d+\)\s*[:,]\s*\d+",
+    re.IGNORECASE)
+MIN_FINDING_WORDS = 6
+MIN_FINDING_LETTERS = 0.6  # a sentence of code or formulas is mostly symbols and digits
+
+
+def back_matter(section_path: str) -> bool:
+    """Whether a chunk sits in a paper's back matter (competing interests, acknowledgements, funding, references,
+    appendix …) by its section's own heading: its sentences are about the paper, not its findings."""
+    last = section_path.rsplit(">", 1)[-1]
+    return bool(_BACK_MATTER.search(last))
+
+
+def states_something(sentence: str) -> bool:
+    """Whether a sentence can be quoted as a finding: at least ``MIN_FINDING_WORDS`` words, mostly letters, and not
+    a disclosure, a reference entry, a licence line or pseudo-code (:data:`_NO_FINDING`)."""
+    chars = "".join(sentence.split())
+    if len(sentence.split()) < MIN_FINDING_WORDS or not chars:
+        return False
+    if sum(c.isalpha() for c in chars) / len(chars) < MIN_FINDING_LETTERS:
+        return False
+    return not _NO_FINDING.search(sentence)
 
 
 def _ref(src: _Source) -> SourceRef:
