@@ -20,7 +20,7 @@ from messages.status import Stage
 from messages.write import SourceRef
 from tests.factories import make_doc
 from tests.leaves import (
-    OVERVIEW, R1, R2, R2_DRAFT, R3, R4, RUN, A, B, C, draft, ev, leaf_store, request, section,
+    OVERVIEW, R1, R2, R2_DRAFT, R3, R4, RUN, A, B, C, coverages, draft, ev, leaf_store, request, section,
     settings,
 )
 
