@@ -35,11 +35,13 @@ from __future__ import annotations
 import json
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 from typer.core import TyperGroup
 
@@ -47,7 +49,6 @@ from gateway import cli_base as base
 from gateway.cli_base import console, err
 from infra.errors import ForageError
 from infra.settings import Settings
-from messages.ingest import IngestRequest
 from messages.search import Candidate, Skipped
 
 FILES = "files"  # the subcommand ``add PATH...`` stands for
@@ -97,20 +98,39 @@ def fail(message: str, code: int = 2) -> typer.Exit:
     return typer.Exit(code)
 
 
-def ingest_candidates(settings: Settings, run_id: str, candidates: Sequence[Candidate]) -> list[Any]:
-    """IngestResults for ``candidates``, in order, ingested in this process (as the Ingestor actor does)."""
+def ingest_candidates(settings: Settings, run_id: str, candidates: Sequence[Candidate],
+                      progress: Callable[[Any, Any], None] | None = None) -> list[Any]:
+    """IngestResults for ``candidates``, in order, ingested from this process with ``ingest.parse_workers`` parsing
+    processes (actors/steps/ingest/parallel.py); ``progress`` hears of each file as it finishes."""
     if not candidates:
         return []
+    from actors.steps.ingest.parallel import ParallelIngest, parse_workers
     from actors.steps.ingest.step import IngestStep
     from infra.embed import build_embedder
     from infra.pdf import build_parser
     from infra.store import build_store
 
-    step = IngestStep(settings, build_store(settings), build_embedder(settings), build_parser(settings))
-    results = [step.ingest(IngestRequest(run_id=run_id, candidate=c)) for c in candidates]
-    if any(r.status == "stored" for r in results):
-        step.index_new_chunks()  # searchable at full speed when the next run starts
-    return results
+    parser = build_parser(settings)
+    step = IngestStep(settings, build_store(settings), build_embedder(settings), parser)
+    workers = parse_workers(settings.ingest.parse_workers)
+    return ParallelIngest(step, parser, workers, progress=progress).ingest(run_id, candidates)
+
+
+@contextmanager
+def ingest_progress(total: int) -> Iterator[Callable[[Any, Any], None]]:
+    """A progress bar on stderr for a library add of ``total`` files: files done, pages/s, time left; each file's
+    outcome is listed in the table afterwards."""
+    columns = (TextColumn("ingesting"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[rate]}"),
+               TimeElapsedColumn(), TextColumn("{task.fields[eta]}"))
+    with Progress(*columns, console=err, transient=True) as bar:
+        task = bar.add_task("files", total=total, rate="", eta="")
+
+        def update(state: Any, result: Any) -> None:
+            eta = state.eta_s()
+            bar.update(task, completed=state.done, rate=f"{state.pages_per_s():.1f} pages/s" if state.pages else "",
+                       eta=f"about {eta:.0f} s left" if eta is not None and state.parsed < state.to_parse else "")
+
+        yield update
 
 
 def _status(result: Any, pulled: str = "new") -> tuple[str, str]:
@@ -282,8 +302,8 @@ def add_files(
     candidates = [Candidate(key=file_key(p), source="library", path=str(p), found_by="library add") for p in files]
     try:
         _check_embedder(settings)
-        with console.status(f"ingesting {len(candidates)} file{'s' if len(candidates) != 1 else ''}…"):
-            results = ingest_candidates(settings, f"library-{time.strftime('%Y%m%d-%H%M%S')}", candidates)
+        with ingest_progress(len(candidates)) as progress:
+            results = ingest_candidates(settings, f"library-{time.strftime('%Y%m%d-%H%M%S')}", candidates, progress)
         stored = build_store(settings)
         years = {r.doc_id: d.year for r in results if r.doc_id and (d := stored.get_document(r.doc_id))}
     except ForageError as exc:

@@ -188,6 +188,8 @@ class IngestSettings(Section):
         description="GPU share a PyMuPDF Ingestor asks Ray for where the cluster has GPUs, to embed there (0: it "
                     "embeds on its CPU). Marker Ingestors hold marker_gpus and embed on that GPU.")
     max_pages: int = Field(default=60, ge=1, description="Pages parsed per document; the rest are noted and skipped.")
+    parse_workers: int = Field(default=0, ge=0, description="Processes parsing PDFs at once in `forage library add` (0: "
+                                                            "this node's usable cores).")
     timeout_s: float = Field(default=300.0, gt=0, description="Per document parse timeout.")
     max_bytes: int = Field(default=100_000_000, ge=1, description="Refuse files larger than this.")
     contextual: bool = Field(

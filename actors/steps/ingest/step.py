@@ -219,7 +219,7 @@ class IngestStep:
         except Exception as exc:  # noqa: BLE001 - a bad document must never take the caller down
             result = self._failed(request.run_id, request.candidate.key, request.candidate.path,
                                   _unexpected(exc), False, started)
-        self._report(result, timings)
+        self.report(result, timings)
         return result
 
     def _ingest(self, request: IngestRequest, started: float, timings: dict[str, float]) -> IngestResult:
@@ -284,12 +284,12 @@ class IngestStep:
                 self._progress(key, "embedding", chunks=len(item.chunks))
                 prepared.append((i, item))
             except Exception as exc:  # noqa: BLE001 - one bad document fails alone
-                out[i] = (self._failed_on(checked, exc), {})
+                out[i] = (self.failed_on(checked, exc), {})
         try:
             vectors = self._embed([item for _, item in prepared]) if prepared else []
         except Exception as exc:  # noqa: BLE001 - nothing of the batch was embedded: each says why
             for i, _ in prepared:
-                out[i] = (self._failed_on(parsed[i][0], exc), {})
+                out[i] = (self.failed_on(parsed[i][0], exc), {})
             prepared, vectors = [], []
         items = [item for _, item in prepared]
         batched = len(items) > 1 and self._store_batch(items, vectors)
@@ -299,14 +299,14 @@ class IngestStep:
                 if not batched:
                     self._store(item, v)
             except Exception as exc:  # noqa: BLE001 - a failed write fails its document only
-                out[i] = (self._failed_on(checked, exc), {})
+                out[i] = (self.failed_on(checked, exc), {})
                 continue
             out[i] = (self._stored(checked.request.run_id, item, str(checked.path), checked.previous,
                                    checked.started, "file changed"), dict(item.timings))
         results = [r for r in out if r is not None]
         if report:
             for result, timings in results:
-                self._report(result, timings)
+                self.report(result, timings)
         return results
 
     def prepare_parsed(self, doc_id: str, candidate: Candidate, path: Path, parsed: ParsedDocument) -> _Prepared:
@@ -393,7 +393,7 @@ class IngestStep:
         final: list[IngestResult] = []
         for i, result in enumerate(results):
             assert result is not None
-            self._report(result, prepared[i][0].timings if i in prepared else {})
+            self.report(result, prepared[i][0].timings if i in prepared else {})
             final.append(result)
         return final
 
@@ -588,7 +588,12 @@ class IngestStep:
         return IngestResult(run_id=run_id, key=key, path=path, status="failed", reason=reason, retryable=retryable,
                             seconds=perf_counter() - started)
 
-    def _failed_on(self, checked: CheckedFile, exc: Exception) -> IngestResult:
+    def failed(self, request: IngestRequest, exc: ForageError, started: float) -> IngestResult:
+        """The failed result of ``request``, its reason and retry hint from ``exc``."""
+        candidate = request.candidate
+        return self._failed(request.run_id, candidate.key, candidate.path, str(exc), exc.retryable, started)
+
+    def failed_on(self, checked: CheckedFile, exc: Exception) -> IngestResult:
         """The failed result of a checked file, its reason and retry hint from ``exc``."""
         key, path = checked.request.candidate.key, str(checked.path)
         if isinstance(exc, ForageError):
@@ -599,8 +604,8 @@ class IngestStep:
         """One step of a document's way through ingestion (:data:`PHASES`), as an ``ingest/progress`` event."""
         self.emit(Stage.INGEST, "progress", f"{key}: {phase}", key=key, phase=phase, **payload)
 
-    def _report(self, result: IngestResult, timings: dict[str, float]) -> None:
-        # the document's last progress phase, then the summary event ('document' or 'failed')
+    def report(self, result: IngestResult, timings: dict[str, float]) -> None:
+        """A document's last progress phase, then its summary event ('document' or 'failed')."""
         self._progress(result.key, result.status, **({"reason": result.reason} if result.status == "failed" else {}))
         if result.status == "failed":
             self.emit(Stage.INGEST, "failed", f"{result.key}: {result.reason}", key=result.key,
