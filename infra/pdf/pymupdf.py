@@ -147,6 +147,13 @@ class PyMuPDFParser:
     def parse(self, path: Path) -> ParsedDocument:
         """Markdown, page spans and metadata of the PDF at ``path``; PDFError for files that cannot be used."""
         path = Path(path)
+        return self._assemble(path, *self.extract(path))
+
+    def extract(self, path: Path) -> tuple[Any, ...]:
+        """What ``parse`` reads from the file (pymupdf4llm page chunks, info dictionary, page-1 lines and text,
+        page counts, flags), before Forage's own reading of it: a pure function of the bytes and the parser's
+        name, so ``bench/metadata.py`` can keep it while the metadata rules change."""
+        path = Path(path)
         data = self._read(path)
         with self._open(data, path) as doc:
             n_pages, keep, flags = preflight(doc, data, path, self.max_pages)
@@ -158,7 +165,7 @@ class PyMuPDFParser:
             meta = doc.metadata or {}
             first_page = _page_one_lines(doc)
             page1_raw = _page_one_text(doc)
-        return self._assemble(path, pages, meta, first_page, page1_raw, n_pages, keep, flags)
+        return pages, meta, first_page, page1_raw, n_pages, keep, flags
 
     def _page_chunks(self, doc: Any, keep: int, path: Path) -> tuple[list[dict[str, Any]], list[int]]:
         """pymupdf4llm page chunks for the first ``keep`` pages; page by page if the whole run fails."""
