@@ -122,6 +122,8 @@ _PUBLICATION_YEAR = re.compile(r"\b(?:year of publication|publication year|date 
                                r"(?:[A-Za-z]+\.? \d{1,2},? )?(1[89]\d{2}|20\d{2})\b", re.IGNORECASE)
 # NeurIPS (NIPS) proceedings name their volume, not the year: volume N is the meeting of 1987 + N
 _NIPS_VOLUME = re.compile(r"Advances in Neural Information Processing Systems (\d{1,2})\b")
+# a collaboration signs as one author ("The ATLAS and CMS Collaborations", "the XYZ Consortium")
+_COLLABORATION = re.compile(r"^[\w .&-]{0,80}\b(?:collaborations?|consortium|consortia)$", re.IGNORECASE)
 _NEW_ARXIV_ID = re.compile(r"\barXiv:\s*(\d{2})(\d{2})\.\d{4,5}", re.IGNORECASE)
 _INFO_YEAR_KEYS = ("Published", "Year", "Date")  # non-standard info keys some publishers set (NeurIPS: all three)
 _FRONT_END_HEADINGS = re.compile(r"^\W*(\d+\.?\s*|[ivx]+\.\s*)?(abstract|summary|introduction|background|keywords)\b",
@@ -704,12 +706,16 @@ def _tidy_title(title: str) -> str:
 
 
 def _metadata_authors(author: str) -> list[str]:
-    """Authors from the PDF Author field: ';'-separated, else ','/'and'-separated full names."""
-    author = _WS.sub(" ", author).strip()
+    """Authors from the PDF Author field: ';'-separated, else ','/'and'-separated full names; marks and degrees
+    dropped ("Pablo E. Branchi *", "Nina Brooks MPP", "Christopher Wildeman, PhD, …"), and a publisher or
+    label in the field ("Cambridge Journals") is no author."""
+    author = _WS.sub(" ", author.translate(_MARKERS)).strip()
     if not author or "@" in author or "http" in author.lower():
         return []
-    parts = [p.strip() for p in (author.split(";") if ";" in author else _SPLIT_NAMES.split(author))]
-    parts = [p for p in parts if p]
+    if _COLLABORATION.match(author):
+        return [author]
+    parts = [_drop_degrees(p) for p in (author.split(";") if ";" in author else _SPLIT_NAMES.split(author))]
+    parts = [p for p in parts if p and not any(w.lower().strip(".,") in _NOT_NAME_WORDS for w in p.split())]
     if len(parts) > 1 and any(len(p.split()) < 2 for p in parts):  # "Last, First" pairs: keep as written
         return [author] if len(author) <= 120 else []
     return [p for p in parts if any(ch.isalpha() for ch in p) and len(p) <= 80]
@@ -749,7 +755,17 @@ def _name_runs(segment: str) -> list[str]:
     names: list[str] = []
     for piece in pieces:
         names.extend(p for p in _SPLIT_NAMES.split(piece) if p.strip())
-    return [_WS.sub(" ", n.translate(_MARKERS)).strip(" .,;:0123456789") for n in names]
+    names = [_drop_degrees(_fold_accents(_WS.sub(" ", n.translate(_MARKERS))).strip(" .,;:0123456789"))
+             for n in names]
+    return [n for n in names if n and not re.fullmatch(r"[a-z](?:,[a-z])*", n)]  # affiliation letters ("a,b")
+
+
+def _drop_degrees(text: str) -> str:
+    """A name without the degrees written after it ("Xiaoliang Bai, MD" → "Xiaoliang Bai"); '' for a degree."""
+    words = text.strip(" .,;:").split()
+    while words and words[-1].lower().strip(".,") in _DEGREES:
+        words.pop()
+    return " ".join(words)
 
 
 def _looks_like_name(text: str) -> bool:
@@ -761,19 +777,45 @@ def _looks_like_name(text: str) -> bool:
     return all(_NAME_WORD.match(w) or w.lower() in _NAME_PARTICLES for w in words)
 
 
+def _title_box_end(boxes1: list[tuple[str, str]], title: str) -> int | None:
+    """Index of the last page-1 box of the title: the first box that begins it (its key a prefix of the title's)
+    and the boxes after it that hold more of it (a title broken into two boxes, a subtitle box)."""
+    key = _key(title)
+    if not key:
+        return None
+    start = next((i for i, (_, seg) in enumerate(boxes1)
+                  if len(k := _key(_plain(seg))) >= 4 and key.startswith(k)), None)
+    if start is None:
+        return None
+    done = len(_key(_plain(boxes1[start][1])))
+    while start + 1 < len(boxes1):
+        k = _key(_plain(boxes1[start + 1][1]))
+        if not k and not boxes1[start + 1][1].strip():
+            start += 1
+            continue
+        if not k or not key[done:].startswith(k):
+            break
+        done += len(k)
+        start += 1
+    return start
+
+
 def _authors_under_title(boxes1: list[tuple[str, str]], title: str) -> list[str]:
-    """Names from the lines right under the title on page 1 (layout mode); [] when they do not look like names."""
-    key = _norm(title)
-    start = next((i for i, (cls, seg) in enumerate(boxes1)
-                  if key and seg.strip() and _norm(_plain(seg)) == key), None)
+    """Names from the boxes right under the title on page 1 (layout mode): text, heading, list-item or a second
+    'title' box (the layout model sometimes calls the byline one); [] when they do not look like names."""
+    start = _title_box_end(boxes1, title)
     if start is None:
         return []
     names: list[str] = []
     for cls, seg in boxes1[start + 1:start + 8]:
         if not seg.strip() or cls in ("picture", "page-header", "page-footer"):
             continue
-        if cls not in ("text", "section-header") or _FRONT_END_HEADINGS.match(_plain(seg)):
+        if cls not in ("text", "section-header", "title", "list-item") or _FRONT_END_HEADINGS.match(_plain(seg)):
             break
+        whole = _WS.sub(" ", _plain(seg).translate(_MARKERS)).strip(" .,;:0123456789")
+        if _COLLABORATION.match(whole):
+            names.append(whole)
+            continue
         pieces = [p for p in _name_runs(seg) if p]
         good = [p for p in pieces if _looks_like_name(p)]
         if not good or len(good) < 0.5 * len(pieces):
