@@ -201,7 +201,7 @@ class PyMuPDFParser:
             pages, unreadable = (chunks, []) if chunks is not None else self._page_chunks(doc, keep, path)
             if unreadable:
                 flags.append("unreadable_pages:" + ",".join(map(str, unreadable)))
-            meta = doc.metadata or {}
+            meta = {**(doc.metadata or {}), **_info_extras(doc)}
             first_page = _page_one_lines(doc)
             page1_raw = _page_one_text(doc)
         return pages, meta, first_page, page1_raw, n_pages, keep, flags
@@ -266,7 +266,8 @@ class PyMuPDFParser:
         doi, arxiv_id = page_one_ids(page1_raw, meta)
         venue, venue_kind = page_one_venue(page1_raw, meta)
         return ParsedDocument(markdown=markdown, page_spans=tuple(spans), title=title or None,
-                              authors=tuple(authors), year=_pick_year(meta, page1_text), doi=doi, arxiv_id=arxiv_id,
+                              authors=tuple(authors), year=_pick_year(meta, page1_raw or page1_text), doi=doi,
+                              arxiv_id=arxiv_id,
                               venue=venue, venue_kind=venue_kind, n_pages=n_pages, parser=self.name, flags=tuple(flags))
 
 
@@ -462,6 +463,20 @@ def _fold_accents(text: str) -> str:
         return text
     return unicodedata.normalize("NFC", _SPACING_ACCENT.sub(lambda m: m.group(2) + _SPACING_ACCENTS[m.group(1)],
                                                             text))
+
+
+def _info_extras(doc: Any) -> dict[str, str]:
+    """The non-standard year keys of the file's info dictionary ("/Published (2008)" in NeurIPS proceedings),
+    which ``doc.metadata`` leaves out."""
+    try:
+        kind, ref = doc.xref_get_key(-1, "Info")
+        if kind != "xref":
+            return {}
+        xref = int(ref.split()[0])
+        found = {key: doc.xref_get_key(xref, key) for key in _INFO_YEAR_KEYS}
+    except Exception:  # noqa: BLE001 - only a year hint
+        return {}
+    return {key: value for key, (kind, value) in found.items() if kind == "string" and value}
 
 
 def _page_one_text(doc: Any) -> str:
@@ -840,14 +855,47 @@ def _pdf_date_year(value: str | None) -> int | None:
 
 
 def _pick_year(meta: dict[str, Any], page1_text: str) -> int | None:
-    """The latest plausible year printed on page 1 (venue, copyright, arXiv stamp), else the creation year.
+    """The paper's year from page 1 (its venue, copyright and date lines, its arXiv stamp or id), else from the
+    file's info dictionary.
 
-    "Plausible" means not after the PDF's creation year + 1 (or next year when the date is missing),
-    which keeps future-looking numbers out; citations on page 1 are older than the paper itself.
+    In order: a year labelled as the publication year ("Year of publication: 2012"); the info dictionary's
+    own "Published" / "Year" / "Date" keys; else the latest plausible year printed on page 1 — a NeurIPS
+    volume ("Advances in Neural Information Processing Systems 21") read as its year, a new-style arXiv id
+    ("arXiv:2501.10120") as its month's year, and never a year in a download, access or generation stamp
+    ("Downloaded … on June 25, 2025", "consulté le 3 septembre 2017", a date followed by a clock time);
+    else the PDF creation year. "Plausible" means not after the creation year + 1 (or next year when the
+    date is missing), which keeps future-looking numbers out; citations on page 1 are older than the paper.
     """
     created = _pdf_date_year(meta.get("creationDate")) or _pdf_date_year(meta.get("modDate"))
     ceiling = (created + 1) if created else date.today().year + 1
-    years = [int(y) for y in _YEAR.findall(page1_text) if 1900 <= int(y) <= ceiling]
+
+    def plausible(years: list[int]) -> list[int]:
+        return [y for y in years if 1900 <= y <= ceiling]
+
+    labelled = plausible([int(m.group(1)) for m in _PUBLICATION_YEAR.finditer(page1_text)])
+    if labelled:
+        return max(labelled)
+    for key in _INFO_YEAR_KEYS:
+        found = _YEAR.search(str(meta.get(key) or ""))
+        if found and plausible([int(found.group(1))]):
+            return int(found.group(1))
+    years = plausible(_printed_years(page1_text))
     if years:
         return max(years)
     return created
+
+
+def _printed_years(text: str) -> list[int]:
+    """Every year printed in ``text`` that may be the paper's (see :func:`_pick_year`), in order."""
+    years: list[int] = []
+    for line in text.splitlines():
+        last = 0
+        for found in _YEAR.finditer(line):
+            before, after = line[last:found.start()], line[found.end():]
+            last = found.end()
+            if _STAMP.search(before) or _CLOCK_AFTER.match(after):
+                continue
+            years.append(int(found.group(1)))
+        years.extend(1987 + int(m.group(1)) for m in _NIPS_VOLUME.finditer(line))
+        years.extend(2000 + int(m.group(1)) for m in _NEW_ARXIV_ID.finditer(line) if 1 <= int(m.group(2)) <= 12)
+    return years
