@@ -113,18 +113,18 @@ def _plain_chunks(pages: list[dict]) -> list[dict]:
 
 
 def parse_page_one(parser, path: Path, cache: Path | None):  # noqa: ANN001, ANN201 - PyMuPDFParser -> ParsedDocument
-    """The parser's reading of page 1 of ``path``; pymupdf4llm's part kept under ``cache`` when one is given."""
+    """The parser's reading of page 1 of ``path``; pymupdf4llm's page chunks kept under ``cache`` when one is given
+    (the rest of ``PyMuPDFParser.extract`` is cheap and read again, so a change to it needs no new cache)."""
     if cache is None:
         return parser.parse(path)
     key = hashlib.sha256(path.read_bytes() + parser.name.encode()).hexdigest()[:32]
     entry = cache / f"{key}.pickle"
     if entry.exists():
-        extracted = pickle.loads(entry.read_bytes())  # noqa: S301 - our own cache, written below
+        extracted = parser.extract(path, chunks=pickle.loads(entry.read_bytes()))  # noqa: S301 - our own cache
     else:
-        pages, *rest = parser.extract(path)
-        extracted = (_plain_chunks(pages), *rest)
+        extracted = parser.extract(path)
         cache.mkdir(parents=True, exist_ok=True)
-        entry.write_bytes(pickle.dumps(extracted))
+        entry.write_bytes(pickle.dumps(_plain_chunks(extracted[0])))
     return parser._assemble(path, *extracted)  # noqa: SLF001 - the same reading parse() does
 
 
