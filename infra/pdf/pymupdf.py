@@ -21,14 +21,19 @@ What this parser does on top of pymupdf4llm:
   "header" that is really the paper's title is kept as a ``#`` heading;
 * joins the per-page Markdown (``page_chunks=True``) and records ``page_spans``;
 * picks the title (sensible metadata title confirmed by page-1 text → layout ``title`` box →
-  largest page-1 heading → largest horizontal page-1 font), authors (the PDF Author field, unless
-  the name lines under the title give a longer list that includes its first author; names are
-  recognised by shape: 2–5 capitalised words, no digits, no institution words — a line that is not
-  mostly names gives none; when neither gives any, the page-1 lines under the title that are all
-  names, skipping e-mail, affiliation and place lines: the author grid of ACM papers), year (latest
-  plausible year on page 1, else the PDF creation year), the paper's DOI (only one written with a DOI
-  label — "doi:", "DOI", "doi.org/" — on page 1 or in the file's subject/keywords, so a cited work's
-  DOI is not taken) and its arXiv id (the "arXiv:NNNN.NNNNN" stamp on page 1).
+  largest page-1 heading → largest horizontal page-1 font; a venue, issue or publisher line is never one),
+  then sets it against the page-1 lines in the title's font: completed over a line break, cut before an
+  author line glued on, a smaller subtitle line joined with ": "; authors (the PDF Author field without marks
+  and degrees, unless the byline under the title's boxes gives a longer list that includes its first author;
+  names are recognised by shape: 2–5 capitalised words, no digits, no institution or publishing words, degrees
+  and affiliation marks dropped, a collaboration one author — a line that is not mostly names gives none;
+  when neither gives any, the page-1 lines under the title that are all names, skipping e-mail, affiliation
+  and place lines: the author grid of ACM papers), year (a labelled publication year, the info dictionary's
+  Published/Year/Date keys, else the latest plausible year on page 1 — arXiv stamp and id, NeurIPS volume,
+  never a download or generation stamp — else the PDF creation year), the paper's DOI (only one written with
+  a DOI label — "doi:", "DOI", "doi.org/" — on page 1 or in the file's subject/keywords, so a cited work's
+  DOI is not taken) and its arXiv id (the "arXiv:NNNN.NNNNN" stamp on page 1). docs/ingestion.md has the
+  rules' figures on the shared and pdfs-extra papers.
 """
 
 from __future__ import annotations
