@@ -21,14 +21,19 @@ What this parser does on top of pymupdf4llm:
   "header" that is really the paper's title is kept as a ``#`` heading;
 * joins the per-page Markdown (``page_chunks=True``) and records ``page_spans``;
 * picks the title (sensible metadata title confirmed by page-1 text → layout ``title`` box →
-  largest page-1 heading → largest horizontal page-1 font), authors (the PDF Author field, unless
-  the name lines under the title give a longer list that includes its first author; names are
-  recognised by shape: 2–5 capitalised words, no digits, no institution words — a line that is not
-  mostly names gives none; when neither gives any, the page-1 lines under the title that are all
-  names, skipping e-mail, affiliation and place lines: the author grid of ACM papers), year (latest
-  plausible year on page 1, else the PDF creation year), the paper's DOI (only one written with a DOI
-  label — "doi:", "DOI", "doi.org/" — on page 1 or in the file's subject/keywords, so a cited work's
-  DOI is not taken) and its arXiv id (the "arXiv:NNNN.NNNNN" stamp on page 1).
+  largest page-1 heading → largest horizontal page-1 font; a venue, issue or publisher line is never one),
+  then sets it against the page-1 lines in the title's font: completed over a line break, cut before an
+  author line glued on, a smaller subtitle line joined with ": "; authors (the PDF Author field without marks
+  and degrees, unless the byline under the title's boxes gives a longer list that includes its first author;
+  names are recognised by shape: 2–5 capitalised words, no digits, no institution or publishing words, degrees
+  and affiliation marks dropped, a collaboration one author — a line that is not mostly names gives none;
+  when neither gives any, the page-1 lines under the title that are all names, skipping e-mail, affiliation
+  and place lines: the author grid of ACM papers), year (a labelled publication year, the info dictionary's
+  Published/Year/Date keys, else the latest plausible year on page 1 — arXiv stamp and id, NeurIPS volume,
+  never a download or generation stamp — else the PDF creation year), the paper's DOI (only one written with
+  a DOI label — "doi:", "DOI", "doi.org/" — on page 1 or in the file's subject/keywords, so a cited work's
+  DOI is not taken) and its arXiv id (the "arXiv:NNNN.NNNNN" stamp on page 1). docs/ingestion.md has the
+  rules' figures on the shared and pdfs-extra papers.
 """
 
 from __future__ import annotations
@@ -50,7 +55,7 @@ from infra.errors import PDFError
 from infra.pdf.base import ParsedDocument
 from messages.search import VenueKind
 
-REVISION = "3"  # bump when what parse() derives from the same pymupdf4llm output changes (metadata, ids)
+REVISION = "4"  # bump when what parse() derives from the same pymupdf4llm output changes (metadata, ids)
 PDF_MAGIC = b"%PDF-"
 MAGIC_WINDOW = 1024  # readers accept the header anywhere in the first KiB
 EOF_WINDOW = 2048  # %%EOF must sit near the end of a complete file
@@ -71,7 +76,17 @@ _NOT_NAME_WORDS = frozenset({
     "centre", "laboratory", "laboratories", "lab", "inc", "corporation", "research", "science", "sciences",
     "group", "faculty", "hospital", "usa", "uk", "china", "abstract", "introduction", "email", "e-mail",
     "foundation", "company", "ltd", "gmbh", "division", "program", "unit", "academy", "ai",
+    # publishing labels and running heads set near the byline ("Open Access", "Cambridge Journals",
+    # "Association for Computational Linguistics"): never a person
+    "open", "access", "article", "articles", "original", "review", "letter", "journal", "journals",
+    "proceedings", "association", "society", "press", "publishing", "publications", "publishers", "publisher",
+    "conference", "annual", "meeting", "linguistics", "computational", "systematic", "meta-analysis", "chapter",
+    "edition", "volume", "copyright", "licence", "license", "creative", "commons", "received", "accepted",
+    "published", "editor", "editors", "preprint", "draft", "submitted", "manuscript",
 })
+# academic degrees written after a name ("Xiaoliang Bai, MD", "Nina Brooks MPP"): dropped, never a name
+_DEGREES = frozenset({"md", "mm", "phd", "ph.d", "ma", "mas", "mpp", "mph", "msc", "bsc", "ms", "bs", "ba", "mba",
+                      "dphil", "rn", "frcs", "frcp", "mbbs", "dds", "pharmd", "dvm", "facs", "jd", "llm", "med"})
 _MARKERS = str.maketrans("", "", "*∗†‡§¶#⋄□◇○•♯♭‖⊥☯✉")
 _SPLIT_NAMES = re.compile(r"\s*(?:,|;|\band\b|&)\s*")
 _LABELLED_DOI = re.compile(r"(?:\bdoi\s*:?\s*|doi\.org/)(10\.\d{4,9}/[^\s\"<>,;]+)", re.IGNORECASE)
@@ -88,6 +103,34 @@ _DOI_FOOTER = re.compile(r"^([A-Z][A-Za-z]+(?: [A-Z][A-Za-z]+){0,4}) \| https?:/
 _JOURNAL_PROCEEDINGS = re.compile(r"^Proceedings of the (?:National Academy of Sciences|Royal Society|IEEE$|"
                                   r"American Mathematical Society|Japan Academy|VLDB Endowment)")
 _VENUE_JOINERS = frozenset({"of", "on", "in", "for", "and", "the", "&"})
+# a line that names a venue, an issue or a publisher rather than a paper: never a title ("Proceedings of the 45th
+# Annual Meeting of the Association …", "Développement durable et territoires, Vol. 4, n°3 | Octobre 2013")
+_VENUE_LINE = re.compile(r"^\W*(?:in:? )?(?:proceedings of|proc\. |journal of|transactions on|advances in "
+                         r"|annual meeting of|conference on|workshop on)|\b(?:vol\.?|volume|n°|no\.|issue)\s*\d"
+                         r"|\bpp\.\s*\d|\bpages \d|©|\bcopyright\b|\bissn\b|\bisbn\b|https?://|www\.",
+                         re.IGNORECASE)
+# a metadata title written for ASCII or TeX ("… at sqrt(s) = 7 and 8 TeV", "$\alpha$"): the page prints it better
+_TEX_LIKE = re.compile(r"\$|\\[a-zA-Z]|\bsqrt\(|\^\{|_\{")
+# footnote and affiliation marks that end a title line ("… AT FERMILAB*", "… packing†")
+_TRAILING_MARKS = "*∗†‡§¶⋆✉ "
+# spacing accents that LaTeX fonts put before the letter they belong to ("J˛edrzej" is "Jędrzej")
+_SPACING_ACCENTS = {"˛": "\u0328", "˙": "\u0307", "´": "\u0301", "`": "\u0300", "¨": "\u0308", "ˇ": "\u030c",
+                    "˘": "\u0306", "˝": "\u030b", "˚": "\u030a", "¸": "\u0327", "˜": "\u0303"}
+_SPACING_ACCENT = re.compile("([" + "".join(_SPACING_ACCENTS) + "])([A-Za-z])")
+# where a year on page 1 is not the paper's: a download, access or generation stamp ("Downloaded via … on June
+# 25, 2025", "consulté le 03 septembre 2017", "(generated 26 October 2017)", "On: Sat, 22 Nov 2014 00:09:14")
+_STAMP = re.compile(r"\b(?:downloaded|download|generated|g[ée]n[ée]r[ée]|consult[ée]|accessed|retrieved|printed on"
+                    r"|viewed)\b|\bon:", re.IGNORECASE)
+_CLOCK_AFTER = re.compile(r"^,?\s*(?:at\s*)?\d{1,2}:\d{2}")
+# an explicit publication year ("Year of publication: 2012") outranks every other year on the page
+_PUBLICATION_YEAR = re.compile(r"\b(?:year of publication|publication year|date of publication)\W{0,4}"
+                               r"(?:[A-Za-z]+\.? \d{1,2},? )?(1[89]\d{2}|20\d{2})\b", re.IGNORECASE)
+# NeurIPS (NIPS) proceedings name their volume, not the year: volume N is the meeting of 1987 + N
+_NIPS_VOLUME = re.compile(r"Advances in Neural Information Processing Systems (\d{1,2})\b")
+# a collaboration signs as one author ("The ATLAS and CMS Collaborations", "the XYZ Consortium")
+_COLLABORATION = re.compile(r"^[\w .&-]{0,80}\b(?:collaborations?|consortium|consortia)$", re.IGNORECASE)
+_NEW_ARXIV_ID = re.compile(r"\barXiv:\s*(\d{2})(\d{2})\.\d{4,5}", re.IGNORECASE)
+_INFO_YEAR_KEYS = ("Published", "Year", "Date")  # non-standard info keys some publishers set (NeurIPS: all three)
 _FRONT_END_HEADINGS = re.compile(r"^\W*(\d+\.?\s*|[ivx]+\.\s*)?(abstract|summary|introduction|background|keywords)\b",
                                  re.IGNORECASE)
 
@@ -147,18 +190,26 @@ class PyMuPDFParser:
     def parse(self, path: Path) -> ParsedDocument:
         """Markdown, page spans and metadata of the PDF at ``path``; PDFError for files that cannot be used."""
         path = Path(path)
+        return self._assemble(path, *self.extract(path))
+
+    def extract(self, path: Path, chunks: list[dict[str, Any]] | None = None) -> tuple[Any, ...]:
+        """What ``parse`` reads from the file (pymupdf4llm page chunks, info dictionary, page-1 lines and text,
+        page counts, flags), before Forage's own reading of it. ``chunks``: pymupdf4llm's page chunks of this
+        file from an earlier call (the costly part, a pure function of the bytes and the parser's name), so
+        ``bench/metadata.py`` can keep them while the metadata rules change."""
+        path = Path(path)
         data = self._read(path)
         with self._open(data, path) as doc:
             n_pages, keep, flags = preflight(doc, data, path, self.max_pages)
             if not self.layout:
                 flags.append("no_layout")
-            pages, unreadable = self._page_chunks(doc, keep, path)
+            pages, unreadable = (chunks, []) if chunks is not None else self._page_chunks(doc, keep, path)
             if unreadable:
                 flags.append("unreadable_pages:" + ",".join(map(str, unreadable)))
-            meta = doc.metadata or {}
+            meta = {**(doc.metadata or {}), **_info_extras(doc)}
             first_page = _page_one_lines(doc)
             page1_raw = _page_one_text(doc)
-        return self._assemble(path, pages, meta, first_page, page1_raw, n_pages, keep, flags)
+        return pages, meta, first_page, page1_raw, n_pages, keep, flags
 
     def _page_chunks(self, doc: Any, keep: int, path: Path) -> tuple[list[dict[str, Any]], list[int]]:
         """pymupdf4llm page chunks for the first ``keep`` pages; page by page if the whole run fails."""
@@ -220,7 +271,8 @@ class PyMuPDFParser:
         doi, arxiv_id = page_one_ids(page1_raw, meta)
         venue, venue_kind = page_one_venue(page1_raw, meta)
         return ParsedDocument(markdown=markdown, page_spans=tuple(spans), title=title or None,
-                              authors=tuple(authors), year=_pick_year(meta, page1_text), doi=doi, arxiv_id=arxiv_id,
+                              authors=tuple(authors), year=_pick_year(meta, page1_raw or page1_text), doi=doi,
+                              arxiv_id=arxiv_id,
                               venue=venue, venue_kind=venue_kind, n_pages=n_pages, parser=self.name, flags=tuple(flags))
 
 
@@ -370,7 +422,12 @@ def _formula_text(segment: str) -> str:
 
 
 def _page_one_lines(doc: Any) -> list[tuple[float, float, str]]:
-    """(font size, top y, text) of the horizontal text lines in the upper two thirds of page 1."""
+    """(font size, top y, text) of the horizontal text lines in the upper two thirds of page 1.
+
+    The text keeps the spaces MuPDF sets as spans of their own (dropping them glued a title's words together:
+    "Meansecondaryelectronyield…") and leaves out raised, smaller spans — superscript affiliation and footnote
+    marks ("Sebastian Goldt¹", "… FERMILAB*") — which the font size ignores too; small capitals sit on the
+    baseline and stay. Spacing accents set before their letter are folded in ("J˛edrzej" → "Jędrzej")."""
     try:
         page = doc[0]
         blocks = page.get_text("dict").get("blocks", [])
@@ -383,12 +440,48 @@ def _page_one_lines(doc: Any) -> list[tuple[float, float, str]]:
             dx, dy = line.get("dir", (1, 0))
             if abs(dy) > 0.01 or dx <= 0:  # rotated text: arXiv side stamps, margin notes
                 continue
-            spans = [s for s in line.get("spans", []) if s.get("text", "").strip()]
-            if not spans or line["bbox"][1] > limit:
+            spans = [s for s in line.get("spans", []) if s.get("text", "")]
+            inked = [s for s in spans if s["text"].strip()]
+            if not inked or line["bbox"][1] > limit:
                 continue
-            text = _WS.sub(" ", "".join(s["text"] for s in spans)).strip()
-            lines.append((round(max(s["size"] for s in spans), 1), float(line["bbox"][1]), text))
+            top = max(s["size"] for s in inked)
+            base = max(s.get("origin", (0, 0))[1] for s in inked if s["size"] == top)
+            kept = [s for s in spans if not _superscript(s, top, base)]
+            text = "".join(" " if _superscript(s, top, base) else s["text"] for s in spans)  # a mark parts words
+            text = _fold_accents(_WS.sub(" ", text).strip())
+            if text:
+                lines.append((round(max(s["size"] for s in kept if s["text"].strip()), 1), float(line["bbox"][1]),
+                              text))
     return lines
+
+
+def _superscript(span: dict[str, Any], size: float, baseline: float) -> bool:
+    """A span set smaller than the line's largest font and raised above its baseline (a mark, not a word)."""
+    if not span["text"].strip() or span["size"] >= 0.9 * size:
+        return False
+    return span.get("origin", (0, baseline))[1] < baseline - 0.2 * size
+
+
+def _fold_accents(text: str) -> str:
+    """Spacing accents placed before their letter made into the accented letter (NFC)."""
+    if not _SPACING_ACCENT.search(text):
+        return text
+    return unicodedata.normalize("NFC", _SPACING_ACCENT.sub(lambda m: m.group(2) + _SPACING_ACCENTS[m.group(1)],
+                                                            text))
+
+
+def _info_extras(doc: Any) -> dict[str, str]:
+    """The non-standard year keys of the file's info dictionary ("/Published (2008)" in NeurIPS proceedings),
+    which ``doc.metadata`` leaves out."""
+    try:
+        kind, ref = doc.xref_get_key(-1, "Info")
+        if kind != "xref":
+            return {}
+        xref = int(ref.split()[0])
+        found = {key: doc.xref_get_key(xref, key) for key in _INFO_YEAR_KEYS}
+    except Exception:  # noqa: BLE001 - only a year hint
+        return {}
+    return {key: value for key, (kind, value) in found.items() if kind == "string" and value}
 
 
 def _page_one_text(doc: Any) -> str:
@@ -474,9 +567,10 @@ def _names_in_lines_under(lines: list[tuple[float, float, str]], title: str) -> 
 
 
 def _sensible_title(title: str, page1_text: str) -> bool:
-    """A metadata title worth using: real words, not a file name, and its words appear on page 1."""
+    """A metadata title worth using: real words, not a file name nor a venue or issue line, and its words appear
+    on page 1."""
     title = title.strip()
-    if len(title) < 8 or len(title.split()) < 2 or _FILE_LIKE.search(title):
+    if len(title) < 8 or len(title.split()) < 2 or _FILE_LIKE.search(title) or _VENUE_LINE.search(title):
         return False
     letters = sum(ch.isalpha() for ch in title)
     if letters < 0.5 * len(title):
@@ -491,7 +585,7 @@ def _sensible_title(title: str, page1_text: str) -> bool:
 def _font_title(lines: list[tuple[float, float, str]]) -> str:
     """The largest-font lines of page 1 that sit together (a title spanning two or three lines)."""
     candidates = [(size, y, text) for size, y, text in lines
-                  if len(_words(text)) >= 1 and "arxiv" not in text.lower() and "http" not in text.lower()]
+                  if len(_words(text)) >= 1 and "arxiv" not in text.lower() and not _VENUE_LINE.search(text)]
     if not candidates:
         return ""
     top = max(size for size, _, _ in candidates)
@@ -506,13 +600,16 @@ def _font_title(lines: list[tuple[float, float, str]]) -> str:
 
 def _pick_title(meta_title: str, boxes1: list[tuple[str, str]], lines: list[tuple[float, float, str]],
                 page1_text: str) -> str:
-    """Metadata title if sensible, else the layout title box, the largest front heading, the largest font."""
+    """Metadata title if sensible, else the layout title box, the largest front heading, the largest font; a
+    venue, issue or publisher line is never one. The choice is then set against the page-1 lines in the title's
+    font (:func:`_title_from_lines`): a title broken over lines is completed, an author line glued to it cut."""
     meta_title = _WS.sub(" ", meta_title).strip()
     if _sensible_title(meta_title, page1_text):
-        return meta_title[:300]
+        return _title_from_lines(meta_title, lines, from_metadata=True)[:300]
     for cls, seg in boxes1:
-        if cls == "title" and len(_words(_plain(seg))) >= 2:
-            return _plain(seg)[:300]
+        text = _plain(seg)
+        if cls == "title" and len(_words(text)) >= 2 and not _VENUE_LINE.search(text):
+            return _title_from_lines(text, lines)[:300]
     headings: list[tuple[int, str]] = []
     for cls, seg in boxes1:
         if cls != "section-header":
@@ -521,20 +618,124 @@ def _pick_title(meta_title: str, boxes1: list[tuple[str, str]], lines: list[tupl
         if _FRONT_END_HEADINGS.match(text):
             break
         level = len(seg.lstrip()) - len(seg.lstrip().lstrip("#"))
-        if len(text.split()) >= 3:
+        if len(text.split()) >= 3 and not _VENUE_LINE.search(text):
             headings.append((level or 7, text))
     if headings:
-        return min(headings, key=lambda h: h[0])[1][:300]
-    return _font_title(lines)[:300]
+        return _title_from_lines(min(headings, key=lambda h: h[0])[1], lines)[:300]
+    font = _font_title(lines)
+    return _title_from_lines(font, lines)[:300] if font else ""
+
+
+def _key(text: str) -> str:
+    """The letters and digits of ``text``, lower case, one per character of its NFKC form (spacing and
+    punctuation aside: "TABLEFORMER:Robust" and "TableFormer: Robust" have the same key)."""
+    return "".join(ch.lower()[:1] for ch in unicodedata.normalize("NFKC", text) if ch.isalnum())
+
+
+def _split_after_key(text: str, n: int) -> tuple[str, str]:
+    """``text`` cut after its first ``n`` key characters (see :func:`_key`)."""
+    text = unicodedata.normalize("NFKC", text)
+    seen = 0
+    for i, ch in enumerate(text):
+        if seen == n:
+            return text[:i], text[i:]
+        seen += ch.isalnum()
+    return text, ""
+
+
+def _join_lines(texts: list[str]) -> str:
+    out = ""
+    for text in texts:
+        text = text.strip()
+        out = out + text if not out or out.endswith("-") else f"{out} {text}"
+    return out
+
+
+def _title_lines(key: str, lines: list[tuple[float, float, str]]) -> tuple[list[str], int] | None:
+    """The page-1 lines of the title whose key starts (or is started by) ``key``: the first line that begins it
+    and the lines that follow in the same font, close under it; with the index of the line after them."""
+    for i, (size, y, text) in enumerate(lines):
+        k = _key(text)
+        if len(k) < 4 or not (key.startswith(k) or k.startswith(key)):
+            continue
+        block, last_y, j = [text], y, i + 1
+        while j < len(lines):
+            s2, y2, t2 = lines[j]
+            # same font within 5 % (a √ or an integral sets a line's largest size a little higher)
+            if abs(s2 - size) > max(0.6, 0.05 * size) or not 0 <= y2 - last_y <= 2.2 * size or _VENUE_LINE.search(t2):
+                break
+            block.append(t2)
+            last_y = y2
+            j += 1
+        return block, j
+    return None
+
+
+def _subtitle(lines: list[tuple[float, float, str]], after: int, size: float) -> str:
+    """A subtitle set on its own line right under the title, in a smaller font that is still well above the
+    lines under it ("A meta-analysis" at 16 pt under a 20 pt title, above 10.5 pt authors); '' when none."""
+    if after >= len(lines):
+        return ""
+    s2, _, text = lines[after]
+    below = lines[after + 1][0] if after + 1 < len(lines) else 0.0
+    pieces = [p.strip(" .,;:0123456789") for p in _SPLIT_NAMES.split(text.translate(_MARKERS))]
+    if not (0.7 * size <= s2 < size - 0.6 and s2 >= below + 2) or len(text.split()) > 12:
+        return ""
+    if _VENUE_LINE.search(text) or any(ch.isdigit() for ch in text) or any(_looks_like_name(p) for p in pieces if p):
+        return ""
+    return text.strip()
+
+
+def _title_from_lines(candidate: str, lines: list[tuple[float, float, str]], from_metadata: bool = False) -> str:
+    """``candidate`` set against the page-1 lines in the title's font.
+
+    Lines that go on past the candidate in the same font complete it (a title cut at its line break); a candidate
+    that runs on past those lines is cut where they end (an author line glued to the title: "… Search Yichen
+    He∗1"); a subtitle on its own smaller line is joined with ': '. Where both say the same, the candidate's
+    text is kept (its spacing is often better). A metadata title is only completed, never cut (it may hold a
+    subtitle the page sets in another font), and replaced by the page's lines only when written for ASCII/TeX."""
+    candidate = _WS.sub(" ", candidate).strip()
+    key = _key(candidate)
+    found = _title_lines(key, lines) if key else None
+    if found is None:
+        return _tidy_title(candidate)
+    block, after = found
+    page = _join_lines(block)
+    pkey = _key(page)
+    if pkey == key:
+        title = candidate
+    elif pkey.startswith(key):
+        title = candidate + ("" if candidate.endswith("-") else " ") + _split_after_key(page, len(key))[1].strip()
+    elif key.startswith(pkey):
+        title = candidate if from_metadata else _split_after_key(candidate, len(pkey))[0]
+    elif from_metadata and _TEX_LIKE.search(candidate) and len(set(_words(page)) & set(_words(candidate))) >= \
+            0.7 * len(set(_words(candidate))):
+        title = page
+    else:
+        return _tidy_title(candidate)
+    sub = _subtitle(lines, after, lines[after - 1][0]) if not from_metadata else ""
+    if sub and not _key(title).endswith(_key(sub)):
+        title = f"{_tidy_title(title).rstrip(':')}: {sub}"
+    return _tidy_title(title)
+
+
+def _tidy_title(title: str) -> str:
+    """Spacing inside parentheses closed up, trailing footnote marks and spaces dropped."""
+    title = re.sub(r"\(\s+", "(", re.sub(r"\s+\)", ")", _WS.sub(" ", title)))
+    return title.strip().rstrip(_TRAILING_MARKS).strip()
 
 
 def _metadata_authors(author: str) -> list[str]:
-    """Authors from the PDF Author field: ';'-separated, else ','/'and'-separated full names."""
-    author = _WS.sub(" ", author).strip()
+    """Authors from the PDF Author field: ';'-separated, else ','/'and'-separated full names; marks and degrees
+    dropped ("Pablo E. Branchi *", "Nina Brooks MPP", "Christopher Wildeman, PhD, …"), and a publisher or
+    label in the field ("Cambridge Journals") is no author."""
+    author = _WS.sub(" ", author.translate(_MARKERS)).strip()
     if not author or "@" in author or "http" in author.lower():
         return []
-    parts = [p.strip() for p in (author.split(";") if ";" in author else _SPLIT_NAMES.split(author))]
-    parts = [p for p in parts if p]
+    if _COLLABORATION.match(author):
+        return [author]
+    parts = [_drop_degrees(p) for p in (author.split(";") if ";" in author else _SPLIT_NAMES.split(author))]
+    parts = [p for p in parts if p and not any(w.lower().strip(".,") in _NOT_NAME_WORDS for w in p.split())]
     if len(parts) > 1 and any(len(p.split()) < 2 for p in parts):  # "Last, First" pairs: keep as written
         return [author] if len(author) <= 120 else []
     return [p for p in parts if any(ch.isalpha() for ch in p) and len(p) <= 80]
@@ -574,7 +775,17 @@ def _name_runs(segment: str) -> list[str]:
     names: list[str] = []
     for piece in pieces:
         names.extend(p for p in _SPLIT_NAMES.split(piece) if p.strip())
-    return [_WS.sub(" ", n.translate(_MARKERS)).strip(" .,;:0123456789") for n in names]
+    names = [_drop_degrees(_fold_accents(_WS.sub(" ", n.translate(_MARKERS))).strip(" .,;:0123456789"))
+             for n in names]
+    return [n for n in names if n and not re.fullmatch(r"[a-z](?:,[a-z])*", n)]  # affiliation letters ("a,b")
+
+
+def _drop_degrees(text: str) -> str:
+    """A name without the degrees written after it ("Xiaoliang Bai, MD" → "Xiaoliang Bai"); '' for a degree."""
+    words = text.strip(" .,;:").split()
+    while words and words[-1].lower().strip(".,") in _DEGREES:
+        words.pop()
+    return " ".join(words)
 
 
 def _looks_like_name(text: str) -> bool:
@@ -586,19 +797,45 @@ def _looks_like_name(text: str) -> bool:
     return all(_NAME_WORD.match(w) or w.lower() in _NAME_PARTICLES for w in words)
 
 
+def _title_box_end(boxes1: list[tuple[str, str]], title: str) -> int | None:
+    """Index of the last page-1 box of the title: the first box that begins it (its key a prefix of the title's)
+    and the boxes after it that hold more of it (a title broken into two boxes, a subtitle box)."""
+    key = _key(title)
+    if not key:
+        return None
+    start = next((i for i, (_, seg) in enumerate(boxes1)
+                  if len(k := _key(_plain(seg))) >= 4 and key.startswith(k)), None)
+    if start is None:
+        return None
+    done = len(_key(_plain(boxes1[start][1])))
+    while start + 1 < len(boxes1):
+        k = _key(_plain(boxes1[start + 1][1]))
+        if not k and not boxes1[start + 1][1].strip():
+            start += 1
+            continue
+        if not k or not key[done:].startswith(k):
+            break
+        done += len(k)
+        start += 1
+    return start
+
+
 def _authors_under_title(boxes1: list[tuple[str, str]], title: str) -> list[str]:
-    """Names from the lines right under the title on page 1 (layout mode); [] when they do not look like names."""
-    key = _norm(title)
-    start = next((i for i, (cls, seg) in enumerate(boxes1)
-                  if key and seg.strip() and _norm(_plain(seg)) == key), None)
+    """Names from the boxes right under the title on page 1 (layout mode): text, heading, list-item or a second
+    'title' box (the layout model sometimes calls the byline one); [] when they do not look like names."""
+    start = _title_box_end(boxes1, title)
     if start is None:
         return []
     names: list[str] = []
     for cls, seg in boxes1[start + 1:start + 8]:
         if not seg.strip() or cls in ("picture", "page-header", "page-footer"):
             continue
-        if cls not in ("text", "section-header") or _FRONT_END_HEADINGS.match(_plain(seg)):
+        if cls not in ("text", "section-header", "title", "list-item") or _FRONT_END_HEADINGS.match(_plain(seg)):
             break
+        whole = _WS.sub(" ", _plain(seg).translate(_MARKERS)).strip(" .,;:0123456789")
+        if _COLLABORATION.match(whole):
+            names.append(whole)
+            continue
         pieces = [p for p in _name_runs(seg) if p]
         good = [p for p in pieces if _looks_like_name(p)]
         if not good or len(good) < 0.5 * len(pieces):
@@ -623,14 +860,47 @@ def _pdf_date_year(value: str | None) -> int | None:
 
 
 def _pick_year(meta: dict[str, Any], page1_text: str) -> int | None:
-    """The latest plausible year printed on page 1 (venue, copyright, arXiv stamp), else the creation year.
+    """The paper's year from page 1 (its venue, copyright and date lines, its arXiv stamp or id), else from the
+    file's info dictionary.
 
-    "Plausible" means not after the PDF's creation year + 1 (or next year when the date is missing),
-    which keeps future-looking numbers out; citations on page 1 are older than the paper itself.
+    In order: a year labelled as the publication year ("Year of publication: 2012"); the info dictionary's
+    own "Published" / "Year" / "Date" keys; else the latest plausible year printed on page 1 — a NeurIPS
+    volume ("Advances in Neural Information Processing Systems 21") read as its year, a new-style arXiv id
+    ("arXiv:2501.10120") as its month's year, and never a year in a download, access or generation stamp
+    ("Downloaded … on June 25, 2025", "consulté le 3 septembre 2017", a date followed by a clock time);
+    else the PDF creation year. "Plausible" means not after the creation year + 1 (or next year when the
+    date is missing), which keeps future-looking numbers out; citations on page 1 are older than the paper.
     """
     created = _pdf_date_year(meta.get("creationDate")) or _pdf_date_year(meta.get("modDate"))
     ceiling = (created + 1) if created else date.today().year + 1
-    years = [int(y) for y in _YEAR.findall(page1_text) if 1900 <= int(y) <= ceiling]
+
+    def plausible(years: list[int]) -> list[int]:
+        return [y for y in years if 1900 <= y <= ceiling]
+
+    labelled = plausible([int(m.group(1)) for m in _PUBLICATION_YEAR.finditer(page1_text)])
+    if labelled:
+        return max(labelled)
+    for key in _INFO_YEAR_KEYS:
+        found = _YEAR.search(str(meta.get(key) or ""))
+        if found and plausible([int(found.group(1))]):
+            return int(found.group(1))
+    years = plausible(_printed_years(page1_text))
     if years:
         return max(years)
     return created
+
+
+def _printed_years(text: str) -> list[int]:
+    """Every year printed in ``text`` that may be the paper's (see :func:`_pick_year`), in order."""
+    years: list[int] = []
+    for line in text.splitlines():
+        last = 0
+        for found in _YEAR.finditer(line):
+            before, after = line[last:found.start()], line[found.end():]
+            last = found.end()
+            if _STAMP.search(before) or _CLOCK_AFTER.match(after):
+                continue
+            years.append(int(found.group(1)))
+        years.extend(1987 + int(m.group(1)) for m in _NIPS_VOLUME.finditer(line))
+        years.extend(2000 + int(m.group(1)) for m in _NEW_ARXIV_ID.finditer(line) if 1 <= int(m.group(2)) <= 12)
+    return years
