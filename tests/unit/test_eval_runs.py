@@ -131,7 +131,7 @@ def test_a_finished_run_is_scored_from_its_records(tmp_path: Path) -> None:
 def test_per_requirement_stop_reasons_are_read_when_run_json_has_them(tmp_path: Path) -> None:
     run = _run(tmp_path, "r2", requirements=["Search strategies of LLM agents for academic papers"],
                coverage={"R1": 0.5}, iterations=[_iteration(1, 3, {"R1": 0.5}, {"R1": 2})],
-               extra={"settled": {"R1": {"reason": "an iteration brought it nothing new", "iteration": 1}}},
+               extra={"settled": {"R1": "an iteration brought it nothing new"}},
                sources=[], queued={1: [SEARCH_PDF]})
     row = score_run(run, SuiteQuery(query=TWO, answering=(SEARCH_PDF,)))
     assert row["requirement_stops"] == {"R1": "an iteration brought it nothing new"}

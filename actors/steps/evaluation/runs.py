@@ -18,8 +18,8 @@ report.md) and scores it against the labels:
 
 The question and word rules here are the measure's own, written apart from the planner's
 (actors/steps/plan/requirements.py) on purpose: a change to the planner cannot move the ruler it is measured by.
-Fields a newer run.json may add (per-requirement stop reasons) are read when present and reported as unknown
-when not. The figures and how they were measured are in docs/evaluation-runs.md.
+Per-requirement stop reasons come from run.json's ``settled`` (unknown where a run did not record them). The figures
+and how they were measured are in docs/evaluation-runs.md.
 """
 
 from __future__ import annotations
@@ -292,24 +292,6 @@ def cited_files(run_dir: Path, state: RunState) -> list[str] | None:
     return list(dict.fromkeys(out))
 
 
-def requirement_stops(raw: dict[str, Any], ids: Sequence[str]) -> dict[str, str]:
-    """Why each requirement stopped, where run.json says (a field a newer Forage adds: a mapping of requirement ids
-    to a reason, or to a record with one, under a key naming 'reason', 'settled' or 'stop'); {} where it does not."""
-    wanted = set(ids)
-    for key, value in raw.items():
-        if not isinstance(value, dict) or not value or not set(value) <= wanted:
-            continue
-        if not any(w in key.lower() for w in ("reason", "settled", "stop")):
-            continue
-        out = {}
-        for rid, why in value.items():
-            if isinstance(why, dict):
-                why = why.get("reason") or why.get("why") or why.get("stop_reason") or json.dumps(why)
-            out[rid] = str(why)
-        return out
-    return {}
-
-
 def _ratio(num: int, den: int) -> float | None:
     return round(num / den, 3) if den else None
 
@@ -323,7 +305,6 @@ def score_run(run_dir: Path, query: SuiteQuery, *, wall_s: float | None = None,
     state = RunState.load(run_dir / "run.json")
     if state is None:
         raise FileNotFoundError(f"no run.json in {run_dir}")
-    raw = json.loads((run_dir / "run.json").read_text(encoding="utf-8"))
     reqs = state.requirements or state.proposed_requirements
     answering = set(query.answering)
     row: dict[str, Any] = {
@@ -357,9 +338,11 @@ def score_run(run_dir: Path, query: SuiteQuery, *, wall_s: float | None = None,
                              else any(c >= FALSE_COVERAGE for c in coverage.values()))
     row["iterations"] = len(state.iterations)
     row["stop_reason"] = state.stop_reason
-    stops = requirement_stops(raw, [r.id for r in reqs])
-    row["requirement_stops"] = {r.id: stops.get(r.id, "unknown") for r in reqs} if state.iterations else {}
-    row["iterations_nothing_new"] = sum(1 for it in state.iterations if it.new_documents == 0)
+    row["requirement_stops"] = ({r.id: state.settled.get(r.id) or "unknown" for r in reqs}
+                                if state.iterations else {})
+    # an iteration read nothing new when it brought no document and no requirement a new passage
+    row["iterations_nothing_new"] = sum(1 for it in state.iterations
+                                        if it.new_documents == 0 and not any(it.new_passages.values()))
     forage_calls = sum(state.iterations[-1].llm_calls.values()) if state.iterations else 0
     writer_calls = 0
     if (run_dir / "report.json").exists():
