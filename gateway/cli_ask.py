@@ -21,9 +21,14 @@ def ask(
     store: Annotated[Path | None, typer.Option(help="Store folder of the library (default: settings).")] = None,
     llm: Annotated[str | None, typer.Option(help="LLM backend: ollama, openai or embedded.")] = None,
     model: Annotated[str | None, typer.Option(help="Model: an Ollama model name, or the served model id.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the answer, its kind ('answer', 'insufficient' "
+                                                         "or 'chit_chat') and the cited passages as one JSON "
+                                                         "object on stdout.")] = False,
 ) -> None:
     """Answer QUESTION briefly from the papers already in the store, with citations; says so when the
-    library does not hold enough evidence. Nothing is searched or downloaded."""
+    library does not hold enough evidence. Nothing is searched or downloaded.
+
+    Exit codes: 0 an answer, 3 not enough evidence (the answer abstained), 2 bad input or no store."""
 
     settings = Settings.load()
     changes: dict[str, dict[str, object]] = {}
@@ -40,6 +45,21 @@ def ask(
     except (ForageError, ValueError) as exc:
         base.err.print(f"[red]error:[/red] {base.one_line(exc)}")
         raise typer.Exit(2) from None
+    show(result, as_json)
+    if result.abstained:
+        raise typer.Exit(ABSTAINED)
+
+
+ABSTAINED = 3  # the exit code of an answer that says "not enough evidence" (documented in --help and the README)
+
+
+def show(result: Any, as_json: bool) -> None:
+    """Print an AskResult: its text and numbered sources, or (``as_json``) one JSON object."""
+    if as_json:
+        import json
+
+        typer.echo(json.dumps(result.as_dict(), ensure_ascii=False))
+        return
     base.console.print(result.text, highlight=False, markup=False)  # quoted passages are text, not markup
     if result.cited:
         base.console.print()

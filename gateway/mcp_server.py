@@ -173,9 +173,7 @@ def build_mcp(settings: Settings, *, llm: Any | None = None, allowed_libraries: 
             result = await step.ask(question)
         except (ForageError, ValueError) as exc:
             raise fail(exc) from None
-        return {"kind": result.kind, "text": result.text,
-                "cited": [{"n": c.n, "chunk_id": c.chunk_id, "doc_id": c.doc_id, "title": c.title,
-                           "section_path": c.section_path} for c in result.cited]}
+        return result.as_dict()
 
     @server.tool(description="Every run in the runs folder (and those this server holds), newest first.")
     async def list_runs() -> list[dict[str, Any]]:

@@ -104,6 +104,31 @@ def test_cli_ask_prints_the_answer_and_its_sources(store, embedder, monkeypatch,
     assert missing.exit_code == 2 and "no store at" in missing.output
 
 
+def test_cli_ask_json_and_exit_3_when_it_abstains(store, monkeypatch):
+    """--json prints one object (kind, text, cited); "not enough evidence" exits 3, so a script can tell it
+    from an answer (exit 0)."""
+    import json
+
+    import infra.llm
+    from gateway.cli import app
+
+    llm = ScriptedLLM({AskAnswer: [{"sufficient": True, "sentences": [
+                           {"sentence": "The Calvin cycle fixes carbon dioxide into sugars.", "sources": [1]}]},
+                                   {"sufficient": False, "sentences": []}]})
+    monkeypatch.setattr(infra.llm, "build_llm", lambda settings: llm)
+    answered = CliRunner().invoke(app, ["ask", QUESTION, "--store", str(store.path), "--json"])
+    assert answered.exit_code == 0, answered.output
+    data = json.loads(answered.stdout)
+    assert data["kind"] == "answer" and data["text"] == "The Calvin cycle fixes carbon dioxide into sugars [1]."
+    assert [(c["n"], c["doc_id"]) for c in data["cited"]] == [(1, C[0].doc_id)]
+    assert "fix carbon dioxide into sugars" in store.get_chunk(data["cited"][0]["chunk_id"]).text
+    abstained = CliRunner().invoke(app, ["ask", QUESTION, "--store", str(store.path), "--json"])
+    assert abstained.exit_code == 3, abstained.output
+    data = json.loads(abstained.stdout)
+    assert data["kind"] == "insufficient" and data["text"].startswith(INSUFFICIENT) and data["cited"] == []
+    assert "exit" in CliRunner().invoke(app, ["ask", "--help"], env={"COLUMNS": "200"}).output.lower()
+
+
 def test_a_weak_model_never_turns_a_question_into_a_greeting(store, embedder):
     """A model that calls everything chit-chat and fails every answer: the question is still retrieved for,
     and the passages close enough to it answer in quotes, with citations."""

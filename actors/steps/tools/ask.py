@@ -72,6 +72,18 @@ class AskResult:
     llm_calls: int = 0
     removed_citations: int = 0
 
+    @property
+    def abstained(self) -> bool:
+        """Whether the answer is "not enough evidence" (`forage ask` exits 3: a script tells it from an answer)."""
+        return self.kind == "insufficient"
+
+    def as_dict(self) -> dict[str, object]:
+        """The answer, its kind and the cited passages as plain JSON values (`forage ask --json`, the MCP tool,
+        the REST API and a run's asks.jsonl)."""
+        return {"kind": self.kind, "text": self.text,
+                "cited": [{"n": c.n, "chunk_id": c.chunk_id, "doc_id": c.doc_id, "title": c.title,
+                           "section_path": c.section_path} for c in self.cited]}
+
 
 def library_filter(folder: Path | str) -> ChunkFilter:
     """The documents read from the PDFs under ``folder`` (subfolders too), as ``forage research
