@@ -205,3 +205,28 @@ class Chunk(_Model):
 
 class Message(_Model):
     message: str
+
+
+class AskIn(_Model):
+    """A question about one run (the dashboard's ask box)."""
+
+    question: str = Field(min_length=1, max_length=2000, description="Answered from the run's documents only.")
+
+
+class AskCited(_Model):
+    n: int
+    chunk_id: str
+    doc_id: str
+    title: str
+    section_path: str
+
+
+class AskOut(_Model):
+    """An answer from the run's evidence (as `forage ask --run`), also appended to the run's asks.jsonl."""
+
+    kind: str = Field(description="'answer', 'insufficient' (not enough evidence: the text says what was "
+                                  "searched) or 'chit_chat'.")
+    text: str = Field(description="The answer, citing passages [n].")
+    cited: list[AskCited] = []
+    question: str | None = Field(default=None, description="The question (in the run's asks).")
+    asked_at: str | None = Field(default=None, description="When it was asked (ISO 8601, UTC).")

@@ -5,7 +5,8 @@ Tools (each one sentence on failure, never a traceback):
 
 * ``search_library`` — hybrid search of the stored papers (years, a library folder as filters): passages with ids;
 * ``get_chunk`` — one stored passage by id, with its sha256: what a citation rests on;
-* ``ask`` — a short cited answer from the library, or "not enough evidence" with what was searched;
+* ``ask`` — a short cited answer from the library (or, with a run_id, from that run's documents only, recorded in
+  its asks.jsonl), or "not enough evidence" with what was searched;
 * ``list_runs``, ``run_status``, ``read_report`` — the runs, a run's state, its report and evidence;
 * ``propose_research`` — derives the requirements and the exact search strings for a query and returns them;
   nothing is searched or downloaded. ``approve_research`` starts that run (optionally with edited requirements):
@@ -165,17 +166,23 @@ def build_mcp(settings: Settings, *, llm: Any | None = None, allowed_libraries: 
     async def ask(
         question: Annotated[str, Field(min_length=1, max_length=2000)],
         library: Annotated[str | None, Field(description="Only papers whose PDF lies under this folder.")] = None,
+        run_id: Annotated[str | None, Field(
+            max_length=128, description="Answer only from this run's evidence and sources (its documents, in the "
+                                        "store it used); the answer is added to the run's asks.jsonl.")] = None,
     ) -> dict[str, Any]:
-        from gateway.cli_ask import ask_step
+        from gateway.cli_ask import ask_run, ask_step
 
         try:
-            step, _ = await ask_step(settings, Path(library) if library else None)
-            result = await step.ask(question)
-        except (ForageError, ValueError) as exc:
+            if run_id and library:
+                raise ValueError("give library or run_id, not both")
+            if run_id:
+                result, _ = await ask_run(settings, manager.rundir(run_id), question, llm=manager.llm)
+            else:
+                step, _ = await ask_step(settings, Path(library) if library else None, llm=manager.llm)
+                result = await step.ask(question)
+        except (ForageError, HTTPException, ValueError) as exc:
             raise fail(exc) from None
-        return {"kind": result.kind, "text": result.text,
-                "cited": [{"n": c.n, "chunk_id": c.chunk_id, "doc_id": c.doc_id, "title": c.title,
-                           "section_path": c.section_path} for c in result.cited]}
+        return result.as_dict()
 
     @server.tool(description="Every run in the runs folder (and those this server holds), newest first.")
     async def list_runs() -> list[dict[str, Any]]:

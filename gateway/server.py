@@ -44,7 +44,7 @@ from pydantic import ValidationError
 
 from actors.steps.run.record import resumable, shown_status
 from actors.steps.run.rundir import RunDir
-from gateway.api import (Approval, Chunk, Documents, Message, ModelChoices, Proposal, RunCreate, RunCreated,
+from gateway.api import (Approval, AskIn, AskOut, Chunk, Documents, Message, ModelChoices, Proposal, RunCreate, RunCreated,
                          RunListItem, RunView, gateway_token, is_loopback, token_path)
 from infra.errors import ForageError, describe, validation_text
 from infra.settings import Settings, settings_for_run
@@ -60,7 +60,7 @@ _RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 ARTIFACTS = {"run.json": "application/json", "evidence.jsonl": "application/x-ndjson",
              "events.jsonl": "application/x-ndjson", "egress.jsonl": "application/x-ndjson",
              "report.md": "text/markdown; charset=utf-8", "report.json": "application/json",
-             "comparison.json": "application/json"}
+             "comparison.json": "application/json", "asks.jsonl": "application/x-ndjson"}
 FINAL_KINDS = ("finished", "failed")
 _FIGURE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}\.(svg|png)$")
 FIGURE_TYPES = {"svg": "image/svg+xml", "png": "image/png"}
@@ -629,6 +629,38 @@ def create_app(settings: Settings, *, llm: Any | None = None, token: str | None 
             raise HTTPException(404, f"run {run_id} records no store")
         return await asyncio.get_running_loop().run_in_executor(
             manager.pool, _load_chunk, settings, Path(state.store_path), chunk_id)
+
+    @app.post("/api/runs/{run_id}/ask", response_model=AskOut, dependencies=auth, tags=["reports"],
+              summary="Ask a question of the run: a cited answer from its documents only (as `forage ask --run`), "
+                      "or 'not enough evidence' with what was searched; appended to the run's asks.jsonl",
+              responses={404: {"model": Message}, 409: {"model": Message}, 503: {"model": Message}})
+    async def ask_run(run_id: str, body: AskIn) -> AskOut:
+        from gateway.cli_ask import ask_run as ask
+
+        rundir = manager.rundir(run_id)
+        if _load(rundir) is None:
+            raise HTTPException(404, f"no run {run_id!r}")
+        try:
+            result, _ = await ask(settings, rundir, body.question, llm=manager.llm)
+        except ValueError as exc:
+            raise HTTPException(422, " ".join(str(exc).split())) from None
+        except ForageError as exc:  # the model server does not answer, or the run has no documents
+            raise HTTPException(503 if exc.retryable else 409, describe(exc)) from None
+        return AskOut.model_validate(result.as_dict())
+
+    @app.get("/api/runs/{run_id}/asks", response_model=list[AskOut], dependencies=auth, tags=["reports"],
+             summary="The questions asked of the run so far and their answers (asks.jsonl), first first")
+    async def asks(run_id: str) -> list[AskOut]:
+        from actors.steps.tools.ask import read_asks
+
+        rundir = manager.rundir(run_id)
+        out = []
+        for record in read_asks(rundir.asks_jsonl):
+            try:
+                out.append(AskOut.model_validate(record))
+            except ValidationError:
+                continue  # a line another version wrote differently: skipped, never a 500
+        return out
 
     @app.websocket("/ws/runs/{run_id}")
     async def ws_events(websocket: WebSocket, run_id: str, after: int = Query(0, ge=0)) -> None:

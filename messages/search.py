@@ -14,6 +14,21 @@ VenueKind = Literal["", "journal", "conference"]
 (@inproceedings, CONF), or '' when not known (a preprint server is not a venue: its id is kept apart)."""
 
 
+OaStatus = Literal["", "diamond", "gold", "hybrid", "bronze", "green", "closed"]
+"""OpenAlex's open-access status of a work ('' when not known): gold/diamond/hybrid/bronze are free at the
+publisher, green only in a repository (an arXiv paper is green), closed behind a paywall."""
+
+#: What a reader weighs a paper by, kept as plain fields on the Candidate, the stored document and the report's
+#: source: OpenAlex's ``is_retracted`` and ``cited_by_count``, the open-access status, and whether only a preprint
+#: of it exists (arXiv only, or OpenAlex knows no published version).
+WEIGHT_FIELDS = ("is_retracted", "cited_by_count", "oa_status", "preprint_only")
+
+
+def weight_of(item: object) -> dict[str, object]:
+    """The weight fields of a Candidate, a stored document or a report source, to copy to another."""
+    return {name: getattr(item, name) for name in WEIGHT_FIELDS}
+
+
 class SearchRequest(Message):
     """Ask for up to ``max_results`` documents not offered before in this run."""
 
@@ -53,6 +68,12 @@ class Candidate(Frozen):
     score_reason: str | None = None
     abstract_only: bool = Field(default=False, description="No PDF could be had: ingest title + abstract.")
     download_failures: tuple[str, ...] = Field(default=(), description="'<url>: <reason>' per failed location.")
+    is_retracted: bool = Field(default=False, description="OpenAlex marks the work retracted.")
+    cited_by_count: int | None = Field(default=None, ge=0, description="Works citing it (OpenAlex); None: not known.")
+    oa_status: OaStatus = Field(default="", description="Open-access status (OpenAlex's oa_status; arXiv: green).")
+    preprint_only: bool = Field(default=False, description="Only a preprint exists (arXiv without a journal "
+                                                           "reference or DOI; OpenAlex: type preprint or no "
+                                                           "published version among its locations).")
 
 
 class Skipped(Frozen):

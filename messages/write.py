@@ -9,7 +9,7 @@ from pydantic import Field
 from messages.base import Frozen, Message
 from messages.forage import RequirementCoverage
 from messages.plan import ResearchQuery
-from messages.search import VenueKind
+from messages.search import OaStatus, VenueKind
 
 
 class WriteRequest(Message):
@@ -34,6 +34,10 @@ class SourceRef(Frozen):
     venue: str = Field(default="", description="The journal or proceedings it appeared in ('' when not known).")
     venue_kind: VenueKind = Field(default="", description="'journal', 'conference' or ''.")
     chunk_ids: tuple[str, ...] = ()
+    is_retracted: bool = Field(default=False, description="Retracted (OpenAlex): its sections carry a warning.")
+    cited_by_count: int | None = Field(default=None, ge=0, description="Works citing it (OpenAlex).")
+    oa_status: OaStatus = Field(default="", description="Open-access status ('' when not known).")
+    preprint_only: bool = Field(default=False, description="Only a preprint of it exists.")
 
 
 class CitedChunk(Frozen):

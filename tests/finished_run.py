@@ -84,24 +84,29 @@ class FixedCrew:
         return None
 
 
-def fill_store(path: Path):
+def fill_store(path: Path, weights: dict[str, dict[str, Any]] | None = None):
+    """A, B and C in a LanceStore at ``path``; ``weights``: doc_id → weight fields to store with that document
+    (messages.search.WEIGHT_FIELDS, as a search result gave them)."""
     from infra.store.lancedb import LanceStore
     from tests.minilm import shared_minilm
 
     store = LanceStore(path, dim=384)
     embedder = shared_minilm()
     for record, chunks in (A, B, C):
+        record = record.model_copy(update=(weights or {}).get(record.doc_id, {}))
         store.upsert_document(record, chunks, embedder.embed([c.text for c in chunks]))
     return store
 
 
-def make_run(tmp_path: Path, llm: Any | None = None, **write: Any) -> tuple[Settings, Path]:
-    """Run the Orchestrator to the end; returns the settings and the run folder."""
+def make_run(tmp_path: Path, llm: Any | None = None, weights: dict[str, dict[str, Any]] | None = None,
+             covs: Sequence[RequirementCoverage] | None = None, **write: Any) -> tuple[Settings, Path]:
+    """Run the Orchestrator to the end; returns the settings and the run folder. ``weights``: see
+    :func:`fill_store`; ``covs``: the Foragers' coverages (default: tests/leaves.py's)."""
     store_dir = tmp_path / "store"
-    store = fill_store(store_dir)
+    store = fill_store(store_dir, weights)
     settings = Settings.load().updated(run={"runs_dir": tmp_path / "runs", "max_iterations": 2},
                                        store={"path": store_dir}, write=write)
-    covs = coverages()
+    covs = tuple(covs) if covs is not None else coverages()
     step = WriteStep(settings, store, llm or FunctionLLM(answer))
     plan = RequirementsPlan(run_id=RUN, query=QUERY.model_copy(update={"run_id": RUN}),
                             requirements=tuple(c.requirement for c in covs), approved=True)

@@ -80,7 +80,8 @@ function resetView() {
                          counts: { found: 0, downloaded: 0, ingested: 0, failed: 0 },
                          seen: { found: 0, downloaded: 0, ingested: new Set(), failed: new Set() } });
   $("timeline").replaceChildren(); $("coverage").replaceChildren(); $("events").replaceChildren();
-  $("failures").replaceChildren(); $("report").replaceChildren();
+  $("failures").replaceChildren(); $("report").replaceChildren(); $("asks").replaceChildren();
+  $("ask-box").hidden = true; $("ask-error").textContent = "";
   for (const id of ["n-found", "n-downloaded", "n-ingested", "n-failed", "n-egress", "n-events"]) $(id).textContent = "0";
   $("approval").hidden = true; $("report-box").hidden = true; $("run-error").textContent = "";
 }
@@ -323,7 +324,44 @@ async function showReport() {
     $(id).href = `/api/runs/${runId}/artifacts/${name}` + (token() ? `?token=${encodeURIComponent(token())}` : "");
   }
   $("report-box").hidden = false;
+  showAsks(runId);
 }
+
+// -- asking a finished run: POST /api/runs/{id}/ask answers from its sources; GET .../asks lists the earlier ones --
+function askItem(a) {
+  const cited = el("ul", { class: "ask-cited" });
+  for (const c of a.cited || []) {
+    const link = el("a", { class: "cite", href: "#", "data-chunk": c.chunk_id, text: `[${c.n}]` });
+    link.addEventListener("click", async (e) => {
+      e.preventDefault();
+      try { showChunk(await api(`/api/runs/${state.runId}/chunks/${encodeURIComponent(c.chunk_id)}`), null); }
+      catch (err) { showChunk({ title: c.title, section_path: c.section_path, pages: [], text: String(err.message || err) }, null); }
+    });
+    cited.append(el("li", {}, link, " ", el("span", { text: `${c.title} — ${c.section_path}` })));
+  }
+  return el("li", { class: "ask " + a.kind }, el("p", { class: "ask-q", text: a.question || "" }),
+            el("p", { class: "ask-a", text: a.text }), cited);
+}
+
+async function showAsks(runId) {
+  $("ask-box").hidden = false;
+  try {
+    const asks = await api(`/api/runs/${runId}/asks`);
+    if (runId === state.runId) $("asks").replaceChildren(...asks.map(askItem));
+  } catch (e) { $("ask-error").textContent = String(e.message || e); }
+}
+
+$("ask-form").addEventListener("submit", async (e) => {
+  e.preventDefault();
+  const runId = state.runId, question = $("ask-question").value.trim();
+  if (!runId || !question) return;
+  $("ask-error").textContent = ""; $("ask").disabled = true;
+  try {
+    const answer = await api(`/api/runs/${runId}/ask`, { method: "POST", body: JSON.stringify({ question }) });
+    if (runId === state.runId) { $("asks").append(askItem(Object.assign({ question }, answer))); $("ask-question").value = ""; }
+  } catch (err) { $("ask-error").textContent = String(err.message || err); }
+  finally { $("ask").disabled = false; }
+});
 
 // the report links its charts as figures/<name>; fetched through the API (with the token when there is one)
 async function loadFigures(runId) {

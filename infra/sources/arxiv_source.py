@@ -231,7 +231,8 @@ def to_candidate(r: arxiv.Result, *, found_by: str) -> Candidate:
         source="arxiv", title=title, authors=authors, year=year, doi=doi, arxiv_id=arxiv_id,
         abstract=" ".join(r.summary.split()) or None, venue=r.journal_ref or None,
         pdf_urls=(pdf,) if pdf else (), landing_url=f"https://arxiv.org/abs/{arxiv_id}" if arxiv_id else r.entry_id,
-        url=r.entry_id, found_by=found_by)
+        url=r.entry_id, found_by=found_by, oa_status="green",  # arXiv is an open repository
+        preprint_only=not (r.journal_ref or doi))  # no journal reference and no publisher's DOI: a preprint only
 
 
 def _pdf_url(pdf_url: str | None, arxiv_id: str | None) -> str | None:

@@ -316,6 +316,38 @@ def pdf_locations(work: dict[str, Any]) -> tuple[str, ...]:
     return tuple(dict.fromkeys(u for u in urls if u))
 
 
+_OA_STATUSES = ("diamond", "gold", "hybrid", "bronze", "green", "closed")
+_PUBLISHED_VERSIONS = ("publishedVersion", "acceptedVersion")
+
+
+def preprint_only(work: dict[str, Any]) -> bool:
+    """Whether only a preprint of the work exists: OpenAlex types it 'preprint', or none of its locations is a
+    journal's, a conference's or a book's, nor holds a published or accepted version (an arXiv-only paper)."""
+    if work.get("type") == "preprint":
+        return True
+    locations = [loc for loc in work.get("locations") or [] if loc]
+    if not locations:
+        return False  # nothing known about where it appeared: not said to be a preprint
+    for loc in locations:
+        kind = (loc.get("source") or {}).get("type")
+        if kind in _VENUE_KINDS or kind in ("book series", "ebook platform") or loc.get("version") in _PUBLISHED_VERSIONS:
+            return False
+    return any("arxiv.org/" in (loc.get("landing_page_url") or "") or loc.get("version") == "submittedVersion"
+               for loc in locations)
+
+
+def weight(work: dict[str, Any]) -> dict[str, Any]:
+    """What a reader weighs the work by: is_retracted, cited_by_count, oa_status, preprint_only."""
+    oa = work.get("open_access") or {}
+    status = oa.get("oa_status") if oa.get("oa_status") in _OA_STATUSES else ""
+    if not status and isinstance(oa.get("is_oa"), bool):
+        status = "closed" if not oa["is_oa"] else ""
+    count = work.get("cited_by_count")
+    return {"is_retracted": work.get("is_retracted") is True,
+            "cited_by_count": count if isinstance(count, int) and count >= 0 else None,
+            "oa_status": status, "preprint_only": preprint_only(work)}
+
+
 def to_candidate(data: dict[str, Any], *, found_by: str) -> Candidate:
     """A Candidate from one OpenAlex work (as JSON)."""
     work = pyalex.Work(data)
@@ -336,4 +368,4 @@ def to_candidate(data: dict[str, Any], *, found_by: str) -> Candidate:
                         first_author=authors[0] if authors else None, year=year),
         source="openalex", title=title, authors=authors, year=year, doi=doi, arxiv_id=arxiv_id,
         openalex_id=wid, abstract=abstract, venue=venue, venue_kind=venue_kind, pdf_urls=pdf_locations(work), landing_url=landing,
-        url=landing, found_by=found_by)
+        url=landing, found_by=found_by, **weight(work))

@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from infra.errors import StoreError
 from infra.store.meta import LibraryMeta
-from messages.search import VenueKind
+from messages.search import OaStatus, VenueKind
 
 SectionKind = Literal["title", "abstract", "body", "references", "caption"]
 RRF_K = 60  # the usual constant of reciprocal-rank fusion (the LanceDB store's hybrid, the Forager's paper ranking)
@@ -60,6 +60,10 @@ class DocumentRecord(_Record):
     references: tuple[str, ...] = Field(
         default=(), description="The paper's reference list, one entry per cited work, as printed (kept apart: "
                                 "never evidence, for later citation use).")
+    is_retracted: bool = Field(default=False, description="OpenAlex marks the work retracted.")
+    cited_by_count: int | None = Field(default=None, ge=0, description="Works citing it (OpenAlex; None: not known).")
+    oa_status: OaStatus = Field(default="", description="Open-access status ('' when not known).")
+    preprint_only: bool = Field(default=False, description="Only a preprint of it exists.")
 
 
 class Hit(_Record):
@@ -307,7 +311,8 @@ def documents_named(store: Store, doc_ids: Sequence[str] | None) -> list[Documen
     return store.get_documents(doc_ids)
 
 
-METADATA_FIELDS = frozenset({"title", "authors", "year", "origin", "venue", "venue_kind"})
+METADATA_FIELDS = frozenset({"title", "authors", "year", "origin", "venue", "venue_kind", "is_retracted",
+                             "cited_by_count", "oa_status", "preprint_only"})
 
 
 def update_metadata(store: Store, doc_id: str, changes: dict[str, object],

@@ -161,6 +161,9 @@ def chunk_schema(dim: int) -> pa.Schema:
     ])
 
 
+# what a reader weighs a paper by (messages.search.WEIGHT_FIELDS); null in a table written before them
+WEIGHT_COLUMNS = (pa.field("is_retracted", pa.bool_()), pa.field("cited_by_count", pa.int64()),
+                  pa.field("oa_status", pa.string()), pa.field("preprint_only", pa.bool_()))
 DOCUMENT_SCHEMA = pa.schema([
     pa.field("doc_id", pa.string(), nullable=False),
     pa.field("key", pa.string(), nullable=False),
@@ -177,12 +180,13 @@ DOCUMENT_SCHEMA = pa.schema([
     pa.field("references", pa.list_(pa.string())),
     pa.field("venue", pa.string()),
     pa.field("venue_kind", pa.string()),
+    *WEIGHT_COLUMNS,
 ])
 # columns added after the first release: an older table gains them (all null) when opened
 ADDED_COLUMNS: dict[str, tuple[pa.Field, ...]] = {
     "chunks": (pa.field("context", pa.string()),),
     "documents": (pa.field("references", pa.list_(pa.string())), pa.field("venue", pa.string()),
-                  pa.field("venue_kind", pa.string())),
+                  pa.field("venue_kind", pa.string()), *WEIGHT_COLUMNS),
 }
 
 
@@ -649,6 +653,8 @@ class LanceStore(Store):
         data = {name: row[name] for name in _DOC_COLUMNS}
         data["references"] = tuple(data["references"] or ())
         data["venue"], data["venue_kind"] = data["venue"] or "", data["venue_kind"] or ""
+        data["is_retracted"], data["preprint_only"] = bool(data["is_retracted"]), bool(data["preprint_only"])
+        data["oa_status"] = data["oa_status"] or ""
         return DocumentRecord(**data)
 
     # ------------------------------------------------------------------ documents and the registry

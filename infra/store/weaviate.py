@@ -68,7 +68,11 @@ ADDED_PROPERTIES: dict[str, list[Property]] = {
     "documents": [Property(name="references", data_type=DataType.TEXT_ARRAY, index_searchable=False,
                            index_filterable=False),
                   *(Property(name=n, data_type=DataType.TEXT, index_searchable=False, index_filterable=False)
-                    for n in ("venue", "venue_kind"))],
+                    for n in ("venue", "venue_kind", "oa_status")),
+                  *(Property(name=n, data_type=DataType.BOOL, index_searchable=False, index_filterable=False)
+                    for n in ("is_retracted", "preprint_only")),
+                  Property(name="cited_by_count", data_type=DataType.INT, index_searchable=False,
+                           index_filterable=False)],
 }
 _DOC_FIELDS = list(DocumentRecord.model_fields)
 
@@ -130,8 +134,9 @@ def to_doc(props: dict[str, Any]) -> DocumentRecord:
     data: dict[str, Any] = {name: props.get(name) for name in _DOC_FIELDS}
     for name in ("authors", "sections", "flags", "references"):
         data[name] = tuple(props.get(name) or ())
-    for name in ("abstract", "markdown", "parser", "origin", "title", "venue", "venue_kind"):
+    for name in ("abstract", "markdown", "parser", "origin", "title", "venue", "venue_kind", "oa_status"):
         data[name] = props.get(name) or ""
+    data["is_retracted"], data["preprint_only"] = bool(props.get("is_retracted")), bool(props.get("preprint_only"))
     data["n_chunks"] = props.get("n_chunks") or 0
     return DocumentRecord.model_validate(data)
 

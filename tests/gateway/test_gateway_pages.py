@@ -224,3 +224,41 @@ def test_the_proposal_shows_every_filter_sent_with_a_search_string(tmp_path) -> 
     assert [q["text"] for q in proposal["search_queries"]] == ["wheat heat stress", "grain filling"]
     assert proposal["search_filters"] == [
         ["years 2020–…", "open access only", "with a PDF", "by Ada Lovelace", "in Field Crops Research"], []]
+
+
+def test_a_finished_run_is_asked_over_rest_and_its_asks_are_kept(tmp_path) -> None:
+    """POST /api/runs/{id}/ask answers from the run's documents with citations (as `forage ask --run`), appends
+    to asks.jsonl (GET /api/runs/{id}/asks, the artifact); an empty question is 422, an unknown run 404."""
+    from fastapi.testclient import TestClient
+
+    from actors.steps.schemas import AskAnswer
+    from gateway.server import create_app
+    from infra.llm.fakes import FunctionLLM
+    from tests.finished_run import RUN, make_run
+
+    def model(messages, schema):
+        assert schema is AskAnswer
+        n = next(int(line[1:line.index("]")]) for line in messages[-1]["content"].splitlines()
+                 if line.startswith("[") and "The Calvin Cycle" in line)
+        return {"sufficient": True, "sentences": [{"sentence": "The Calvin cycle fixes carbon dioxide into sugars.",
+                                                   "sources": [n]}]}
+
+    settings, run_dir = make_run(tmp_path)
+    with TestClient(create_app(settings, llm=FunctionLLM(model)), base_url=BASE) as c:
+        asked = c.post(f"/api/runs/{RUN}/ask", json={"question": "How is carbon dioxide fixed into sugars?"})
+        assert asked.status_code == 200, asked.text
+        answer = asked.json()
+        assert answer["kind"] == "answer" and answer["text"] == "The Calvin cycle fixes carbon dioxide into sugars [1]."
+        assert answer["cited"][0]["title"] == "The Calvin Cycle"
+        evidence_docs = {json.loads(line)["doc_id"] for line in (run_dir / "evidence.jsonl").read_text().splitlines()}
+        assert answer["cited"][0]["doc_id"] in evidence_docs
+        kept = c.get(f"/api/runs/{RUN}/asks").json()
+        assert [(a["question"], a["text"]) for a in kept] == [("How is carbon dioxide fixed into sugars?",
+                                                               answer["text"])]
+        assert c.get(f"/api/runs/{RUN}/artifacts/asks.jsonl").status_code == 200
+        assert c.post(f"/api/runs/{RUN}/ask", json={"question": ""}).status_code == 422
+        assert c.post(f"/api/runs/{RUN}/ask", json={"question": "   "}).status_code == 422
+        missing = c.post("/api/runs/nosuchrun/ask", json={"question": "How is carbon fixed?"})
+        assert missing.status_code == 404 and "no run" in missing.json()["detail"]
+        assert c.get("/api/runs/nosuchrun/asks").json() == []
+    assert len((run_dir / "asks.jsonl").read_text().splitlines()) == 1

@@ -194,3 +194,44 @@ def test_an_agent_proposes_and_only_its_approval_starts_the_run(ray_cluster, ing
     asyncio.run(session())
     (run_json,) = (tmp_path / "runs").glob("*/run.json")
     assert json.loads(run_json.read_text())["status"] == "finished"
+
+
+def test_ask_with_a_run_id_answers_from_that_run_through_the_sdk_client(tmp_path) -> None:
+    """The ``ask`` tool with ``run_id``: an answer from the run's documents, cited, recorded in its asks.jsonl;
+    a path-like run id and an unknown run are MCP errors."""
+    from mcp import Client
+
+    from actors.steps.schemas import AskAnswer
+    from gateway.mcp_server import build_mcp
+    from infra.llm.fakes import FunctionLLM
+    from tests.finished_run import RUN, make_run
+
+    def model(messages, schema):
+        assert schema is AskAnswer
+        n = next(int(line[1:line.index("]")]) for line in messages[-1]["content"].splitlines()
+                 if line.startswith("[") and "The Calvin Cycle" in line)
+        return {"sufficient": True, "sentences": [{"sentence": "The Calvin cycle fixes carbon dioxide into sugars.",
+                                                   "sources": [n]}]}
+
+    settings, run_dir = make_run(tmp_path)
+    server = build_mcp(settings, llm=FunctionLLM(model))
+
+    async def session() -> dict:
+        async with Client(server) as client:
+            asked = await client.call_tool("ask", {"question": "How is carbon dioxide fixed into sugars?",
+                                                   "run_id": RUN})
+            assert not asked.is_error, text_of(asked)
+            answer = asked.structured_content
+            assert answer["kind"] == "answer" and answer["text"].endswith("[1].")
+            assert answer["cited"][0]["title"] == "The Calvin Cycle"
+            hostile = await client.call_tool("ask", {"question": "How is carbon fixed?", "run_id": "../../etc"})
+            assert hostile.is_error and "no run '../../etc'" in text_of(hostile)
+            unknown = await client.call_tool("ask", {"question": "How is carbon fixed?", "run_id": "nosuchrun"})
+            assert unknown.is_error and "no run 'nosuchrun'" in text_of(unknown)
+            return answer
+
+    answer = asyncio.run(session())
+    [record] = [json.loads(line) for line in (run_dir / "asks.jsonl").read_text().splitlines()]
+    assert record["question"] == "How is carbon dioxide fixed into sugars?"
+    assert (record["kind"], record["text"], record["cited"]) == (answer["kind"], answer["text"], answer["cited"])
+

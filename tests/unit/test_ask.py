@@ -104,6 +104,31 @@ def test_cli_ask_prints_the_answer_and_its_sources(store, embedder, monkeypatch,
     assert missing.exit_code == 2 and "no store at" in missing.output
 
 
+def test_cli_ask_json_and_exit_3_when_it_abstains(store, monkeypatch):
+    """--json prints one object (kind, text, cited); "not enough evidence" exits 3, so a script can tell it
+    from an answer (exit 0)."""
+    import json
+
+    import infra.llm
+    from gateway.cli import app
+
+    llm = ScriptedLLM({AskAnswer: [{"sufficient": True, "sentences": [
+                           {"sentence": "The Calvin cycle fixes carbon dioxide into sugars.", "sources": [1]}]},
+                                   {"sufficient": False, "sentences": []}]})
+    monkeypatch.setattr(infra.llm, "build_llm", lambda settings: llm)
+    answered = CliRunner().invoke(app, ["ask", QUESTION, "--store", str(store.path), "--json"])
+    assert answered.exit_code == 0, answered.output
+    data = json.loads(answered.stdout)
+    assert data["kind"] == "answer" and data["text"] == "The Calvin cycle fixes carbon dioxide into sugars [1]."
+    assert [(c["n"], c["doc_id"]) for c in data["cited"]] == [(1, C[0].doc_id)]
+    assert "fix carbon dioxide into sugars" in store.get_chunk(data["cited"][0]["chunk_id"]).text
+    abstained = CliRunner().invoke(app, ["ask", QUESTION, "--store", str(store.path), "--json"])
+    assert abstained.exit_code == 3, abstained.output
+    data = json.loads(abstained.stdout)
+    assert data["kind"] == "insufficient" and data["text"].startswith(INSUFFICIENT) and data["cited"] == []
+    assert "exit" in CliRunner().invoke(app, ["ask", "--help"], env={"COLUMNS": "200"}).output.lower()
+
+
 def test_a_weak_model_never_turns_a_question_into_a_greeting(store, embedder):
     """A model that calls everything chit-chat and fails every answer: the question is still retrieved for,
     and the passages close enough to it answer in quotes, with citations."""
@@ -218,3 +243,70 @@ def test_cli_ask_library_answers_from_it_and_refuses_a_library_with_no_papers(la
         assert refused.exit_code == 2 and "holds no documents from the library" in refused.output
         assert str((tmp_path / folder).resolve()) in " ".join(refused.output.split())
     assert len(titles) == 1  # refused before any model call
+
+
+# ---------------------------------------------------------------- --run: one run's evidence, recorded with the run
+
+def test_ask_run_answers_from_the_runs_documents_records_the_ask_and_forget_removes_it(tmp_path, embedder,
+                                                                                          monkeypatch):
+    """A finished run over the three leaf papers, and a fourth paper on the same topic stored later by
+    something else: `forage ask --run` shows the model only the run's passages, cites them, appends the
+    question and answer to the run's asks.jsonl (user-only); "not enough evidence" exits 3 and says what was
+    searched; `forage forget` of the run removes its asks with the rest of the folder."""
+    import json
+    import stat
+
+    import infra.llm
+    from gateway.cli import app
+    from gateway.forget import forget_run
+    from tests.finished_run import RUN, make_run
+
+    settings, run_dir = make_run(tmp_path)
+    outside, chunks = library_doc("outside", "doi:10.1000/outside", "Outside Calvin Paper", CALVIN, 2021)
+    from infra.store.lancedb import LanceStore
+
+    LanceStore(tmp_path / "store", dim=384).upsert_document(outside, chunks, embedder.embed([c.text for c in chunks]))
+    titles: list[set[str]] = []
+    answering = answering_model(titles)
+    calls = {"n": 0}
+
+    def model(messages, schema):
+        calls["n"] += 1
+        if calls["n"] == 1:
+            return answering(messages, schema)
+        return {"sufficient": False, "sentences": []}
+
+    monkeypatch.setattr(infra.llm, "build_llm", lambda s: FunctionLLM(model))
+    runs = ["--runs-dir", str(settings.run.runs_dir)]
+    answered = CliRunner().invoke(app, ["ask", "--run", RUN[:12], QUESTION, "--json", *runs])
+    assert answered.exit_code == 0, answered.output
+    data = json.loads(answered.stdout)
+    assert data["kind"] == "answer" and data["text"] == "The Calvin cycle fixes carbon dioxide [1]."
+    assert titles and "Outside Calvin Paper" not in set().union(*titles)  # only the run's documents
+    assert titles[0] <= {"Light Reactions of Photosynthesis", "Notes on [Leaf] *Energy*", "The Calvin Cycle"}
+    cited_doc = data["cited"][0]["doc_id"]
+    sources = {s["doc_id"] for s in json.loads((run_dir / "run.json").read_text())["sources"]}
+    assert cited_doc in sources
+
+    abstained = CliRunner().invoke(app, ["ask", "--run", RUN, "How do sugars leave the chloroplast stroma?", *runs],
+                                   env={"COLUMNS": "300"})
+    assert abstained.exit_code == 3, abstained.output
+    assert "The run's evidence does not hold enough" in abstained.output
+    assert re.search(rf"Searched: \d passage\(s\) of run {RUN}'s 3 document\(s\) for the question",
+                     " ".join(abstained.output.split()))
+
+    asks = run_dir / "asks.jsonl"
+    lines = [json.loads(line) for line in asks.read_text().splitlines()]
+    assert [(a["question"], a["kind"]) for a in lines] == [
+        (QUESTION, "answer"), ("How do sugars leave the chloroplast stroma?", "insufficient")]
+    assert lines[0]["cited"] == data["cited"] and lines[0]["asked_at"]
+    assert stat.S_IMODE(asks.stat().st_mode) == 0o600
+
+    both = CliRunner().invoke(app, ["ask", "--run", RUN, "--library", str(tmp_path), QUESTION, *runs])
+    assert both.exit_code == 2 and "not both" in both.output
+    unknown = CliRunner().invoke(app, ["ask", "--run", "nosuchrun", QUESTION, *runs])
+    assert unknown.exit_code == 2 and "no run 'nosuchrun'" in unknown.output
+    assert len(asks.read_text().splitlines()) == 2  # refused asks are not recorded
+
+    forget_run(settings, RUN)
+    assert not asks.exists() and not run_dir.exists()

@@ -53,11 +53,12 @@ def test_a_doi_match_fills_only_what_is_missing(shared_data: Path) -> None:
     found = outcome(pnas, [work])
     assert found.work is work and found.differences == []
     assert found.changes == {"authors": work.authors, "year": 2014,
-                             "venue": "Proceedings of the National Academy of Sciences", "venue_kind": "journal"}
+                             "venue": "Proceedings of the National Academy of Sciences", "venue_kind": "journal",
+                             "cited_by_count": 138, "oa_status": "bronze"}  # OpenAlex's weight of the work
     # what the document already has stays; what differs is reported
     kept = outcome(doc("pnas.pdf", PNAS_TITLE, origin=f"pnas.pdf, doi:{PNAS_DOI}", authors=("E. Makris",),
                        year=2015, venue="PNAS", venue_kind="journal"), [work])
-    assert kept.changes == {}
+    assert kept.changes == {"cited_by_count": 138, "oa_status": "bronze"}  # the weight is OpenAlex's to say
     assert kept.differences == ["year: 2015 here, 2014 in OpenAlex",
                                 "venue: PNAS here, Proceedings of the National Academy of Sciences in OpenAlex"]
 
@@ -69,7 +70,8 @@ def test_a_title_match_takes_the_journal_version_and_refuses_works_that_disagree
     found = outcome(chem, works)
     assert found.work is not None and found.work.openalex_id == "W4396723768"  # not the ChemCrow preprint
     assert found.changes == {"venue": "Nature Machine Intelligence", "venue_kind": "journal",
-                             "origin": "chem.pdf, doi:10.1038/s42256-024-00832-8"}
+                             "origin": "chem.pdf, doi:10.1038/s42256-024-00832-8",
+                             "cited_by_count": 236, "oa_status": "hybrid"}
     assert found.differences == ["year: 2023 here, 2024 in OpenAlex"]
     # another first author, a year too far, or another title: not this paper, nothing filled
     for other, why in ((doc("c.pdf", CHEM, authors=("Jane Smith",)), "first author 'Jane Smith'"),

@@ -29,7 +29,7 @@ from typing import Any, Literal
 
 from actors.steps.ingest.step import origin_identifiers, with_identifiers
 from infra.store.base import DocumentRecord
-from messages.search import Candidate
+from messages.search import Candidate, weight_of
 
 TITLE_SIMILARITY = 0.92
 # a document's flag once its lookup was answered (matched or not): a later `library match` does not send its DOI or
@@ -164,4 +164,6 @@ def outcome(doc: DocumentRecord, works: Sequence[Candidate]) -> Outcome:
         result.differences.append(f"DOI: {document_doi(doc)} here, {doi} in OpenAlex")
     if new_doi or new_arxiv:
         result.changes["origin"] = with_identifiers(doc.origin or doc.key, new_doi, new_arxiv)
+    # what a reader weighs it by is OpenAlex's to say (a retraction comes later than the PDF): taken when it changed
+    result.changes.update({k: v for k, v in weight_of(work).items() if getattr(doc, k) != v})
     return result

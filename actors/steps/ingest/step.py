@@ -29,6 +29,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from time import perf_counter
+from typing import Any
 
 from actors.steps.ingest.chunking import chunk_context_line, chunk_sections, context_line, window_for
 from actors.steps.ingest.contextual import Contextualizer
@@ -43,7 +44,7 @@ from infra.pdf.base import ParsedDocument, PDFParser
 from infra.settings import Settings
 from infra.store.base import ChunkRecord, DocumentRecord, Store, Upsert
 from messages.ingest import IngestRequest, IngestResult
-from messages.search import Candidate, VenueKind
+from messages.search import Candidate, VenueKind, weight_of
 from messages.status import Stage
 
 log = logging.getLogger(__name__)
@@ -135,6 +136,7 @@ class TextDocument:
     flags: tuple[str, ...] = ()
     venue: str = ""
     venue_kind: VenueKind = ""
+    weight: dict[str, Any] | None = None  # what the search result says it weighs (messages.search.weight_of)
 
 
 @dataclass(slots=True)
@@ -207,7 +209,8 @@ class IngestStep:
             venue, venue_kind = known_venue(candidate)
             document = TextDocument(key=candidate.key, title=candidate.title or "", text=candidate.abstract,
                                     authors=candidate.authors, year=candidate.year, origin=candidate.key,
-                                    flags=("abstract_only",), venue=venue, venue_kind=venue_kind)
+                                    flags=("abstract_only",), venue=venue, venue_kind=venue_kind,
+                                    weight=weight_of(candidate))
             return self.ingest_texts(request.run_id, [document])[0]
         started = perf_counter()
         timings: dict[str, float] = {}
@@ -321,7 +324,7 @@ class IngestStep:
             authors=candidate.authors or parsed.authors, year=candidate.year or parsed.year,
             parser=parsed.parser, flags=parsed.flags,
             origin=source_origin(path.name, candidate.doi or parsed.doi, candidate.arxiv_id or parsed.arxiv_id),
-            venue=venue, venue_kind=venue_kind)
+            venue=venue, venue_kind=venue_kind, weight=weight_of(candidate))
 
     # ------------------------------------------------------------------ text
 
@@ -429,7 +432,7 @@ class IngestStep:
                              fallback_title=document.origin or document.key, page_spans=(),
                              authors=document.authors, year=document.year, parser=TEXT_PARSER,
                              flags=document.flags, origin=document.origin or document.key,
-                             venue=document.venue, venue_kind=document.venue_kind)
+                             venue=document.venue, venue_kind=document.venue_kind, weight=document.weight)
         return item, previous
 
     # ------------------------------------------------------------------ the shared path
@@ -447,7 +450,7 @@ class IngestStep:
     def _prepare(self, doc_id: str, key: str, markdown: str, *, outline_title: str | None, title: str | None,
                  fallback_title: str, page_spans: Sequence[tuple[int, int, int]], authors: Sequence[str],
                  year: int | None, parser: str, flags: Sequence[str], origin: str, venue: str = "",
-                 venue_kind: VenueKind = "") -> _Prepared:
+                 venue_kind: VenueKind = "", weight: dict[str, Any] | None = None) -> _Prepared:
         """Outline → chunks → the embedder's inputs (context line + chunk text) and the DocumentRecord."""
         t = perf_counter()
         tree = outline(markdown, outline_title)
@@ -478,7 +481,7 @@ class IngestStep:
         doc = DocumentRecord(
             doc_id=doc_id, key=key, title=title, authors=tuple(authors), year=year, abstract=tree.abstract,
             sections=tree.paths, markdown=markdown, parser=parser, flags=flags, n_chunks=len(chunks),
-            origin=origin, references=tree.references, venue=venue, venue_kind=venue_kind)
+            origin=origin, references=tree.references, venue=venue, venue_kind=venue_kind, **(weight or {}))
         return _Prepared(doc, chunks, inputs, timings, window_of)
 
     def _contextualize(self, title: str, abstract: str, chunks: list[ChunkRecord], flags: tuple[str, ...],

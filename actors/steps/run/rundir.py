@@ -1,5 +1,5 @@
 """The run folder: ``runs/<run_id>/`` with run.json, report.md, report.json, evidence.jsonl, comparison.json,
-figures/ and events.jsonl.
+figures/, events.jsonl and asks.jsonl (questions asked of the finished run: `forage ask --run`).
 
 Every write is atomic (temp file + rename), so a crash never leaves a half-written run.json.
 Run data is the user's alone: folders are created 0700 and files 0600 (whatever the umask).
@@ -122,6 +122,12 @@ class RunDir:
     @property
     def events_jsonl(self) -> Path:
         return self.path / "events.jsonl"
+
+    @property
+    def asks_jsonl(self) -> Path:
+        """Questions asked of the run and their answers, one JSON object a line (`forage ask --run`, the
+        dashboard's ask box, the MCP ``ask`` tool with a run_id): part of the run's record."""
+        return self.path / "asks.jsonl"
 
     @property
     def cancel_flag(self) -> Path:

@@ -14,13 +14,18 @@ the model says the passages do not suffice — the answer says that the stored l
 enough evidence and what was searched, instead of answering.
 
 A scope (a :class:`ChunkFilter`, e.g. :func:`library_filter` for ``--library DIR``) limits the
-passages to the documents it admits.
+passages to the documents it admits. ``--run RUN`` scopes to one run's documents (:func:`run_filter`: the
+sources its report cites and the documents it read into its store), and each answer is appended to the
+run's asks.jsonl (:func:`record_ask`), so a follow-up question is part of the run's record and is forgotten
+with it.
 """
 
 from __future__ import annotations
 
 import os
+import json
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 
 from actors.steps.forage.step import block
@@ -32,11 +37,15 @@ from actors.steps.write.step import citation_numbers
 from infra.embed.base import Embedder
 from infra.errors import LLMOutputError, LLMTimeout
 from infra.llm.base import LLM
+from infra.private_files import private_append
 from infra.rerank import Relevance
 from infra.store.base import ChunkFilter, ChunkRecord, Store
+from messages.run_state import RunState
 
 INSUFFICIENT = ("The stored library does not hold enough evidence to answer this question; add papers on it "
                 "(forage research or forage library add) and ask again.")
+RUN_INSUFFICIENT = ("The run's evidence does not hold enough to answer this question; ask the whole library "
+                    "(forage ask without --run) or start a new run on it.")
 PASSAGES = 6
 PASSAGE_CHARS = 900
 QUESTION_WORDS = 2  # content words that make a message a question about the library (never chit-chat)
@@ -72,6 +81,18 @@ class AskResult:
     llm_calls: int = 0
     removed_citations: int = 0
 
+    @property
+    def abstained(self) -> bool:
+        """Whether the answer is "not enough evidence" (`forage ask` exits 3: a script tells it from an answer)."""
+        return self.kind == "insufficient"
+
+    def as_dict(self) -> dict[str, object]:
+        """The answer, its kind and the cited passages as plain JSON values (`forage ask --json`, the MCP tool,
+        the REST API and a run's asks.jsonl)."""
+        return {"kind": self.kind, "text": self.text,
+                "cited": [{"n": c.n, "chunk_id": c.chunk_id, "doc_id": c.doc_id, "title": c.title,
+                           "section_path": c.section_path} for c in self.cited]}
+
 
 def library_filter(folder: Path | str) -> ChunkFilter:
     """The documents read from the PDFs under ``folder`` (subfolders too), as ``forage research
@@ -79,13 +100,49 @@ def library_filter(folder: Path | str) -> ChunkFilter:
     return ChunkFilter(sources=(file_key(Path(folder).expanduser()).rstrip(os.sep) + os.sep,))
 
 
+def run_filter(state: RunState) -> ChunkFilter:
+    """One run's documents: the sources its report cites, then every document it read into its store (or
+    found there already), each once. A run with none admits nothing."""
+    ids = dict.fromkeys([*(s.doc_id for s in state.sources), *state.stored_doc_ids()])
+    return ChunkFilter(doc_ids=tuple(ids))
+
+
+def record_ask(asks_jsonl: Path, question: str, result: AskResult, asked_at: datetime | None = None) -> dict[str, object]:
+    """Append one question and its answer (kind, text, cited passages) to a run's asks.jsonl (user-only, like
+    the run's other files); returns the line's record."""
+    record = {"asked_at": (asked_at or datetime.now(UTC)).isoformat(), "question": " ".join(question.split()),
+              **result.as_dict()}
+    private_append(asks_jsonl, json.dumps(record, ensure_ascii=False) + "\n")
+    return record
+
+
+def read_asks(asks_jsonl: Path) -> list[dict[str, object]]:
+    """The questions asked of a run so far, first first ([] when none); a line that is not a JSON object
+    (a torn write) is skipped."""
+    try:
+        lines = asks_jsonl.read_text(encoding="utf-8").splitlines()
+    except FileNotFoundError:
+        return []
+    out = []
+    for line in lines:
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(record, dict):
+            out.append(record)
+    return out
+
+
 class AskStep:
-    """``scope``: only passages of the documents it admits (None: the whole store)."""
+    """``scope``: only passages of the documents it admits (None: the whole store). ``where`` names what was
+    searched in the "not enough evidence" answer, which starts with ``insufficient``."""
 
     def __init__(self, store: Store, embedder: Embedder, llm: LLM, *, passages: int = PASSAGES,
                  alpha: float = 0.5, scope: ChunkFilter | None = None, relevance: Relevance | None = None,
-                 extractive: bool = False) -> None:
+                 extractive: bool = False, where: str = "the store", insufficient: str = INSUFFICIENT) -> None:
         self.store, self.embedder, self.llm = store, embedder, llm
+        self.where, self.insufficient = where, insufficient
         self.passages, self.alpha, self.scope = passages, alpha, scope
         self.relevance, self.extractive = relevance, extractive  # the relevance check (None: no check)
         self.floors = relevance.floors if relevance is not None else None
@@ -110,10 +167,10 @@ class AskStep:
             scores = self.relevance.score(question, chunks)
             similarity = {c.chunk_id: score for c, score in zip(chunks, scores, strict=True)}
             chunks = [c for c in chunks if similarity[c.chunk_id] >= self.floors[1]]
-        searched = (f" Searched: {len(hits)} passage(s) of the store for the question"
+        searched = (f" Searched: {len(hits)} passage(s) of {self.where} for the question"
                     + (f", {len(chunks)} close enough to it" if self.floors is not None else "") + ".")
         if not chunks:
-            return AskResult("insufficient", INSUFFICIENT + searched, llm_calls=calls)
+            return AskResult("insufficient", self.insufficient + searched, llm_calls=calls)
         titles = {}
         for c in chunks:
             if c.doc_id not in titles:
@@ -146,7 +203,7 @@ class AskStep:
             if text and labels:
                 sentences.append((text, labels))
         if not sentences:
-            return AskResult("insufficient", INSUFFICIENT + searched, llm_calls=calls, removed_citations=removed)
+            return AskResult("insufficient", self.insufficient + searched, llm_calls=calls, removed_citations=removed)
         order: dict[int, int] = {}  # passage label -> citation number in order of first use
         for _, labels in sentences:
             for label in labels:
@@ -172,7 +229,7 @@ class AskStep:
             if len(quotes) == QUOTED:
                 break
         if not quotes:
-            return AskResult("insufficient", INSUFFICIENT + searched, llm_calls=calls)
+            return AskResult("insufficient", self.insufficient + searched, llm_calls=calls)
         text = "Quoted from the library: " + " ".join(f"“{q.rstrip('.;:, ')}” [{n}]." for n, (q, _) in
                                                       enumerate(quotes, start=1))
         cited = [Cited(n, c.chunk_id, c.doc_id, titles[c.doc_id], c.section_path)

@@ -6,7 +6,10 @@ URI, any other image source is dropped, and the style sheet is inline, so the fi
 asks nothing of the network. BibTeX and RIS come from the report's sources (title, authors, year, venue,
 DOI or URL when the origin names one); the entry type follows the venue's kind: a conference paper is
 ``@inproceedings`` / ``CONF`` with its proceedings as ``booktitle`` / ``T2``, a journal article ``@article`` /
-``JOUR`` with its ``journal`` / ``T2``.
+``JOUR`` with its ``journal`` / ``T2``. What a reader weighs a source by goes with it (:func:`weight_words`): a
+retracted work is marked in BibTeX's ``note`` and ``keywords`` and RIS's ``N1`` and ``KW`` (RETRACTED), its
+citation count, open-access status and "preprint only" in the ``annote`` / ``N1`` lines; HTML and JSON carry
+them as the report and run record do.
 """
 
 from __future__ import annotations
@@ -114,6 +117,21 @@ def to_html(markdown: str, base: Path, title: str = "Forage report") -> str:
             "<footer>Written by Forage, a local-first literature-research agent.</footer>\n</body>\n</html>\n")
 
 
+def weight_words(source: SourceRef) -> list[str]:
+    """What a reader weighs the source by, as short phrases: 'RETRACTED (OpenAlex)', 'cited by 138 (OpenAlex)',
+    'open access: gold', 'preprint only'."""
+    out = []
+    if source.is_retracted:
+        out.append("RETRACTED (OpenAlex)")
+    if source.cited_by_count is not None:
+        out.append(f"cited by {source.cited_by_count} (OpenAlex)")
+    if source.oa_status:
+        out.append(f"open access: {source.oa_status}")
+    if source.preprint_only:
+        out.append("preprint only")
+    return out
+
+
 # -- BibTeX ------------------------------------------------------------------------------------------------
 def _ascii(text: str) -> str:
     return unicodedata.normalize("NFKD", text).encode("ascii", "ignore").decode("ascii")
@@ -160,9 +178,16 @@ def to_bibtex(sources: list[SourceRef] | tuple[SourceRef, ...]) -> str:
             fields += [("eprint", arxiv_id), ("archivePrefix", "arXiv")]
         if url:
             fields.append(("url", url))
+        notes = (["RETRACTED (OpenAlex marks this work retracted)"] if s.is_retracted else [])
         if s.origin and not doi and not url:
-            fields.append(("note", _bib_value(s.origin)))
-        fields.append(("annote", f"Forage source [{s.n}], document {s.doc_id}"))
+            notes.append(_bib_value(s.origin))
+        if notes:
+            fields.append(("note", ". ".join(notes)))
+        if s.is_retracted:
+            fields.append(("keywords", "retracted"))
+        if s.preprint_only:
+            fields.append(("pubstate", "prepublished"))  # BibLaTeX: not (yet) published
+        fields.append(("annote", "; ".join([f"Forage source [{s.n}], document {s.doc_id}", *weight_words(s)])))
         kind = ("inproceedings" if venue and s.venue_kind == "conference" else
                 "article" if doi or (venue and s.venue_kind == "journal") else "misc")
         body = ",\n".join(f"  {k} = {{{v}}}" for k, v in fields)
@@ -189,7 +214,10 @@ def to_ris(sources: list[SourceRef] | tuple[SourceRef, ...]) -> str:
             lines.append(f"DO  - {doi}")
         if url:
             lines.append(f"UR  - {url}")
-        lines += [f"N1  - Forage source [{s.n}], document {s.doc_id}", f"ID  - {s.n}", "ER  - "]
+        if s.is_retracted:
+            lines.append("KW  - retracted")
+        lines += [f"N1  - Forage source [{s.n}], document {s.doc_id}", *(f"N1  - {w}" for w in weight_words(s)),
+                  f"ID  - {s.n}", "ER  - "]
         out.append("\n".join(lines))
     return "\n\n".join(out) + ("\n" if out else "")
 

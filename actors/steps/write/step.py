@@ -44,6 +44,7 @@ from typing import Literal
 from markdown_it import MarkdownIt
 
 from actors.steps.write.compare import ComparisonStep
+from actors.steps.write.weight import left_out_note, prefer_unretracted, retraction_warnings, weight_note
 from actors.steps.events import Emit, null_emit
 from actors.steps.forage.step import block
 from actors.steps.plan.requirements import content_words, own_question
@@ -64,7 +65,7 @@ from infra.llm.base import LLM, ChatMessage
 from infra.settings import Settings
 from infra.store.base import ChunkRecord, Store
 from messages.forage import Evidence, RequirementCoverage
-from messages.search import VenueKind
+from messages.search import OaStatus, VenueKind, weight_of
 from messages.status import Stage
 from messages.write import (CitedChunk, Comparison, ContributionRecord, Figure, Report, SectionSources, SourceRef,
                             WriteRequest)
@@ -258,7 +259,7 @@ def harvard(source: SourceRef) -> str:
     origin = escape_md(source.origin).rstrip(".")
     venue = escape_md(" ".join(source.venue.split())).rstrip(".")
     return (f"[{source.n}] {escape_md(authors)} ({year}) *{title}*." + (f" {venue}." if venue else "")
-            + (f" {origin}." if origin else ""))
+            + (f" {origin}." if origin else "") + weight_note(source))
 
 
 # -- the step --------------------------------------------------------------------------------------------
@@ -273,6 +274,10 @@ class _Source:
     venue_kind: VenueKind = ""
     chunk_ids: list[str] = field(default_factory=list)
     n: int | None = None
+    is_retracted: bool = False  # what a reader weighs it by (messages.search.WEIGHT_FIELDS; write/weight.py)
+    cited_by_count: int | None = None
+    oa_status: OaStatus = ""
+    preprint_only: bool = False
 
 
 @dataclass
@@ -349,6 +354,9 @@ class WriteStep:
                 sources[ev.doc_id] = src
                 src.chunk_ids.extend(c for c in ev.chunk_ids if c not in src.chunk_ids)
                 section.items.append((ev, src))
+            section.items, retracted = prefer_unretracted(section.items)
+            if note := left_out_note(retracted):
+                section.notes.append(note)
             if not any(ev.tag == "answers" for ev, _ in section.items):
                 section.notes.append(UNCONFIRMED.format(n=cov.unconfirmed) if cov.unconfirmed else PARTIAL)
             before = dict(removed)
@@ -388,7 +396,7 @@ class WriteStep:
         if doc is None:
             return _Source(ev.doc_id, ev.title)
         return _Source(ev.doc_id, doc.title or ev.title, tuple(doc.authors), doc.year, doc.origin, doc.venue,
-                       doc.venue_kind)
+                       doc.venue_kind, **weight_of(doc))
 
     def _chunk(self, chunk_id: str, cache: dict[str, ChunkRecord | None]) -> ChunkRecord | None:
         if chunk_id not in cache:
@@ -731,8 +739,12 @@ class WriteStep:
             for sentence in s.sentences:
                 cites = "".join(f"[{s.items[label - 1][1].n}]" for label in sentence.labels)
                 out += [f"{sentence.kind}: {sentence.text}" + (f" {cites}." if cites else "."), ""]
+            out += retraction_warnings([(s.items[label - 1][1].n, s.items[label - 1][1])
+                                        for sentence in s.sentences for label in sentence.labels])
         if comparison is not None and comparison.records:
             out += render_comparison(comparison)
+            compared = {r.n for r in comparison.records}
+            out += retraction_warnings([(src.n, src) for src in numbered if src.n in compared])
         if figures:
             out += [f"## {FIGURES_HEADING}", ""]
             for fig in figures:
@@ -816,7 +828,8 @@ def states_something(sentence: str) -> bool:
 
 def _ref(src: _Source) -> SourceRef:
     return SourceRef(n=src.n, doc_id=src.doc_id, title=src.title, authors=src.authors, year=src.year,  # type: ignore[arg-type]
-                     origin=src.origin, venue=src.venue, venue_kind=src.venue_kind, chunk_ids=tuple(src.chunk_ids))
+                     origin=src.origin, venue=src.venue, venue_kind=src.venue_kind, chunk_ids=tuple(src.chunk_ids),
+                     **weight_of(src))
 
 
 def _coverage_word(coverage: float) -> str:
