@@ -1,0 +1,54 @@
+"""How much the judge's "answers" is worth beside the retrieval signal: the one place that weighs them.
+
+The relevance check asked the same of every judge: an "answers" counted once the passage's similarity reached the
+answer floor and its similarity + 0.4 x word share reached the confirmation floor. Those floors were calibrated for a
+judge that calls nearly every passage an answer (the embedded 135M model; docs/evidence.md), so the signal alone had
+to carry the decision, and a capable judge had most of its right answers overruled.
+
+:class:`JudgeCredit` combines the two by what each is measured to be worth. The signal's calibration curve (fitted on
+BEIR SciFact train: ``Settings.answer_curve``) gives the probability that a passage answers from its score ``x``
+(similarity + 0.4 x word share): ``sigmoid(a + b x)``. The judge's "answers" multiplies those odds by its likelihood
+ratio ``TPR / FPR`` (``Settings.judge_rates``), assuming the judge's errors do not follow the signal's. A passage
+counts when that posterior reaches what the floors asked of a judge whose word carries nothing (likelihood ratio 1:
+``sigmoid(a + b x_floor)``). Since the curve is linear in its log-odds, this is the floors moved down by
+``log(TPR / FPR) / b`` (:meth:`JudgeCredit.relief`): a reliable judge needs little confirmation, an unreliable one
+all of today's. A judge whose "answers" is no better than chance (TPR <= FPR) gets no relief, never a stricter
+check; a signal without a calibration curve (an uncalibrated embedder, a reranker) gives none either.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+RATE_FLOOR = 0.01  # rates are clipped to [0.01, 0.99]: a perfect judge's ratio is 99, not infinite
+
+
+@dataclass(frozen=True)
+class JudgeCredit:
+    """The judge's rates and the signal's calibration curve (None: not calibrated)."""
+
+    tpr: float
+    fpr: float
+    curve: tuple[float, float] | None = None  # (intercept, slope) of the signal's log-odds
+
+    def weight(self) -> float:
+        """The log-likelihood ratio of the judge's 'answers' (0 when it is no better than chance)."""
+        def clip(rate: float) -> float:
+            return min(max(rate, RATE_FLOOR), 1.0 - RATE_FLOOR)
+
+        return max(0.0, math.log(clip(self.tpr) / clip(self.fpr)))
+
+    def relief(self) -> float:
+        """How far the answer and confirmation floors move down for this judge, in the signal's units."""
+        if self.curve is None or self.curve[1] <= 0:
+            return 0.0
+        return self.weight() / self.curve[1]
+
+    def posterior(self, score: float) -> float | None:
+        """The probability that a passage the judge calls an answer answers, from its score (similarity + 0.4 x
+        word share); None without a calibration curve."""
+        if self.curve is None:
+            return None
+        logit = self.curve[0] + self.curve[1] * score + self.weight()
+        return 1.0 / (1.0 + math.exp(-logit))
