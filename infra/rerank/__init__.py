@@ -36,8 +36,8 @@ class Relevance(Protocol):
     name: str
     floors: tuple[float, float]  # (answer, topic)
     confirmation: float | None  # least similarity + 0.4 x word share of a confirmed answer; None: no confirmation
-    # (intercept, slope) of P(answers | similarity + 0.4 x word share) fitted on SciFact train (Settings.answer_curve);
-    # None: not calibrated. Implementations without it are read as None (actors/steps/forage/credit.py).
+    # (intercept, slope, penalty): P(answers | similarity + 0.4 x word share) fitted on SciFact train
+    # (Settings.answer_curve); None: not calibrated. Implementations without it are read as None (forage/credit.py).
 
     def score(self, query: str, chunks: Sequence[ChunkRecord]) -> list[float]:
         """One score per chunk, in order; higher is closer to ``query``."""
@@ -65,7 +65,7 @@ class _Similarity:
     kind: str
 
     def __init__(self, embedder: Embedder, floors: tuple[float, float], confirmation: float | None = None,
-                 curve: tuple[float, float] | None = None) -> None:
+                 curve: tuple[float, float, float] | None = None) -> None:
         self.floors = floors
         self.confirmation = confirmation
         self.curve = curve
@@ -79,7 +79,7 @@ class EmbeddingSimilarity(_Similarity):
     kind = "similarity"
 
     def __init__(self, embedder: Embedder, floors: tuple[float, float], confirmation: float | None = None,
-                 curve: tuple[float, float] | None = None) -> None:
+                 curve: tuple[float, float, float] | None = None) -> None:
         super().__init__(embedder, floors, confirmation, curve)
         self.embedder = embedder
 
@@ -103,7 +103,7 @@ class StoreSimilarity(_Similarity):
     kind = "store"
 
     def __init__(self, store: Store, embedder: Embedder, floors: tuple[float, float],
-                 confirmation: float | None = None, curve: tuple[float, float] | None = None) -> None:
+                 confirmation: float | None = None, curve: tuple[float, float, float] | None = None) -> None:
         super().__init__(embedder, floors, confirmation, curve)
         self.store = store
 
@@ -124,7 +124,7 @@ class CrossEncoderReranker:
         self.batch_size = batch_size
         self.name = f"cross-encoder:{model}"
         self.confirmation: float | None = None  # on its own scale: the word-share confirmation is not calibrated for it
-        self.curve: tuple[float, float] | None = None
+        self.curve: tuple[float, float, float] | None = None
         self._encoder: Any = None
         self._lock = threading.Lock()
 

@@ -193,7 +193,13 @@ def test_the_bench_with_a_simulated_judge_measures_the_pipeline_and_the_judges_r
     assert judge["judged_relevant"] >= 1 and judge["judged_other"] >= 1
     figures = out["modes"]["checked"]
     assert figures["judge_tpr"] == 1.0 and figures["judged_relevant"] >= 1
-    assert figures["false_coverage"] == 0.0
+    # told the judge is perfect, the check credits its answers the signal alone would not confirm (q3: "Staying
+    # awake all night harms memory", answered by the sleep-deprivation abstract at similarity 0.7 and few shared words)
+    assert figures["false_coverage"] == 0.0 and figures["answered_answerable"] == 1.0
+    told_nothing = evaluate_evidence(settings.updated(forage={"judge_tpr": 1.0, "judge_fpr": 1.0}), tiny, n_queries=4,
+                                     seed=1, embedder=minilm, judge="simulated:1,0", modes=("checked",))
+    assert told_nothing["judge_rates_told"] == [1.0, 1.0]
+    assert told_nothing["modes"]["checked"]["answered_answerable"] < 1.0
 
 
 def test_a_kept_store_is_copied_and_the_held_out_documents_left_out_of_the_copy(tiny: Path, tmp_path: Path,

@@ -1239,7 +1239,7 @@ def test_a_calibrated_judges_rates_change_what_the_check_credits(store, embedder
     def step(**rates):
         cfg = settings(relevance_check=True, vector_k=N_BODY_CHUNKS, **rates)
         signal = EmbeddingSimilarity(embedder, cfg.similarity_floors("text"), cfg.answer_confirmation("text"),
-                                     curve=(-8.0, 8.0))
+                                     curve=(-8.0, 8.0, 0.0))
         return ForageStep(cfg, store, embedder, FunctionLLM(YesMan()), relevance=signal)
 
     unreliable = step()

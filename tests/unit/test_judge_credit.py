@@ -11,7 +11,7 @@ from infra.settings import Settings
 
 
 def test_a_reliable_judge_gets_more_relief_than_an_unreliable_one() -> None:
-    curve = (-9.0, 9.0)
+    curve = (-9.0, 9.0, 0.0)
     perfect, good, weak = JudgeCredit(1.0, 0.0, curve), JudgeCredit(0.8, 0.2, curve), JudgeCredit(0.6, 0.4, curve)
     assert perfect.relief() == pytest.approx(math.log(99) / 9.0)  # rates clipped to [0.01, 0.99]
     assert good.relief() == pytest.approx(math.log(4) / 9.0)
@@ -23,12 +23,22 @@ def test_a_reliable_judge_gets_more_relief_than_an_unreliable_one() -> None:
 
 
 def test_the_posterior_at_the_moved_floor_is_what_the_floor_asked_of_a_judge_whose_word_carries_nothing() -> None:
-    curve, floor = (-9.0, 9.0), 1.0
+    curve, floor = (-9.0, 9.0, 0.0), 1.0
     needed = JudgeCredit(1.0, 1.0, curve).posterior(floor)
     for tpr, fpr in ((1.0, 0.0), (0.8, 0.2), (0.6, 0.4)):
         credit = JudgeCredit(tpr, fpr, curve)
         assert credit.posterior(floor - credit.relief()) == pytest.approx(needed)
         assert credit.posterior(floor) > needed
+
+
+def test_the_penalty_is_what_a_judges_word_must_make_up_for_before_it_relieves_the_floors() -> None:
+    """A requirement is credited by the best of many passages: the judge's log-likelihood ratio first pays the
+    curve's penalty; a (0.8, 0.2) judge (ratio 4) with a penalty of 1 moves the floors by (log 4 - 1) / slope, a
+    (0.6, 0.4) judge (ratio 1.5, log 0.41) not at all."""
+    curve = (-9.0, 9.0, 1.0)
+    assert JudgeCredit(0.8, 0.2, curve).relief() == pytest.approx((math.log(4) - 1.0) / 9.0)
+    assert JudgeCredit(0.6, 0.4, curve).relief() == 0.0
+    assert JudgeCredit(1.0, 0.0, curve).relief() < JudgeCredit(1.0, 0.0, (-9.0, 9.0, 0.0)).relief()
 
 
 def test_settings_give_the_judges_rates() -> None:

@@ -11,9 +11,14 @@ BEIR SciFact train: ``Settings.answer_curve``) gives the probability that a pass
 ratio ``TPR / FPR`` (``Settings.judge_rates``), assuming the judge's errors do not follow the signal's. A passage
 counts when that posterior reaches what the floors asked of a judge whose word carries nothing (likelihood ratio 1:
 ``sigmoid(a + b x_floor)``). Since the curve is linear in its log-odds, this is the floors moved down by
-``log(TPR / FPR) / b`` (:meth:`JudgeCredit.relief`): a reliable judge needs little confirmation, an unreliable one
-all of today's. A judge whose "answers" is no better than chance (TPR <= FPR) gets no relief, never a stricter
-check; a signal without a calibration curve (an uncalibrated embedder, a reranker) gives none either.
+``(log(TPR / FPR) - c) / b`` (:meth:`JudgeCredit.relief`): a reliable judge needs little confirmation, an unreliable
+one all of today's. ``c``, the curve's third number, is what the judge's word must first make up for: the curve is
+fitted per passage on claims the library answers, but a requirement is credited by the best of the dozen or more
+passages shown for it, and when the library holds no answer its best distractors sit where answers do; without it a
+(0.8, 0.2) judge credited 0.19 of the unanswerable SciFact train claims (bench/judge_credit.py, docs/evidence.md). It
+is chosen on train as the least that keeps that false coverage within 10 % for judges from (0.95, 0.05) to
+(0.6, 0.4). A judge whose weight does not exceed it gets no relief, never a stricter check; a signal without a
+calibration curve (an uncalibrated embedder, a reranker) gives none either.
 """
 
 from __future__ import annotations
@@ -30,7 +35,7 @@ class JudgeCredit:
 
     tpr: float
     fpr: float
-    curve: tuple[float, float] | None = None  # (intercept, slope) of the signal's log-odds
+    curve: tuple[float, float, float] | None = None  # (intercept, slope, penalty) of the signal's log-odds
 
     def weight(self) -> float:
         """The log-likelihood ratio of the judge's 'answers' (0 when it is no better than chance)."""
@@ -43,12 +48,12 @@ class JudgeCredit:
         """How far the answer and confirmation floors move down for this judge, in the signal's units."""
         if self.curve is None or self.curve[1] <= 0:
             return 0.0
-        return self.weight() / self.curve[1]
+        return max(0.0, self.weight() - self.curve[2]) / self.curve[1]
 
     def posterior(self, score: float) -> float | None:
-        """The probability that a passage the judge calls an answer answers, from its score (similarity + 0.4 x
-        word share); None without a calibration curve."""
+        """The probability, discounted by the penalty, that a passage the judge calls an answer answers, from its
+        score (similarity + 0.4 x word share); None without a calibration curve."""
         if self.curve is None:
             return None
-        logit = self.curve[0] + self.curve[1] * score + self.weight()
+        logit = self.curve[0] + self.curve[1] * score + max(0.0, self.weight() - self.curve[2])
         return 1.0 / (1.0 + math.exp(-logit))

@@ -235,10 +235,12 @@ class ForageStep:
                                                           settings.answer_curve("text"))
         self._floors = self.relevance.floors if self.cfg.relevance_check else (-math.inf, -math.inf)
         # what the judge's 'answers' is worth beside the signal (its rates, the signal's calibration curve): the
-        # answer and confirmation floors an 'answers' must reach move down by its relief (credit.py)
+        # topic, answer and confirmation floors move down by its relief (credit.py); the floor a related passage
+        # must reach (supported) does not: the rates are those of its 'answers'
         self.credit = JudgeCredit(*settings.judge_rates(), curve=getattr(self.relevance, "curve", None))
         relief = self.credit.relief() if self.cfg.relevance_check else 0.0
         self._answer_floor = self._floors[0] - relief
+        self._topic_floor = self._floors[1] - relief  # a reliable judge is shown more, as its answers count more
         # the confirmation an 'answers' needs to count (similarity + word share; the signal's own, calibrated for
         # embedding similarities only: a reranker's scores are on their own scale); None: none
         confirmation = self.relevance.confirmation if self.cfg.relevance_check else None
@@ -573,7 +575,7 @@ class ForageStep:
         are independent, so with an LLM that queues calls their calls run concurrently (see
         :meth:`_together`); judgements are recorded in chunk order whatever order the answers come in.
         ``relevance``: what :meth:`_prepare` gave for these chunks (read with the CPU steps before the calls)."""
-        off_topic = [c for c in chunks if relevance.get(c.chunk_id, 1.0) < self._floors[1]]
+        off_topic = [c for c in chunks if relevance.get(c.chunk_id, 1.0) < self._topic_floor]
         # the judge sees the closest passages first (a weak model does best at the start of its prompt)
         shown = sorted((c for c in chunks if c not in off_topic), key=lambda c: -relevance.get(c.chunk_id, 0.0))
         size = self.cfg.judge_batch
@@ -586,7 +588,7 @@ class ForageStep:
         judged += [ChunkJudgement(chunk_id=c.chunk_id, doc_id=c.doc_id, tag="unrelated", stage=stage,  # type: ignore[arg-type]
                                   relevance=relevance[c.chunk_id],
                                   motive=f"not shown to the judge: similarity {relevance[c.chunk_id]:.2f} to the "
-                                         f"requirement is below {self._floors[1]:.2f}")
+                                         f"requirement is below {self._topic_floor:.2f}")
                    for c in off_topic]
         out = sorted(judged, key=lambda j: order[j.chunk_id])
         overruled = [j for j in out if j.model_tag is not None]
