@@ -281,7 +281,8 @@ _ANSWER_CURVE: dict[tuple[str, str], tuple[float, float, float]] = {("store", "m
 # The judge's rates (true positive, false positive: the share of answering passages it calls answers, and of other
 # passages) when forage.judge_tpr / judge_fpr are not set. An uncalibrated model's "answers" is taken to carry no
 # information (the rates of a judge that calls every passage an answer): the check then asks of it what the floors
-# ask of the signal alone. The embedded model's are measured (forage eval evidence, docs/evidence.md).
+# ask of the signal alone. The embedded model's own rates are printed by `forage eval evidence --llm embedded`; until
+# they are measured on enough passages it keeps the uncalibrated default (docs/evidence.md, section 6).
 _UNCALIBRATED_JUDGE = (1.0, 1.0)
 _EMBEDDED_JUDGE = (1.0, 1.0)
 
@@ -347,7 +348,7 @@ class ForageSettings(Section):
         description="The judge's true positive rate: the share of passages that answer a requirement it calls "
                     "answers. With judge_fpr it sets how much the check trusts an 'answers' (a reliable judge needs "
                     "less confirmation by the retrieval signals). None: the embedded model's measured rate, else "
-                    "an uncalibrated model's (no trust: the floors alone).")
+                    "an uncalibrated model's (no trust: the floors alone); docs/evidence.md section 6.")
     judge_fpr: float | None = Field(
         default=None, ge=0, le=1,
         description="The judge's false positive rate: the share of passages that do not answer it calls answers. "
