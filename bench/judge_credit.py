@@ -162,9 +162,8 @@ def main() -> None:
     print("judge (TPR, FPR) | relief | train answered / hit / false | test answered / hit / false")
     for tpr, fpr in (*JUDGES, *PENALTY_JUDGES):
         credit = JudgeCredit(tpr, fpr, curve)
-        row = {"tpr": tpr, "fpr": fpr, **{s: credited(r, credit, floors, confirmation) for s, r in splits.items()}}
-        out["judges"].append(row)
-        tr, te = row["train"], row["test"]
+        tr, te = (credited(splits[s], credit, floors, confirmation) for s in ("train", "test"))
+        out["judges"].append({"tpr": tpr, "fpr": fpr, "train": tr, "test": te})
         print(f"({tpr}, {fpr}) | {tr['relief']:.3f} | {tr['answered']} / {tr['hit']} / {tr['false']} | "
               f"{te['answered']} / {te['hit']} / {te['false']}")
     if args.out:
