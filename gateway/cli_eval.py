@@ -109,6 +109,12 @@ def eval_evidence(
     model: Annotated[str | None, typer.Option(help="Ollama model name.")] = None,
     preset: Annotated[str | None, typer.Option(help="quick / standard / deep.")] = None,
     out: Annotated[Path | None, typer.Option(help="Write the figures (and every query's outcome) as JSON.")] = None,
+    judge: Annotated[str | None, typer.Option(
+        help="simulated:TPR,FPR[,seed]: a judge of known quality answering from the qrels instead of the model "
+             "(the check is told its rates).")] = None,
+    store: Annotated[Path | None, typer.Option(
+        help="A store of the whole corpus kept between runs (`forage eval retrieval --store`): copied, the held-out "
+             "documents deleted from the copy, instead of embedding the corpus again.")] = None,
 ) -> None:
     """Evidence quality of the real Forager, scored by the qrels alone (no LLM scores it): evidence hit rate,
     evidence recall, coverage on answerable vs unanswerable requirements, false coverage, LLM calls."""
@@ -128,7 +134,7 @@ def eval_evidence(
     try:
         results = evaluate_evidence(settings, beir, n_queries=queries, seed=seed, split=split,
                                     modes=tuple(mode or EVIDENCE_MODES), progress=progress,  # type: ignore[arg-type]
-                                    loading=loading)
+                                    loading=loading, judge=judge, base_store=store)
     except ForageError as exc:
         base.err.print(f"[red]error:[/red] {base.one_line(exc)}")
         raise typer.Exit(1 if exc.retryable else 2) from None
@@ -144,7 +150,7 @@ def show_evidence(results: dict) -> None:
                         f"{results['unanswerable']} unanswerable requirements · {results['llm']} · "
                         f"retrieval P@1 {results['retrieval_p1']:.2f}")
     columns = ("evidence_hit_rate", "evidence_recall", "coverage_answerable", "coverage_unanswerable",
-               "false_coverage", "llm_calls", "overruled", "wall_s")
+               "false_coverage", "answered_answerable", "judge_tpr", "judge_fpr", "llm_calls", "overruled", "wall_s")
     table.add_column("mode")
     for col in columns:
         table.add_column(col.replace("_", " "), justify="right")
@@ -152,6 +158,10 @@ def show_evidence(results: dict) -> None:
         table.add_row(name, *(f"{figures[c]:.2f}" if c not in ("llm_calls", "overruled", "wall_s")
                               else f"{figures[c]:.0f}" for c in columns))
     base.console.print(table)
+    tpr, fpr = results.get("judge_rates_told", (None, None))
+    base.console.print(f"the check was told the judge's rates TPR {tpr}, FPR {fpr}; judge TPR / FPR above: measured "
+                       "from its verdicts against the qrels (in checked mode on the passages it was shown)",
+                       highlight=False)
 
 
 def eval_runs(

@@ -274,6 +274,19 @@ CONFIRM_WORD_WEIGHT = 0.4
 # bench/coverage_signal.py --signal store for the confirmation; docs/evidence.md). Only MiniLM is calibrated.
 _STORE_SIMILARITY: dict[str, tuple[float, float]] = {"minilm": (0.52, 0.40)}
 _STORE_CONFIRMATION: dict[str, float] = {"minilm": 1.0}
+# The signal's calibration curve: P(a passage answers | similarity + CONFIRM_WORD_WEIGHT x word share = x) =
+# sigmoid(intercept + slope x), fitted on the top 12 hybrid chunks of the 809 judged BEIR SciFact train claims, and the
+# penalty a judge's log-likelihood ratio pays first (the least keeping false coverage <= 10 % on train for judges from
+# (0.95, 0.05) to (0.6, 0.4)): bench/judge_credit.py, docs/evidence.md. The check weighs the judge by it
+# (actors/steps/forage/credit.py). Only the store's score with MiniLM is fitted: the text's gives no relief.
+_ANSWER_CURVE: dict[tuple[str, str], tuple[float, float, float]] = {("store", "minilm"): (-7.826, 8.038, 1.3)}
+# The judge's rates (true positive, false positive: the share of answering passages it calls answers, and of other
+# passages) when forage.judge_tpr / judge_fpr are not set. An uncalibrated model's "answers" is taken to carry no
+# information (the rates of a judge that calls every passage an answer): the check then asks of it what the floors
+# ask of the signal alone. The embedded model's own rates are printed by `forage eval evidence --llm embedded`; until
+# they are measured on enough passages it keeps the uncalibrated default (docs/evidence.md, section 6).
+_UNCALIBRATED_JUDGE = (1.0, 1.0)
+_EMBEDDED_JUDGE = (1.0, 1.0)
 
 
 class ForageSettings(Section):
@@ -332,6 +345,16 @@ class ForageSettings(Section):
                                  description="Least reranker probability of an 'answers' the check confirms.")
     rerank_topic: float = Field(default=0.05, ge=0, le=1,
                                 description="Least reranker probability of a passage the judge is shown.")
+    judge_tpr: float | None = Field(
+        default=None, ge=0, le=1,
+        description="The judge's true positive rate: the share of passages that answer a requirement it calls "
+                    "answers. With judge_fpr it sets how much the check trusts an 'answers' (a reliable judge needs "
+                    "less confirmation by the retrieval signals). None: the embedded model's measured rate, else "
+                    "an uncalibrated model's (no trust: the floors alone); docs/evidence.md section 6.")
+    judge_fpr: float | None = Field(
+        default=None, ge=0, le=1,
+        description="The judge's false positive rate: the share of passages that do not answer it calls answers. "
+                    "None: as judge_tpr.")
     seed_chunks: int = Field(
         default=12, ge=0, le=100,
         description="A follow-up run (`forage research --from RUN`): at most this many chunks of the earlier run's "
@@ -519,6 +542,17 @@ class Settings(BaseSettings):
         if value is None:
             value = (_STORE_CONFIRMATION if signal == "store" else _CONFIRMATION).get(self.embed.backend)
         return value or None
+
+    def judge_rates(self) -> tuple[float, float]:
+        """(true positive, false positive) rate of the judge's 'answers' (forage.judge_tpr / judge_fpr, else the
+        embedded model's measured rates or an uncalibrated model's)."""
+        default = _EMBEDDED_JUDGE if self.llm.backend == "embedded" else _UNCALIBRATED_JUDGE
+        return (default[0] if self.forage.judge_tpr is None else self.forage.judge_tpr,
+                default[1] if self.forage.judge_fpr is None else self.forage.judge_fpr)
+
+    def answer_curve(self, signal: Literal["store", "text"] = "text") -> tuple[float, float, float] | None:
+        """(intercept, slope, penalty) of the signal's calibration curve for this embedder (None: not calibrated)."""
+        return _ANSWER_CURVE.get((signal, self.embed.backend))
 
     def extractive(self) -> bool:
         """Whether reports and answers quote their evidence instead of asking the LLM to write (write.extractive;

@@ -36,6 +36,8 @@ class Relevance(Protocol):
     name: str
     floors: tuple[float, float]  # (answer, topic)
     confirmation: float | None  # least similarity + 0.4 x word share of a confirmed answer; None: no confirmation
+    # (intercept, slope, penalty): P(answers | similarity + 0.4 x word share) fitted on SciFact train
+    # (Settings.answer_curve); None: not calibrated. Implementations without it are read as None (forage/credit.py).
 
     def score(self, query: str, chunks: Sequence[ChunkRecord]) -> list[float]:
         """One score per chunk, in order; higher is closer to ``query``."""
@@ -62,9 +64,11 @@ class _Similarity:
 
     kind: str
 
-    def __init__(self, embedder: Embedder, floors: tuple[float, float], confirmation: float | None = None) -> None:
+    def __init__(self, embedder: Embedder, floors: tuple[float, float], confirmation: float | None = None,
+                 curve: tuple[float, float, float] | None = None) -> None:
         self.floors = floors
         self.confirmation = confirmation
+        self.curve = curve
         self.name = f"{self.kind}:{getattr(embedder, 'name', type(embedder).__name__)}"
         self.query_vector = QueryVector(embedder)
 
@@ -74,8 +78,9 @@ class EmbeddingSimilarity(_Similarity):
 
     kind = "similarity"
 
-    def __init__(self, embedder: Embedder, floors: tuple[float, float], confirmation: float | None = None) -> None:
-        super().__init__(embedder, floors, confirmation)
+    def __init__(self, embedder: Embedder, floors: tuple[float, float], confirmation: float | None = None,
+                 curve: tuple[float, float, float] | None = None) -> None:
+        super().__init__(embedder, floors, confirmation, curve)
         self.embedder = embedder
 
     def score(self, query: str, chunks: Sequence[ChunkRecord]) -> list[float]:
@@ -98,8 +103,8 @@ class StoreSimilarity(_Similarity):
     kind = "store"
 
     def __init__(self, store: Store, embedder: Embedder, floors: tuple[float, float],
-                 confirmation: float | None = None) -> None:
-        super().__init__(embedder, floors, confirmation)
+                 confirmation: float | None = None, curve: tuple[float, float, float] | None = None) -> None:
+        super().__init__(embedder, floors, confirmation, curve)
         self.store = store
 
     def score(self, query: str, chunks: Sequence[ChunkRecord]) -> list[float]:
@@ -119,6 +124,7 @@ class CrossEncoderReranker:
         self.batch_size = batch_size
         self.name = f"cross-encoder:{model}"
         self.confirmation: float | None = None  # on its own scale: the word-share confirmation is not calibrated for it
+        self.curve: tuple[float, float, float] | None = None
         self._encoder: Any = None
         self._lock = threading.Lock()
 
@@ -151,10 +157,10 @@ def build_relevance(settings: Settings, embedder: Embedder, store: Store | None 
     similarity: Relevance
     if signal == "store" and store is not None:
         similarity = StoreSimilarity(store, embedder, settings.similarity_floors("store"),
-                                     settings.answer_confirmation("store"))
+                                     settings.answer_confirmation("store"), settings.answer_curve("store"))
     else:
         similarity = EmbeddingSimilarity(embedder, settings.similarity_floors("text"),
-                                         settings.answer_confirmation("text"))
+                                         settings.answer_confirmation("text"), settings.answer_curve("text"))
     model = settings.forage.reranker
     if not model:
         return similarity, None

@@ -104,3 +104,118 @@ def test_cli_prints_the_table_and_writes_json(tiny: Path, tmp_path: Path, monkey
     assert list(data["modes"]) == ["checked"] and set(QUERIES) >= {r["qid"] for r in data["queries"]["checked"]}
     bad = CliRunner().invoke(app, ["eval", "evidence", "--beir", str(tmp_path / "none")])
     assert bad.exit_code == 2 and "error" in bad.output
+    simulated = CliRunner().invoke(app, ["eval", "evidence", "--beir", str(tiny), "--queries", "3", "--mode",
+                                         "checked", "--judge", "simulated:0.8,0.2,3"], env={"COLUMNS": "250"})
+    assert simulated.exit_code == 0, simulated.output
+    assert "simulated:0.8,0.2,3" in simulated.output and "judge tpr" in simulated.output
+    assert "TPR 0.8, FPR 0.2" in simulated.output
+    for bad_judge, bad_store in (("simulated:2,0", None), (None, tmp_path / "no-store")):
+        options = ["--judge", bad_judge] if bad_judge else ["--store", str(bad_store)]
+        bad = CliRunner().invoke(app, ["eval", "evidence", "--beir", str(tiny), "--queries", "3", *options])
+        assert bad.exit_code == 2 and "error" in bad.output
+
+
+def judge_prompt(requirement: str, passages: list[tuple[str, str]]) -> list[dict]:
+    """The Forager's judging prompt for these (title, text) passages, as ForageStep._judge_batch words it."""
+    from actors.steps.forage.step import block
+
+    shown = [f"[{n}] Document: {title}\nSection: Abstract\n{block(f'PASSAGE {n}', text)}"
+             for n, (title, text) in enumerate(passages, start=1)]
+    return [{"role": "system", "content": "You judge."},
+            {"role": "user", "content": f"Requirement: {requirement}\n\n" + "\n\n".join(shown) + "\n\nFor each."}]
+
+
+def test_a_simulated_judge_answers_from_the_qrels_at_its_rates() -> None:
+    """A perfect judge answers exactly the relevant documents' passages; (0.8, 0.2) over many passages answers
+    about 80 % of relevant and 20 % of other ones, the same verdict every time for the same passage and seed."""
+    import asyncio
+
+    from test_eval_retrieval import CORPUS
+
+    from actors.steps.evaluation.simulated import SimulatedJudge, parse_judge
+    from actors.steps.schemas import batch_schema
+
+    corpus = {cid: (title, text) for cid, title, text in CORPUS}
+    qrels = {"q1": {"d1": 2, "d9": 1, "d2": 0}}
+    prompt = judge_prompt(QUERIES["q1"], [(corpus[c][0], corpus[c][1]) for c in ("d2", "d1", "d9", "d5")])
+    perfect = SimulatedJudge(corpus, QUERIES, qrels, *parse_judge("simulated:1,0"))
+    verdicts = asyncio.run(perfect.structured(prompt, batch_schema(4))).verdicts
+    assert [(v.passage, v.tag) for v in verdicts] == [(1, "unrelated"), (2, "answers"), (3, "answers"),
+                                                      (4, "unrelated")]
+    assert perfect.calls == 1
+
+    # many passages: sentences of the documents, each judged on its own
+    judge = SimulatedJudge(corpus, QUERIES, qrels, *parse_judge("simulated:0.8,0.2,7"))
+    words = {cid: text.split() for cid, (_, text) in corpus.items()}
+    drawn = {True: [], False: []}
+    for cid, ws in words.items():
+        for start in range(len(ws) - 6):
+            text = " ".join(ws[start:start + 6])
+            drawn[cid in ("d1", "d9")].append(judge.answers("q1", cid, text))
+            assert judge.answers("q1", cid, text) == drawn[cid in ("d1", "d9")][-1]  # deterministic
+    tpr, fpr = sum(drawn[True]) / len(drawn[True]), sum(drawn[False]) / len(drawn[False])
+    assert 0.6 < tpr < 0.95 and 0.1 < fpr < 0.3, (tpr, fpr)
+    other_seed = SimulatedJudge(corpus, QUERIES, qrels, 0.8, 0.2, 8)
+    assert any(other_seed.answers("q1", "d5", f"passage {n}") != judge.answers("q1", "d5", f"passage {n}")
+               for n in range(20))
+
+
+def test_a_simulated_judge_refuses_what_it_cannot_read() -> None:
+    import asyncio
+
+    from actors.steps.evaluation.simulated import SimulatedJudge, parse_judge
+    from actors.steps.schemas import batch_schema
+    from infra.errors import ConfigError, LLMOutputError
+
+    for bad in ("simulated:1", "simulated:a,b", "oracle:1,0", "simulated:1.2,0"):
+        with pytest.raises(ConfigError, match="--judge"):
+            parse_judge(bad)
+    judge = SimulatedJudge({"d1": ("A title", "Some text.")}, {"q1": "A query"}, {"q1": {"d1": 1}}, 1.0, 0.0)
+    with pytest.raises(ValueError, match="none of the dataset's queries"):
+        asyncio.run(judge.structured(judge_prompt("Another query", [("A title", "Some text.")]), batch_schema(1)))
+    with pytest.raises(ValueError, match="no document"):
+        asyncio.run(judge.structured(judge_prompt("A query", [("Unknown", "Other text.")]), batch_schema(1)))
+    from actors.steps.schemas import OverviewDraft
+
+    with pytest.raises(LLMOutputError, match="OverviewDraft"):
+        asyncio.run(judge.structured([{"role": "user", "content": "Write."}], OverviewDraft))
+
+
+def test_the_bench_with_a_simulated_judge_measures_the_pipeline_and_the_judges_rates(tiny: Path, minilm) -> None:
+    """The whole pipeline on the tiny set with simulated judges: the perfect judge's rates are measured back
+    from its recorded verdicts (1 and 0), it covers every answerable requirement and no unanswerable one; the
+    check is told its rates."""
+    settings = Settings.load().updated(forage={"min_papers": 0})
+    out = evaluate_evidence(settings, tiny, n_queries=4, seed=1, embedder=minilm, judge="simulated:1,0")
+    assert out["llm"] == "simulated:1,0,0" and out["judge_rates_told"] == [1.0, 0.0]
+    judge = out["modes"]["judge"]  # every retrieved passage is shown: relevant and other ones
+    assert judge["judge_tpr"] == 1.0 and judge["judge_fpr"] == 0.0
+    assert judge["judged_relevant"] >= 1 and judge["judged_other"] >= 1
+    figures = out["modes"]["checked"]
+    assert figures["judge_tpr"] == 1.0 and figures["judged_relevant"] >= 1
+    # told the judge is perfect, the check credits its answers the signal alone would not confirm (q3: "Staying
+    # awake all night harms memory", answered by the sleep-deprivation abstract at similarity 0.7 and few shared words)
+    assert figures["false_coverage"] == 0.0 and figures["answered_answerable"] == 1.0
+    told_nothing = evaluate_evidence(settings.updated(forage={"judge_tpr": 1.0, "judge_fpr": 1.0}), tiny, n_queries=4,
+                                     seed=1, embedder=minilm, judge="simulated:1,0", modes=("checked",))
+    assert told_nothing["judge_rates_told"] == [1.0, 1.0]
+    assert told_nothing["modes"]["checked"]["answered_answerable"] < 1.0
+
+
+def test_a_kept_store_is_copied_and_the_held_out_documents_left_out_of_the_copy(tiny: Path, tmp_path: Path,
+                                                                                minilm) -> None:
+    from actors.steps.evaluation.retrieval import load_beir, load_corpus
+    from infra.store import build_store
+
+    kept = tmp_path / "kept"
+    settings = Settings.load().updated(store={"path": kept}, forage={"min_papers": 0})
+    load_corpus(settings, build_store(settings), minilm, load_beir(tiny))
+    out = evaluate_evidence(settings, tiny, n_queries=4, seed=1, embedder=minilm, judge="simulated:1,1",
+                            modes=("judge",), base_store=kept)
+    assert out["held_out_documents"] >= 1 and out["n_docs"] == 10 - out["held_out_documents"]
+    relevant = {"q1": {"d1", "d9"}, "q2": {"d4"}, "q3": {"d8"}}  # TEST_QRELS
+    rows = out["queries"]["judge"]
+    assert any(not r["answerable"] for r in rows)
+    for r in rows:  # a yes-man cites whatever it is shown: an unanswerable query's documents were not there
+        assert r["answerable"] or not set(r["evidence"]) & relevant[r["qid"]]
+    assert len(build_store(settings).list_documents()) == 10  # the kept store itself is untouched

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import re
 from collections.abc import Sequence
 
@@ -1227,3 +1228,29 @@ def test_the_store_signal_checks_a_passage_without_embedding_it(tmp_path, precis
     floors = [*cfg.similarity_floors("text"), cfg.answer_confirmation("text")]
     assert_clear_of(fresh.values(), floors, tolerance)
     assert via_store.coverage == pytest.approx(via_text.coverage, abs=tolerance)
+
+
+def test_a_calibrated_judges_rates_change_what_the_check_credits(store, embedder):
+    """The same verdicts, the same signal and calibration curve: told the judge is unreliable (the default for an
+    uncalibrated model) the check confirms none of its on-topic answers (coverage 0.5, today's floors); told its
+    'answers' is right 19 times in 20 and wrong 1 time in 20 (a calibrated judge), the floors move down by
+    log(0.95 / 0.05) / slope and the same answers count (coverage 1.0, answering papers)."""
+    from infra.rerank import EmbeddingSimilarity
+
+    def step(**rates):
+        cfg = settings(relevance_check=True, vector_k=N_BODY_CHUNKS, **rates)
+        signal = EmbeddingSimilarity(embedder, cfg.similarity_floors("text"), cfg.answer_confirmation("text"),
+                                     curve=(-8.0, 8.0, 0.0))
+        return ForageStep(cfg, store, embedder, FunctionLLM(YesMan()), relevance=signal)
+
+    unreliable = step()
+    assert unreliable.credit.relief() == 0.0
+    before = forage_req(unreliable, ON_TOPIC_UNANSWERED)
+    assert before.coverage == 0.5 and before.answering_papers == 0 and before.unconfirmed > 0
+
+    reliable = step(judge_tpr=0.95, judge_fpr=0.05)
+    assert reliable.credit.relief() == pytest.approx(math.log(19) / 8.0)
+    after = forage_req(reliable, ON_TOPIC_UNANSWERED)
+    assert after.coverage == 1.0 and after.answering_papers >= 1
+    confirmed = {j.chunk_id for j in after.judgements if j.tag == "answers" and j.confirmed}
+    assert confirmed and confirmed <= {j.chunk_id for j in before.judgements if j.tag == "answers"}

@@ -11,7 +11,16 @@ requirements are *unanswerable*, and any coverage they get is false. The qrels a
 * **false coverage** — unanswerable requirements with coverage >= 0.75 (an answer counted);
 * **retrieval P@1** — the store's own hybrid search ranks a relevant document first (answerable queries):
   what evidence should at least match;
-* LLM calls and wall time.
+* LLM calls and wall time;
+* the **judge's own rates**, from its recorded verdicts against the qrels: of the passages it was shown, the share
+  of a relevant document's it called "answers" (TPR) and of any other document's (FPR). In ``checked`` mode the
+  judge is shown only passages from the topic floor on, so its rates there are on those.
+
+``judge="simulated:TPR,FPR[,seed]"`` forages with a judge of known quality
+(:class:`~actors.steps.evaluation.simulated.SimulatedJudge`) instead of the configured model, and tells the check
+its rates (``forage.judge_tpr`` / ``judge_fpr``, unless they were set): the pipeline measured as a function of judge
+quality. ``base_store``: a store of the whole corpus kept between runs (``forage eval evidence --store``), copied
+and the held-out documents deleted from the copy, instead of embedding the corpus for every run.
 
 Modes: ``judge`` (the judge's word alone: ``forage.relevance_check`` off) and ``checked`` (the relevance
 check on), over the same store and queries. :func:`similarity_profile` gives the figures the check's
@@ -23,6 +32,7 @@ from __future__ import annotations
 import asyncio
 import math
 import random
+import shutil
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -30,7 +40,14 @@ from pathlib import Path
 from time import perf_counter
 from typing import Any, Literal
 
-from actors.steps.evaluation.retrieval import BeirDataset, LoadReport, load_beir, load_corpus, select_queries
+from actors.steps.evaluation.retrieval import (
+    BeirDataset,
+    LoadReport,
+    document_key,
+    load_beir,
+    load_corpus,
+    select_queries,
+)
 from infra.embed.base import Embedder
 from infra.errors import ConfigError
 from infra.settings import Settings
@@ -59,6 +76,8 @@ class QueryOutcome:
     # different answer floor would have confirmed (answer_floor_sweep)
     # (the judge's tag, kind, relevance, confirmed: whether retrieval signals confirmed an answer; None: not checked)
     verdicts: list[tuple[str, str | None, float | None, bool | None]] = field(default_factory=list)
+    # (the judge's own tag, whether the passage is of a relevant document) of every passage shown to the judge
+    judged: list[tuple[str, bool]] = field(default_factory=list)
 
 
 @dataclass
@@ -73,7 +92,10 @@ class ModeSummary:
         def mean(values: Sequence[float]) -> float:
             return round(sum(values) / len(values), 4) if values else math.nan
 
+        shown = [pair for o in self.outcomes for pair in o.judged]
         return {
+            **judge_rates(shown),
+            "answered_answerable": mean([float(o.coverage >= FALSE_COVERAGE) for o in ans]),
             "evidence_hit_rate": mean([float(o.hit) for o in ans]),
             "evidence_recall": mean([float(o.recall) for o in ans]),
             "coverage_answerable": mean([o.coverage for o in ans]),
@@ -84,6 +106,16 @@ class ModeSummary:
             "failed_steps": float(sum(o.failed_steps for o in self.outcomes)),
             "wall_s": round(sum(o.seconds for o in self.outcomes), 1),
         }
+
+
+def judge_rates(judged: Sequence[tuple[str, bool]]) -> dict[str, float]:
+    """The judge's true and false positive rates from ``(its tag, passage of a relevant document)`` pairs: the share
+    of relevant passages it called "answers" and of the others; with how many of each it was shown."""
+    relevant = [tag == "answers" for tag, rel in judged if rel]
+    other = [tag == "answers" for tag, rel in judged if not rel]
+    return {"judge_tpr": round(sum(relevant) / len(relevant), 4) if relevant else math.nan,
+            "judge_fpr": round(sum(other) / len(other), 4) if other else math.nan,
+            "judged_relevant": float(len(relevant)), "judged_other": float(len(other))}
 
 
 def split_answerable(qids: Sequence[str], seed: int) -> set[str]:
@@ -135,10 +167,12 @@ async def forage_query(settings: Settings, store: Store, embedder: Embedder, llm
 def evaluate_evidence(settings: Settings, folder: Path, *, n_queries: int = 50, seed: int = 0, split: str = "test",
                       modes: Sequence[EvidenceMode] = EVIDENCE_MODES, llm: Any | None = None,
                       embedder: Embedder | None = None, store_path: Path | None = None,
+                      judge: str | None = None, base_store: Path | None = None,
                       progress: Callable[[str, int, int, QueryOutcome], None] | None = None,
                       loading: Callable[[int, int, float], None] | None = None) -> dict[str, Any]:
     """Build the store (the corpus minus the unanswerable queries' documents), forage every chosen query
-    once per mode and return the JSON-ready figures. ``llm`` and ``embedder``: default built from settings."""
+    once per mode and return the JSON-ready figures. ``llm`` and ``embedder``: default built from settings;
+    ``judge``: a simulated judge instead (module docstring); ``base_store``: a kept store of the whole corpus."""
     from infra.embed import build_embedder
     from infra.store import build_store
 
@@ -158,16 +192,34 @@ def evaluate_evidence(settings: Settings, folder: Path, *, n_queries: int = 50, 
     for q in qids:
         if q not in unanswerable and not any(g > 0 and c not in held_out for c, g in qrels[q].items()):
             unanswerable.add(q)
+    if judge is not None:
+        from actors.steps.evaluation.simulated import SimulatedJudge, parse_judge
+
+        tpr, fpr, judge_seed = parse_judge(judge)
+        llm = SimulatedJudge(dataset.corpus, dataset.queries, qrels, tpr, fpr, judge_seed)
+        told = settings.explicit().get("forage", {})
+        settings = settings.updated(forage={"judge_tpr": told.get("judge_tpr", tpr),
+                                            "judge_fpr": told.get("judge_fpr", fpr)})
     if llm is None:
         from infra.llm import build_llm
 
         llm = build_llm(settings)
+    if base_store is not None and not Path(base_store).expanduser().is_dir():
+        raise ConfigError(f"--store {base_store}: no such folder (build it once with `forage eval retrieval --beir "
+                          f"{folder} --store {base_store}`)")
     with tempfile.TemporaryDirectory(prefix="forage-evidence-") as tmp:
         path = Path(store_path).expanduser() if store_path is not None else Path(tmp) / "store"
+        if base_store is not None:
+            shutil.copytree(Path(base_store).expanduser(), path, dirs_exist_ok=True)
         base = settings.updated(store={"path": path})
         store = build_store(base)
         embedder = embedder or build_embedder(base)
         started = perf_counter()
+        if base_store is not None:  # the kept store holds every document: take the held-out ones out of the copy
+            for cid in sorted(held_out):
+                record = store.document_by_key(document_key(dataset.name, cid))
+                if record is not None:
+                    store.delete_document(record.doc_id)
         report = load_corpus(base, store, embedder, without(dataset, held_out), progress=loading)
         load_s = perf_counter() - started
         optimize = getattr(store, "optimize", None)
@@ -181,6 +233,7 @@ def evaluate_evidence(settings: Settings, folder: Path, *, n_queries: int = 50, 
             "answerable": len(answerable), "unanswerable": len(unanswerable), "held_out_documents": len(held_out),
             "n_docs": len(dataset.corpus) - len(held_out), "embedder": embedder.name,
             "llm": getattr(llm, "name", type(llm).__name__), "preset": settings.preset,
+            "judge_rates_told": list(base.judge_rates()),
             "relevance_signal": signal,
             "similarity_floors": list(base.similarity_floors(signal)),
             "load_s": round(load_s, 1),
@@ -196,13 +249,15 @@ def evaluate_evidence(settings: Settings, folder: Path, *, n_queries: int = 50, 
                 cov = asyncio.run(forage_query(mode_settings, store, embedder, llm, dataset.queries[q]))
                 docs = [c for e in cov.evidence for c in corpus_ids.get(e.doc_id, [])]
                 relevant = {c for c, g in qrels[q].items() if g > 0}
+                shown = [j for j in cov.judgements if not j.motive.startswith("not shown to the judge")]
                 outcome = QueryOutcome(
                     qid=q, answerable=q not in unanswerable, coverage=cov.coverage,
                     hit=bool(docs) and docs[0] in relevant, recall=bool(relevant & set(docs)), evidence=docs[:10],
                     llm_calls=cov.llm_calls, overruled=cov.overruled, seconds=perf_counter() - started,
                     failed_steps=len(cov.failed_steps),
-                    verdicts=[(j.model_tag or j.tag, j.kind, j.relevance, j.confirmed) for j in cov.judgements
-                              if not j.motive.startswith("not shown to the judge")])
+                    verdicts=[(j.model_tag or j.tag, j.kind, j.relevance, j.confirmed) for j in shown],
+                    judged=[(j.model_tag or j.tag, bool(relevant & set(corpus_ids.get(j.doc_id, []))))
+                            for j in shown])
                 summary.outcomes.append(outcome)
                 if progress is not None:
                     progress(mode, n, len(qids), outcome)

@@ -66,6 +66,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from actors.steps.events import Emit, null_emit
+from actors.steps.forage.credit import JudgeCredit
 from actors.steps.plan.requirements import content_words, own_question, word_share
 from actors.steps.schemas import (
     MAX_SECTIONS_CHOSEN,
@@ -231,11 +232,20 @@ class ForageStep:
         # the relevance check: its signal (embedding similarity unless a reranker is given) and its (answer, topic)
         # floors; -inf: no check
         self.relevance = relevance or EmbeddingSimilarity(embedder, settings.similarity_floors("text"),
-                                                          settings.answer_confirmation("text"))
+                                                          settings.answer_confirmation("text"),
+                                                          settings.answer_curve("text"))
         self._floors = self.relevance.floors if self.cfg.relevance_check else (-math.inf, -math.inf)
+        # what the judge's 'answers' is worth beside the signal (its rates, the signal's calibration curve): the
+        # topic, answer and confirmation floors move down by its relief (credit.py); the floor a related passage
+        # must reach (supported) does not: the rates are those of its 'answers'
+        self.credit = JudgeCredit(*settings.judge_rates(), curve=getattr(self.relevance, "curve", None))
+        relief = self.credit.relief() if self.cfg.relevance_check else 0.0
+        self._answer_floor = self._floors[0] - relief
+        self._topic_floor = self._floors[1] - relief  # a reliable judge is shown more, as its answers count more
         # the confirmation an 'answers' needs to count (similarity + word share; the signal's own, calibrated for
         # embedding similarities only: a reranker's scores are on their own scale); None: none
-        self._confirmation = self.relevance.confirmation if self.cfg.relevance_check else None
+        confirmation = self.relevance.confirmation if self.cfg.relevance_check else None
+        self._confirmation = confirmation - relief if confirmation is not None else None
         self.overruled = 0  # verdicts the relevance check overruled, all iterations
         self._evidence_rank: dict[str, int] = {}  # doc id -> its place in the retrieval ranking (_rank_evidence)
 
@@ -567,7 +577,7 @@ class ForageStep:
         are independent, so with an LLM that queues calls their calls run concurrently (see
         :meth:`_together`); judgements are recorded in chunk order whatever order the answers come in.
         ``relevance``: what :meth:`_prepare` gave for these chunks (read with the CPU steps before the calls)."""
-        off_topic = [c for c in chunks if relevance.get(c.chunk_id, 1.0) < self._floors[1]]
+        off_topic = [c for c in chunks if relevance.get(c.chunk_id, 1.0) < self._topic_floor]
         # the judge sees the closest passages first (a weak model does best at the start of its prompt)
         shown = sorted((c for c in chunks if c not in off_topic), key=lambda c: -relevance.get(c.chunk_id, 0.0))
         size = self.cfg.judge_batch
@@ -580,7 +590,7 @@ class ForageStep:
         judged += [ChunkJudgement(chunk_id=c.chunk_id, doc_id=c.doc_id, tag="unrelated", stage=stage,  # type: ignore[arg-type]
                                   relevance=relevance[c.chunk_id],
                                   motive=f"not shown to the judge: similarity {relevance[c.chunk_id]:.2f} to the "
-                                         f"requirement is below {self._floors[1]:.2f}")
+                                         f"requirement is below {self._topic_floor:.2f}")
                    for c in off_topic]
         out = sorted(judged, key=lambda j: order[j.chunk_id])
         overruled = [j for j in out if j.model_tag is not None]
@@ -595,6 +605,7 @@ class ForageStep:
                       + (f", {len(rekinded)} method/result passage(s) from an introduction or background section "
                          "counted as background" if rekinded else ""), iteration=it.number,
                       requirement_id=req.id, judged_at=stage, floors=list(self._floors),
+                      answer_floor=self._answer_floor, judge_rates=[self.credit.tpr, self.credit.fpr],
                       off_topic=[{"chunk_id": c.chunk_id, "relevance": round(relevance[c.chunk_id], 4)}
                                  for c in off_topic],
                       overruled=[{"chunk_id": j.chunk_id, "model_tag": j.model_tag, "tag": j.tag,
@@ -626,7 +637,8 @@ class ForageStep:
 
     def _checked(self, judgement: ChunkJudgement, relevance: float | None, chunk: ChunkRecord,
                  req: Requirement) -> ChunkJudgement:
-        """The judge's verdict after the checks: an 'answers' below the answer floor counts as 'interesting' (the
+        """The judge's verdict after the checks: an 'answers' below the answer floor (moved down for a reliable judge:
+        :class:`~actors.steps.forage.credit.JudgeCredit`) counts as 'interesting' (the
         judge's tag kept in ``model_tag``); an 'answers' at or above it is confirmed or not (:meth:`confirms`);
         a 'method' or 'result' from an introduction, background or related-work section counts as background (the
         judge's kind kept in ``model_kind``): there a paper reports others' work and its own motivation, not its
@@ -634,7 +646,7 @@ class ForageStep:
         if relevance is None:
             return judgement
         update: dict[str, Any] = {"relevance": relevance}
-        if judgement.tag == "answers" and relevance < self._floors[0]:
+        if judgement.tag == "answers" and relevance < self._answer_floor:
             update.update(tag="interesting", model_tag="answers")
         elif judgement.tag == "answers" and self._confirmation is not None:
             update["confirmed"] = self.confirms(req, chunk.text, relevance)
