@@ -4,13 +4,21 @@
 const $ = (id) => document.getElementById(id);
 // counters: the server's (run.json, deduplicated by document) and what this page's events showed since (keys
 // deduplicated too); each counter shows the larger, so a replayed run counts each document once
-const state = { runId: null, ws: null, lastSeq: 0, ended: false, evidence: null, reqs: {}, counts: null, seen: null };
+// sources: run.json's numbered sources of the open run's report (their standing: retracted, cited by, open access)
+const state = { runId: null, ws: null, lastSeq: 0, ended: false, evidence: null, sources: null, reqs: {}, counts: null,
+                seen: null, models: null };
 
-// -- token (every gateway but a --no-token one): #token=... in the URL `forage serve` prints, kept for this tab --
+// -- the address: #token=... (the URL `forage serve` prints, kept for this tab) and #run=ID (one run's page) --------
+const hashParams = () => new URLSearchParams(location.hash.slice(1));
 (function takeToken() {
-  const m = location.hash.match(/token=([^&]+)/);
-  if (m) { sessionStorage.setItem("forage-token", decodeURIComponent(m[1])); history.replaceState(null, "", location.pathname); }
+  const params = hashParams();
+  if (params.has("token")) {
+    sessionStorage.setItem("forage-token", params.get("token"));
+    params.delete("token");  // out of the address bar (and of bookmarks and shared links); #run= stays
+    history.replaceState(null, "", location.pathname + location.search + (params.toString() ? "#" + params : ""));
+  }
 })();
+const runHash = (runId) => "#run=" + encodeURIComponent(runId);
 const token = () => sessionStorage.getItem("forage-token");
 if (token()) $("api-docs-link").href = "/docs?token=" + encodeURIComponent(token());  // the page needs it too
 
@@ -43,11 +51,17 @@ async function loadRuns() {
     const runs = await api("/api/runs");
     const ul = $("runs"); ul.replaceChildren();
     for (const r of runs) {
+      // a link to the run's address: opens it here, or in a new tab (its URL can be kept and shared)
       const li = el("li", { "data-run": r.run_id },
         el("span", { class: "badge " + r.status, text: r.status }), " ",
-        el("span", { text: (r.query || "").slice(0, 70) }), el("br"),
+        el("a", { class: "run-link", href: runHash(r.run_id), text: (r.query || "").slice(0, 70) || r.run_id }), el("br"),
         el("span", { class: "muted mono", text: r.run_id + (r.final_coverage != null ? ` · ${r.final_coverage.toFixed(2)}` : "") }));
-      li.addEventListener("click", () => openRun(r.run_id));
+      if (r.run_id === state.runId) li.classList.add("open");
+      li.addEventListener("click", (e) => {
+        if (e.button !== 0 || e.ctrlKey || e.metaKey || e.shiftKey || e.altKey) return;  // the link's own new tab
+        e.preventDefault();
+        openRun(r.run_id);  // again when it is open already: a fresh look
+      });
       ul.append(li);
     }
   } catch (e) { $("start-error").textContent = String(e.message || e); }
@@ -76,7 +90,7 @@ $("start").addEventListener("click", async () => {
 // -- one run -------------------------------------------------------------------------------------------------
 function resetView() {
   if (state.ws) { state.ws.onclose = null; state.ws.close(); }
-  Object.assign(state, { ws: null, lastSeq: 0, ended: false, evidence: null, reqs: {},
+  Object.assign(state, { ws: null, lastSeq: 0, ended: false, evidence: null, sources: null, reqs: {},
                          counts: { found: 0, downloaded: 0, ingested: 0, failed: 0 },
                          seen: { found: 0, downloaded: 0, ingested: new Set(), failed: new Set() } });
   $("timeline").replaceChildren(); $("coverage").replaceChildren(); $("events").replaceChildren();
@@ -89,11 +103,27 @@ function resetView() {
 async function openRun(runId) {
   resetView();
   state.runId = runId;
+  // the page's address names the run: kept on reload, a bookmark or a link opens it (Back returns to the last one)
+  if (hashParams().get("run") !== runId) history.pushState(null, "", location.pathname + location.search + runHash(runId));
+  for (const li of document.querySelectorAll("#runs li")) li.classList.toggle("open", li.dataset.run === runId);
   $("run-head").hidden = false; $("live").hidden = false;
   $("run-id").textContent = runId;
-  await refreshState();
-  connect();
+  $("run-title").textContent = runId;
+  try { await refreshState(); }
+  catch (e) {  // an unknown run (a stale link) or a wrong token: say so, nothing to listen to
+    if (runId === state.runId) { $("run-error").textContent = String(e.message || e); $("live").hidden = true; }
+    return;
+  }
+  if (runId === state.runId) connect();
 }
+
+// a run's address typed, pasted, followed from a link, or reached with Back/Forward
+function openFromAddress() {
+  const runId = hashParams().get("run");
+  if (runId && runId !== state.runId) openRun(runId);
+}
+window.addEventListener("hashchange", openFromAddress);
+window.addEventListener("popstate", openFromAddress);
 
 async function refreshState(proposed = false) {
   const runId = state.runId;
@@ -304,10 +334,12 @@ function onEvent(ev) {
 async function showReport() {
   if (!$("report-box").hidden) return;
   const runId = state.runId;
-  const [html, evidence] = await Promise.all([api(`/api/runs/${runId}/report.html`),
-                                              api(`/api/runs/${runId}/evidence`).catch(() => [])]);
+  const [html, evidence, record] = await Promise.all([
+    api(`/api/runs/${runId}/report.html`), api(`/api/runs/${runId}/evidence`).catch(() => []),
+    api(`/api/runs/${runId}/artifacts/run.json`).catch(() => ({}))]);
   if (runId !== state.runId) return;
   state.evidence = evidence;
+  state.sources = Array.isArray(record.sources) ? record.sources : [];
   // the fragment is rendered by markdown-it with raw HTML escaped: safe to insert. Parsed in an inert template
   // first, so the charts' relative figures/<name> links are not fetched (and shown broken) before loadFigures
   const tpl = document.createElement("template");
@@ -318,6 +350,7 @@ async function showReport() {
     node.removeAttribute(attr);
   }
   $("report").replaceChildren(tpl.content);
+  markSources();
   loadFigures(runId);
   for (const [id, name] of [["dl-report", "report.md"], ["dl-evidence", "evidence.jsonl"], ["dl-runjson", "run.json"]]) {
     // a link the browser follows sends no Authorization header: the token goes in the query (token mode only)
@@ -325,6 +358,46 @@ async function showReport() {
   }
   $("report-box").hidden = false;
   showAsks(runId);
+}
+
+// -- a source's standing: what a reader weighs it by (run.json's sources, from OpenAlex/arXiv: messages/write.py) ---
+const OA_WORDS = { diamond: "open access (diamond)", gold: "open access (gold)", hybrid: "open access (hybrid)",
+                   bronze: "free to read (bronze)", green: "open access (green: a repository copy)",
+                   closed: "not open access" };
+
+function sourceOf({ n, doc_id }) {
+  return (state.sources || []).find((s) => (doc_id && s.doc_id === doc_id) || (n != null && s.n === n)) || null;
+}
+
+// badges for what is known of the source (none when nothing is: a local PDF never matched to a record)
+function standing(src) {
+  const span = el("span", { class: "standing" });
+  if (!src) return span;
+  if (src.is_retracted) {
+    span.append(el("span", { class: "flag retracted", title: "OpenAlex marks this work retracted",
+                             text: "RETRACTED: do not rely on it" }));
+  }
+  if (src.cited_by_count != null) span.append(el("span", { class: "flag", text: `cited by ${src.cited_by_count.toLocaleString("en")}` }));
+  if (src.oa_status) span.append(el("span", { class: "flag oa", text: OA_WORDS[src.oa_status] || src.oa_status }));
+  if (src.preprint_only) span.append(el("span", { class: "flag", text: "preprint only (not peer reviewed)" }));
+  return span;
+}
+
+// Sources Consulted ("[n] Authors (Year) *Title*. … Cited by N. …", one paragraph each: the Writer wrote the standing
+// into each entry) and every citation of a retracted source in the report: marked, so the warning shows at a glance
+function markSources() {
+  const heading = [...$("report").querySelectorAll("h2")].find((h) => h.textContent.trim() === "Sources Consulted");
+  for (let node = heading && heading.nextElementSibling; node && node.tagName !== "H2"; node = node.nextElementSibling) {
+    const first = node.tagName === "P" && node.querySelector("a.cite");
+    const src = first && first.parentNode === node && sourceOf({ n: Number(first.dataset.n) });
+    if (!src) continue;
+    node.classList.add("source"); node.dataset.source = String(src.n);
+    if (src.is_retracted) { node.classList.add("retracted"); node.append(standing({ is_retracted: true })); }
+  }
+  for (const a of $("report").querySelectorAll("a.cite")) {
+    const src = sourceOf({ n: Number(a.dataset.n) });
+    if (src && src.is_retracted) { a.classList.add("retracted"); a.title = "retracted (OpenAlex)"; }
+  }
 }
 
 // -- asking a finished run: POST /api/runs/{id}/ask answers from its sources; GET .../asks lists the earlier ones --
@@ -337,7 +410,8 @@ function askItem(a) {
       try { showChunk(await api(`/api/runs/${state.runId}/chunks/${encodeURIComponent(c.chunk_id)}`), null); }
       catch (err) { showChunk({ title: c.title, section_path: c.section_path, pages: [], text: String(err.message || err) }, null); }
     });
-    cited.append(el("li", {}, link, " ", el("span", { text: `${c.title} — ${c.section_path}` })));
+    cited.append(el("li", {}, link, " ", el("span", { text: `${c.title} — ${c.section_path}` }),
+                    standing(sourceOf({ doc_id: c.doc_id }))));
   }
   return el("li", { class: "ask " + a.kind }, el("p", { class: "ask-q", text: a.question || "" }),
             el("p", { class: "ask-a", text: a.text }), cited);
@@ -358,7 +432,7 @@ $("ask-form").addEventListener("submit", async (e) => {
   $("ask-error").textContent = ""; $("ask").disabled = true;
   try {
     const answer = await api(`/api/runs/${runId}/ask`, { method: "POST", body: JSON.stringify({ question }) });
-    if (runId === state.runId) { $("asks").append(askItem(Object.assign({ question }, answer))); $("ask-question").value = ""; }
+    if (runId === state.runId) { $("asks").append(askItem(Object.assign({}, answer, { question: answer.question || question }))); $("ask-question").value = ""; }
   } catch (err) { $("ask-error").textContent = String(err.message || err); }
   finally { $("ask").disabled = false; }
 });
@@ -399,6 +473,8 @@ $("report").addEventListener("click", async (e) => {
 });
 function showChunk(chunk, row) {
   $("chunk-title").textContent = chunk.title || chunk.doc_id || "";
+  $("chunk-standing").replaceChildren(standing(sourceOf({ doc_id: (row && row.doc_id) || chunk.doc_id,
+                                                          n: row && row.n })));
   $("chunk-where").textContent = `${chunk.section_path || ""}${chunk.pages && chunk.pages.length ? " · pages " + chunk.pages.join(", ") : ""}${chunk.chunk_id ? " · " + chunk.chunk_id : ""}`;
   $("chunk-quote").textContent = row && row.quote ? row.quote : "";
   $("chunk-quote").hidden = !(row && row.quote);
@@ -412,7 +488,8 @@ $("chunk-view").addEventListener("click", (e) => { if (e.target.id === "chunk-vi
 async function loadModels() {
   try {
     const m = await api("/api/models");
-    $("model").placeholder = `default: ${m.backend} ${m.model}`;
+    state.models = m;
+    defaultModel();
     const names = [...m.ollama_models, ...(m.openai_models || [])];
     $("model-list").replaceChildren(...names.map((name) => el("option", { value: name })));
     const notes = [m.ollama_error ? m.ollama_error
@@ -421,10 +498,32 @@ async function loadModels() {
       notes.push(m.openai_error ? m.openai_error
         : `${m.openai_models.length} model(s) on the OpenAI-compatible server at ${m.openai_base_url}`);
     }
+    // no model server answers (the default backend's, nor Ollama): the embedded backend runs without one, so the
+    // form takes it unless the researcher chose a backend already, and says why
+    const unreachable = m.backend === "ollama" ? Boolean(m.ollama_error)
+      : m.backend === "openai" ? Boolean(m.openai_error && m.ollama_error) : false;
+    if (unreachable && m.backends.includes("embedded") && $("backend").value === "") {
+      $("backend").value = "embedded";
+      defaultModel();
+      notes.push("no model server answers, so the embedded backend is selected: a small model that ships with "
+                 + "Forage and runs on this gateway's CPU (slower and less able; choose another backend once your "
+                 + "server runs)");
+      $("model-note").dataset.chose = "embedded";
+    }
     $("model-note").textContent = notes.join("; ");
   } catch (e) { $("model-note").textContent = String(e.message || e); }
 }
+// the model field's placeholder follows the backend chosen: the gateway's default model, or the backend's own
+function defaultModel() {
+  const m = state.models;
+  if (!m) return;
+  const backend = $("backend").value || m.backend;
+  $("model").placeholder = backend === m.backend ? `default: ${m.backend} ${m.model}`
+    : backend === "embedded" ? "default: the embedded model" : `default: ${backend}'s default model`;
+}
+$("backend").addEventListener("change", defaultModel);
 loadModels();
 
 $("refresh-runs").addEventListener("click", loadRuns);
 loadRuns();
+openFromAddress();  // /#run=ID: that run's page at once (on reload too)

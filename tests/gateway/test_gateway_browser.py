@@ -50,9 +50,9 @@ def test_without_the_token_the_page_gets_nothing(browser, token_gateway) -> None
 
 
 def test_without_a_model_server_the_page_says_so_in_one_sentence_before_any_work(browser, tmp_path) -> None:
-    """A gateway on default settings (Ollama) where no Ollama runs: the form's model note and the start both say
-    what is missing in one sentence (never a traceback, a Ray error name or a terminal escape code), and no run
-    is created."""
+    """A gateway on default settings (Ollama) where no Ollama runs: the form's model note says what is missing
+    (and takes the embedded backend); a start on Ollama chosen all the same says it in one sentence (never a
+    traceback, a Ray error name or a terminal escape code), and no run is created."""
     from playwright.sync_api import expect
 
     from gateway.server import create_app
@@ -66,6 +66,8 @@ def test_without_a_model_server_the_page_says_so_in_one_sentence_before_any_work
         page = browser.new_page()
         page.goto(server.url + f"/#token={TOKEN}")
         expect(page.locator("#model-note")).to_contain_text("not reachable", timeout=30_000)
+        assert page.input_value("#backend") == "embedded"  # what works without a server (test_gateway_browser_run)
+        page.select_option("#backend", "ollama")  # the researcher insists on the missing one
         page.fill("#query", "How do zebrafish fins regrow?")
         page.fill("#library", str(DEMO_LIBRARY))
         page.click("#start")
@@ -90,6 +92,10 @@ def test_dashboard_start_approve_watch_read_cite(browser, token_gateway) -> None
     page.on("pageerror", lambda e: errors.append(str(e)))
     page.goto(gateway.url + f"/#token={TOKEN}")  # the address `forage serve` prints
     assert TOKEN not in page.url  # taken into the tab's storage, out of the address bar
+    # the gateway's Ollama address is a closed port (its runs use the scripted brain instead), so the form took the
+    # embedded backend: back to the gateway's default, which is what this gateway's runs are made with
+    expect(page.locator("#model-note")).to_contain_text("the embedded backend is selected", timeout=30_000)
+    page.select_option("#backend", "")
 
     page.fill("#query", "Anticoagulation after trauma, and how JIT compilers specialize types")
     page.fill("#library", str(DEMO_LIBRARY))
@@ -140,10 +146,12 @@ def test_dashboard_start_approve_watch_read_cite(browser, token_gateway) -> None
     page.click("#refresh-runs")
     page.wait_for_selector("#runs li .badge.finished", timeout=30_000)
 
-    # opened again after a reload, its events replayed: each document still counted once (it read 8 of 4)
+    # opened again after a reload (its address, #run=ID, names it), its events replayed: each document still
+    # counted once (it read 8 of 4)
     run_id = page.evaluate("state.runId")
+    assert page.evaluate("location.hash") == f"#run={run_id}"
     page.reload()
-    page.click(f'#runs li[data-run="{run_id}"]')
+    expect(page.locator("#run-id")).to_have_text(run_id, timeout=60_000)
     page.wait_for_selector("#report-box:not([hidden])", timeout=60_000)
     expect(page.locator("#conn")).to_have_text("run over", timeout=60_000)
     assert int(page.inner_text("#n-ingested")) == 4 and int(page.inner_text("#n-failed")) == 0

@@ -1,6 +1,6 @@
 """A newcomer's first run from the dashboard: a gateway on default settings (Ollama, which is not running), the
-embedded backend chosen in the New-run form, and the run goes from the proposal to a report on the real embedded
-model (SmolLM2-135M through xllamacpp) — no model server, nothing fetched.
+embedded backend the New-run form takes when no model server answers, and the run goes from the proposal to a
+report on the real embedded model (SmolLM2-135M through xllamacpp) — no model server, nothing fetched.
 
 Opt-in (``FORAGE_TEST_EMBEDDED_BROWSER=1``): the real model's run takes about two minutes of one core on its own,
 which the whole suite's 12-minute budget cannot spare, and beside the other tests (tried as an early start) its
@@ -47,14 +47,15 @@ def test_the_embedded_backend_chosen_in_the_form_runs_to_a_report(browser, ray_c
         errors: list[str] = []
         page.on("pageerror", lambda e: errors.append(str(e)))
         page.goto(server.url + f"/#token={TOKEN}")
-        # the note says Ollama is not there; choosing the embedded backend is the way out
+        # the note says Ollama is not there, and the form took the embedded backend, the way out
         expect(page.locator("#model-note")).to_contain_text("not reachable", timeout=60_000)
+        expect(page.locator("#model-note")).to_contain_text("the embedded backend is selected")
+        assert page.input_value("#backend") == "embedded"
         page.fill("#query", QUERY)
         page.fill("#library", str(DEMO_LIBRARY))
         page.select_option("#preset", "quick")
         page.fill("#max-iterations", "1")
         page.fill("#max-requirements", "1")
-        page.select_option("#backend", "embedded")
         page.click("#start")
         page.wait_for_selector("#approval:not([hidden])", timeout=FINISHED_MS)
         assert page.inner_text("#start-error") == "" and page.locator("#req-edit li").count() == 1
