@@ -398,6 +398,8 @@ def test_a_two_question_query_keeps_both_questions_and_no_meta_requirement():
     "Microplastic coverage 0.75 in freshwater fish with answering passages none",
     "The requirement to describe freshwater fish health is important for the query",
     "Which crop yields do fertilisers raise in drylands?",
+    "The question is about microplastics in freshwater fish.",  # a weak model's restatement (the run suite's plans)
+    "The answer is that microplastics harm freshwater fish",  # ... or its answer
 ])
 def test_what_is_not_a_need_of_the_query_is_dropped(text):
     from actors.steps.plan.requirements import off_query

@@ -356,18 +356,25 @@ _STATUS = re.compile(
 # words that make a sentence about the research process rather than its subject ("The requirement to provide a concise
 # summary … is a critical aspect"); one the query itself uses is the query's subject, not meta text
 _META_NOUNS = re.compile(r"\b(requirements?|query|queries|researchers?|the\s+user)\b", re.IGNORECASE)
+# a sentence about the question or an answer to it, not a need ("The question is about …", "The answer is …": a weak
+# model restating or answering instead of asking)
+_ABOUT_QUESTION = re.compile(r"^\W*(?:the|this|my|your|an?)\s+(?:question|answer|task)s?\s+(?:is|are|was|would\s+be|"
+                             r"asks?|concerns?|seems?)\b", re.IGNORECASE)
 
 
 def off_query(text: str, query: str) -> str:
     """Why a requirement is not a need of the query ('' when it is one): it is Forage's own progress or status text
     (:data:`_STATUS`), it speaks about requirements, the query or the researcher where the query does not
-    (:data:`_META_NOUNS`), or it shares no content word with the query (not anchored in its subject). The one check
-    derived and re-planned requirements both pass."""
+    (:data:`_META_NOUNS`), it restates the question or answers it (:data:`_ABOUT_QUESTION`), or it shares no content
+    word with the query (not anchored in its subject). The one check derived and re-planned requirements both
+    pass."""
     if _STATUS.search(text):
         return "Forage's own progress text"
     asked = {m.casefold()[:5] for m in _META_NOUNS.findall(query)}
     if any(m.casefold()[:5] not in asked for m in _META_NOUNS.findall(own_question(text))):
         return "a statement about the requirements, not the query's subject"
+    if _ABOUT_QUESTION.search(text):
+        return "a statement about the question or its answer, not a need"
     if not content_words(text) & content_words(query):
         return "no word of the query's subject"
     return ""
