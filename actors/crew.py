@@ -17,7 +17,7 @@ import secrets
 import sys
 import time
 import weakref
-from collections.abc import AsyncGenerator, Awaitable, Callable, Iterable, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any, Protocol, TypeVar
 
 from actors.status_hub import HubEmit
@@ -113,27 +113,39 @@ def _remove_groups(groups: list[Any]) -> None:
 
 
 class Crew(Protocol):
+    """What the Orchestrator asks of the workers of a run. A crew subclasses this port (``class X(Crew)``) and so
+    inherits the defaults of the capabilities a crew may lack: results all at once (``forage_each``), nothing to
+    start ahead (``start_foragers``), no known bound on added Foragers (``room_for_foragers``)."""
+
     async def search(self, request: SearchRequest) -> SearchResults: ...
     async def ingest(self, requests: Sequence[IngestRequest]) -> list[IngestResult]: ...
     async def forage(self, requests: Sequence[ForageRequest]) -> list[RequirementCoverage]: ...
-    # optional: ``forage_each(requests)``, an async iterator of the results as each Forager finishes, so each
-    # is checkpointed at once (see :func:`forage_each`)
     async def write(self, request: WriteRequest) -> Report: ...
     async def close(self) -> None: ...
 
+    def forage_each(self, requests: Sequence[ForageRequest]) -> AsyncGenerator[RequirementCoverage, None]:
+        """The requests' results as each Forager finishes, so each is checkpointed at once. By default the
+        results of :meth:`forage`, once all are done."""
 
-def forage_each(crew: Crew, requests: Sequence[ForageRequest]) -> AsyncGenerator[RequirementCoverage, None]:
-    """The requests' results as each Forager finishes: the crew's ``forage_each`` where it has one
-    (LocalCrew, RayCrew), else its ``forage`` results once all are done."""
-    each = getattr(crew, "forage_each", None)
-    if each is not None:
-        return each(requests)
+        async def all_at_once() -> AsyncGenerator[RequirementCoverage, None]:
+            for cov in await self.forage(requests):
+                yield cov
 
-    async def all_at_once() -> AsyncGenerator[RequirementCoverage, None]:
-        for cov in await crew.forage(requests):
-            yield cov
+        return all_at_once()
 
-    return all_at_once()
+    def start_foragers(self, requirements: Sequence[Requirement]) -> Awaitable[None]:
+        """Start (and warm) the Foragers of ``requirements`` ahead of their first forage, in the background of the
+        iteration's search and ingest. By default there is nothing to start: Foragers start on first use."""
+        return _nothing()
+
+    def room_for_foragers(self) -> int | None:
+        """How many more Foragers the crew could ever hold (a re-plan adds no more requirements than that); None
+        when it is not known or there is no bound (the default)."""
+        return None
+
+
+async def _nothing() -> None:
+    return None
 
 
 async def _as_completed(aws: Sequence[Awaitable[T]]) -> AsyncGenerator[T, None]:
@@ -150,10 +162,26 @@ async def _as_completed(aws: Sequence[Awaitable[T]]) -> AsyncGenerator[T, None]:
         await asyncio.gather(*pending, return_exceptions=True)
 
 
-class LocalCrew:
-    """Runs the step objects in this process (unit tests; no Ray)."""
+class LocalIngestor(Protocol):
+    """What a :class:`LocalCrew` asks of its ingestor (an IngestStep, or an Ingestor used in-process)."""
 
-    def __init__(self, searcher: Any, ingestor: Any, foragers: dict[str, Any], writer: Any) -> None:
+    def ingest(self, request: IngestRequest) -> IngestResult: ...
+    def index_new_chunks(self) -> int: ...
+
+
+class LocalForager(Protocol):
+    """What a :class:`LocalCrew` asks of a Forager (a ForageStep, or a Forager used in-process)."""
+
+    async def forage(self, request: ForageRequest) -> RequirementCoverage: ...
+    async def warm(self, requirement: Requirement | None = None) -> None: ...
+
+
+class LocalCrew(Crew):
+    """Runs the step objects in this process (unit tests; no Ray). ``foragers``: by requirement id (a mapping that
+    makes a requirement's Forager on first use may leave it out until then: it is started then, not ahead)."""
+
+    def __init__(self, searcher: Any, ingestor: LocalIngestor, foragers: Mapping[str, LocalForager],
+                 writer: Any) -> None:
         self.searcher, self.ingestor, self.foragers, self.writer = searcher, ingestor, foragers, writer
 
     async def search(self, request: SearchRequest) -> SearchResults:
@@ -163,9 +191,8 @@ class LocalCrew:
 
     async def ingest(self, requests: Sequence[IngestRequest]) -> list[IngestResult]:
         results = [await asyncio.to_thread(self.ingestor.ingest, r) for r in requests]
-        index = getattr(self.ingestor, "index_new_chunks", None)
-        if index is not None and any(r.status == "stored" for r in results):
-            await asyncio.to_thread(index)
+        if any(r.status == "stored" for r in results):
+            await asyncio.to_thread(self.ingestor.index_new_chunks)
         return results
 
     async def forage(self, requests: Sequence[ForageRequest]) -> list[RequirementCoverage]:
@@ -176,9 +203,9 @@ class LocalCrew:
 
     async def start_foragers(self, requirements: Sequence[Requirement]) -> None:
         for r in requirements:
-            warm = getattr(self.foragers.get(r.id), "warm", None)
-            if warm is not None:
-                await warm(r)
+            forager = self.foragers.get(r.id)
+            if forager is not None:
+                await forager.warm(r)
 
     async def write(self, request: WriteRequest) -> Report:
         return await self.writer.write(request)
@@ -187,7 +214,7 @@ class LocalCrew:
         return None
 
 
-class RayCrew:
+class RayCrew(Crew):
     """Workers as Ray actors: a Searcher, a pool of Ingestors, one Forager per requirement, a Writer.
 
     The loop workers of the ``reserve`` roles are placed in the run's placement groups (:class:`Reservation`): the
