@@ -22,7 +22,7 @@ Foragers is limited to those documents and the ones this run adds, and the earli
 chunks are judged first.
 
 The logic lives in :class:`Orchestrator`, a plain class that talks to its workers through a
-:class:`~actors.crew.Crew` (actors/crew.py): :class:`~actors.crew.RayCrew` runs them as Ray actors,
+:class:`~actors.crew.Crew` (actors/crew.py): :class:`~actors.ray_crew.RayCrew` runs them as Ray actors,
 :class:`~actors.crew.LocalCrew` in-process, for unit tests.
 """
 
@@ -35,7 +35,8 @@ from collections.abc import Sequence
 from contextlib import aclosing
 from typing import Any
 
-from actors.crew import Crew, RayCrew
+from actors.crew import Crew
+from actors.ray_crew import RayCrew
 from actors.llm_endpoint import actor_llm
 from actors.searcher import online
 from actors.status_hub import HubEmit
