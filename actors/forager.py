@@ -71,5 +71,9 @@ class Forager:
     async def ready(self, requirement: Requirement | None = None) -> int:
         """Build the step (store, embedder, LLM client) and open what its first iteration reads (with
         ``requirement``: its embedding too) now rather than on the first forage; the pid."""
-        await self._ensure().warm(requirement)
+        await self.warm(requirement)
         return os.getpid()
+
+    async def warm(self, requirement: Requirement | None = None) -> None:
+        """:meth:`ready` without the pid (a :class:`~actors.crew.LocalCrew` starting its Foragers ahead)."""
+        await self._ensure().warm(requirement)

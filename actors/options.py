@@ -22,7 +22,7 @@ LLM_SLOT = "llm_slot"  # the Ray custom resource of one LLM endpoint's capacity
 
 _IDEMPOTENT: dict[tuple[str, str], bool] = {
     # Ingestor.ingest is idempotent, but a document whose Ingestor died is tried again by the pool itself
-    # (actors/crew.py: on a fresh Ingestor, ray.max_task_retries times, with an event saying so); a Ray retry on
+    # (actors/ingestor_pool.py: on a fresh Ingestor, ray.max_task_retries times, with an event saying so); a Ray retry on
     # the restarted actor as well made the number of attempts depend on timing (2 or 3; a crash sometimes unseen)
     ("ingestor", "ingest"): False,
     ("ingestor", "index_new_chunks"): True,  # folding in what is already folded in does nothing
@@ -164,7 +164,7 @@ def room_on_nodes(free: Sequence[float], each: float, elsewhere: int = 0) -> int
 
 
 # A run's loop workers (its Searcher, Ingestors and Foragers) are reserved together, as one Ray placement group
-# (actors/crew.py, RayCrew): a run either has room for all of them or waits holding nothing, so two runs on a full
+# (actors/reservation.py, RunReservation): a run either has room for all of them or waits holding nothing, so two runs on a full
 # cluster queue instead of each holding part of what it needs. SPREAD: bundles over as many nodes as have room, as
 # the Foragers were spread before (soft: a one-node Ray takes them all).
 RUN_GROUP_STRATEGY = "SPREAD"

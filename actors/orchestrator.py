@@ -22,7 +22,7 @@ Foragers is limited to those documents and the ones this run adds, and the earli
 chunks are judged first.
 
 The logic lives in :class:`Orchestrator`, a plain class that talks to its workers through a
-:class:`~actors.crew.Crew` (actors/crew.py): :class:`~actors.crew.RayCrew` runs them as Ray actors,
+:class:`~actors.crew.Crew` (actors/crew.py): :class:`~actors.ray_crew.RayCrew` runs them as Ray actors,
 :class:`~actors.crew.LocalCrew` in-process, for unit tests.
 """
 
@@ -35,7 +35,8 @@ from collections.abc import Sequence
 from contextlib import aclosing
 from typing import Any
 
-from actors.crew import Crew, RayCrew, forage_each
+from actors.crew import Crew
+from actors.ray_crew import RayCrew
 from actors.llm_endpoint import actor_llm
 from actors.searcher import online
 from actors.status_hub import HubEmit
@@ -259,8 +260,7 @@ class Orchestrator:
                    MAX_PLAN_REQUIREMENTS - len(plan.requirements))
         if room <= 0:
             return ()
-        measure = getattr(crew, "room_for_foragers", None)
-        fits = measure() if measure is not None else None
+        fits = crew.room_for_foragers()
         if fits is not None and fits < room:
             if fits <= 0:
                 self.emit(Stage.RUN, "replan_skipped",
@@ -307,19 +307,19 @@ class Orchestrator:
         todo = [ForageRequest(run_id=self.run_id, iteration=iteration, requirement=r, doc_ids=scope,
                               seed_chunk_ids=seeds) for r in requirements if r.id not in done]
         if todo:
-            async with aclosing(forage_each(crew, todo)) as results:
+            async with aclosing(crew.forage_each(todo)) as results:
                 async for cov in results:
                     done[cov.requirement.id] = cov
                     self.record.record_foraged(cov)
         return [done[r.id] for r in requirements]
 
     @staticmethod
-    def _start_foragers(crew: Crew, requirements: Sequence[Requirement]) -> asyncio.Future[None] | None:
+    def _start_foragers(crew: Crew, requirements: Sequence[Requirement]) -> asyncio.Future[None]:
         """Start the requirements' Foragers (processes, store, clients, each requirement's embedding) in the
-        background, where the crew can (``start_foragers``): the search and the ingest run meanwhile, and the
-        iteration's foraging starts at once. Foragers already started are only warmed again."""
-        start = getattr(crew, "start_foragers", None)
-        return asyncio.ensure_future(start(requirements)) if start is not None else None
+        background (:meth:`Crew.start_foragers`; a crew that starts them on first use does nothing here): the search
+        and the ingest run meanwhile, and the iteration's foraging starts at once. Foragers already started are only
+        warmed again."""
+        return asyncio.ensure_future(crew.start_foragers(requirements))
 
     @staticmethod
     async def _started(warming: asyncio.Future[None] | None) -> None:

@@ -171,7 +171,7 @@ def tail(requirements: list[Requirement], started: float, wall: float, delay: fl
 async def one_run(settings: Settings, requirements: list[Requirement], slots: int,
                   delay: float) -> tuple[float, list[int], str]:
     from actors.llm_endpoint import llm_endpoints
-    from actors.crew import RayCrew
+    from actors.ray_crew import RayCrew
 
     crew = RayCrew(settings, f"bench-{slots}", hub=None, reserve=("forager",))  # its Foragers reserved together
     try:

@@ -10,7 +10,7 @@ One local Ray (loopback only, as Forage starts it). Measured in the same run:
   (timed apart) and embeds all chunks and their sentence windows (``embed.window_sentences``, as an Ingestor
   writing to LanceDB does) in batches of ``embed.batch_size`` (MiniLM here), nothing stored.
 * **pipeline, N Ingestors**: a fresh LanceDB folder, N Ingestor actors created and warmed up (store,
-  embedder, parser loaded), then :meth:`actors.crew.RayCrew.ingest` of all PDFs: parse, chunk,
+  embedder, parser loaded), then :meth:`actors.ray_crew.RayCrew.ingest` of all PDFs: parse, chunk,
   embed, store, one document per Ingestor at a time, as a research run does.
 
 Printed: documents, pages, chunks; parse and embed seconds alone (pages/s, chunks/s); for each pool the
@@ -84,7 +84,7 @@ def _threads() -> int:
 
 async def pipeline(settings: Settings, paths: list[str]) -> tuple[float, float, list]:
     """(seconds to create and warm the pool, wall seconds of the ingest, results)."""
-    from actors.crew import RayCrew
+    from actors.ray_crew import RayCrew
     from messages.ingest import IngestRequest
     from messages.search import Candidate
 

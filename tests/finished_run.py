@@ -18,10 +18,8 @@ from actors.steps.events import RecordingEmit
 from actors.steps.write.step import WriteStep
 from infra.llm.fakes import FunctionLLM
 from infra.settings import Settings
-from messages import (
-    ForageRequest, IngestRequest, IngestResult, Report, RequirementCoverage, RequirementsPlan, SearchRequest,
-    SearchResults, WriteRequest,
-)
+from messages import RequirementCoverage, RequirementsPlan
+from tests.fakes import ScriptedCrew
 from tests.leaves import QUERY, A, B, C, coverages
 
 RUN = "20260101-000000-feedfacecafebeef"
@@ -57,31 +55,14 @@ def answer(messages: list[dict[str, str]], schema: type) -> Any:
     raise AssertionError(f"no scripted answer for {name}")
 
 
-class FixedCrew:
-    def __init__(self, writer: WriteStep, coverages: Sequence[RequirementCoverage]) -> None:
-        self.writer, self.coverages, self.rounds = writer, coverages, 0
-
-    async def search(self, request: SearchRequest) -> SearchResults:
-        return SearchResults(run_id=request.run_id, iteration=request.iteration, candidates=(), exhausted=False)
-
-    async def ingest(self, requests: Sequence[IngestRequest]) -> list[IngestResult]:
-        return []
-
-    async def forage(self, requests: Sequence[ForageRequest]) -> list[RequirementCoverage]:
-        self.rounds += 1
-        out = []
-        for r, cov in zip(requests, self.coverages, strict=True):
-            first = self.rounds == 1 and cov.coverage == 1.0
-            # the first round reads passages (none settles by "nothing new"), the second reads nothing new
-            out.append(cov.model_copy(update={"iteration": r.iteration, "coverage": 0.5 if first else cov.coverage,
-                                              "new_passages": 1 if self.rounds == 1 else 0}))
-        return out
-
-    async def write(self, request: WriteRequest) -> Report:
-        return await self.writer.write(request)
-
-    async def close(self) -> None:
-        return None
+def fixed_crew(writer: WriteStep, coverages: Sequence[RequirementCoverage]) -> ScriptedCrew:
+    """No new documents; each Forager returns its requirement's result in ``coverages``: the first iteration reads
+    passages (none settles by "nothing new") at coverage 0.5 where the result says 1.0, the second reads nothing new
+    at the result's coverage. The report is ``writer``'s."""
+    first = {c.requirement.id: 0.5 if c.coverage == 1.0 else c.coverage for c in coverages}
+    return ScriptedCrew(results={c.requirement.id: c for c in coverages},
+                        coverage={1: first, 2: {c.requirement.id: c.coverage for c in coverages}},
+                        new_passages={1: 1, 2: 0}, writer=writer)
 
 
 def fill_store(path: Path, weights: dict[str, dict[str, Any]] | None = None):
@@ -111,7 +92,7 @@ def make_run(tmp_path: Path, llm: Any | None = None, weights: dict[str, dict[str
     plan = RequirementsPlan(run_id=RUN, query=QUERY.model_copy(update={"run_id": RUN}),
                             requirements=tuple(c.requirement for c in covs), approved=True)
     covs = tuple(c.model_copy(update={"run_id": RUN}) for c in covs)
-    orch = Orchestrator(settings, RUN, crew=FixedCrew(step, covs), emit=RecordingEmit(RUN))
+    orch = Orchestrator(settings, RUN, crew=fixed_crew(step, covs), emit=RecordingEmit(RUN))
     summary = asyncio.run(orch.run(plan))
     assert summary.status == "finished", summary.stop_reason
     return settings, tmp_path / "runs" / RUN

@@ -110,14 +110,14 @@ def room_that_fits(ray: object) -> dict[str, object]:
     """A run of 0.3-CPU workers (ten Foragers, a Searcher, two Ingestors) reserved on what is left of this cluster (a
     1-CPU head, two 2-CPU nodes), then groups of as many more Foragers as ``RayCrew.room_for_foragers`` says fit, and of one
     more: the first is placed, the second is not (the cluster's totals, which the count used before, say more)."""
-    from actors.crew import RayCrew
+    from actors.ray_crew import RayCrew
     from infra.settings import Settings
     from messages.plan import Requirement
 
     share = 0.3
     crew = RayCrew(Settings.load(ray={"actor_cpus": share}, ingest={"pool_size": 2}), "room-run", None)
     crew.start_foragers([Requirement(id=f"R{i}", text=f"requirement {i}") for i in range(1, 11)]).close()
-    group, _ = crew._bundle("searcher")
+    group, _ = crew.reservation.bundle("searcher")
     ray.get(group.ready(), timeout=120)  # type: ignore[attr-defined]
     try:
         room = crew.room_for_foragers()

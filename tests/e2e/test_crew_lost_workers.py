@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from actors.crew import RayCrew
+from actors.ray_crew import RayCrew
 from actors.options import options_for
 from actors.status_hub import StatusHub
 from infra.llm.fakes import ScriptedLLM
@@ -73,7 +73,7 @@ def test_a_lost_searcher_and_writer_are_replaced_and_the_loop_workers_go_before_
         for gone in (searcher, forager):
             with pytest.raises(RayActorError):
                 ray.get(gone.__ray_ready__.remote(), timeout=60)
-        assert crew._searcher is None and crew._foragers == {} and crew._ingestors == []
+        assert crew._searcher is None and crew._foragers == {} and crew.ingestors.actors == []
 
         events = ray.get(hub.events.remote(0))
         retried = [(e.stage, e.payload.get("reason")) for e in events if e.kind == "retried"]

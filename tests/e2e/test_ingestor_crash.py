@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from actors.options import options_for
-from actors.crew import RayCrew
+from actors.ray_crew import RayCrew
 from actors.status_hub import StatusHub
 from infra.settings import Settings
 from messages.ingest import IngestRequest

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from actors.crew import RayCrew
+from actors.ray_crew import RayCrew
 from actors.options import options_for
 from actors.status_hub import StatusHub
 from infra.settings import Settings
@@ -89,7 +89,7 @@ def test_room_for_more_foragers_counts_the_cluster_less_the_runs_own_reservation
         crew = RayCrew(settings, "room-run", None)
         crew.start_foragers(requirements).close()  # made known to the reservation; no worker started
         assert crew.room_for_foragers() == room, share
-        group, _ = crew._bundle("searcher")  # the reservation made and placed: counted on its node now
+        group, _ = crew.reservation.bundle("searcher")  # the reservation made and placed: counted on its node now
         ray.get(group.ready(), timeout=300)
         try:
             assert crew.room_for_foragers() == room, share
@@ -105,7 +105,7 @@ def test_a_crew_dropped_without_close_gives_its_reservation_back(ray_cluster, tm
     from ray.util import placement_group_table
 
     crew = RayCrew(Settings.load(store={"path": tmp_path / "store"}, ingest={"pool_size": 1}), "dropped-run", None)
-    group, index = crew._bundle("searcher")  # the run's reservation, as its first worker makes it
+    group, index = crew.reservation.bundle("searcher")  # the run's reservation, as its first worker makes it
     ray.get(group.ready(), timeout=300)
     assert index == 0 and placement_group_table(group)["state"] == "CREATED"
     del crew  # a placement group outlives its handles: the crew's finalizer removes it
@@ -137,8 +137,8 @@ def test_a_run_bigger_than_the_whole_cluster_takes_smaller_shares_and_runs(
         found = await asyncio.wait_for(crew.search(SearchRequest(
             run_id="big-run", iteration=1, query="thromboprophylaxis after trauma")), 300)
         await asyncio.wait_for(warming, 300)  # every Forager started in its (smaller) bundle
-        state = placement_group_table(crew._groups[0])["state"]
-        return bool(found.candidates), crew._all_bundles(), state
+        state = placement_group_table(crew.reservation.groups[0])["state"]
+        return bool(found.candidates), crew.reservation.all_bundles(), state
 
     try:
         searched, bundles, state = asyncio.run(run())

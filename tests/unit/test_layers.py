@@ -33,7 +33,8 @@ LAZY_IMPORTS = {
     "gateway/forget.py": "on request",
     # an actor builds its ports (store, embedder, parser, model client) in its own process on first use: the
     # driver that creates the actor never loads them; a crew makes Ray actors of its classes only when it starts
-    "actors/crew.py": "actor", "actors/forager.py": "actor", "actors/ingestor.py": "actor",
+    "actors/ray_crew.py": "actor", "actors/reservation.py": "actor", "actors/ingestor_pool.py": "actor",
+    "actors/forager.py": "actor", "actors/ingestor.py": "actor",
     "actors/searcher.py": "actor", "actors/writer.py": "actor", "actors/llm_endpoint.py": "actor",
     "actors/options.py": "actor",
     # a backend's dependencies (torch, lancedb, weaviate-client, marker, ollama, openai, matplotlib) load only

@@ -11,64 +11,19 @@ import pytest
 from actors.orchestrator import Orchestrator, mean_coverage
 from actors.steps.events import RecordingEmit
 from infra.settings import Settings
-from messages import (
-    Candidate, ForageRequest, IngestRequest, IngestResult, Report, Requirement, RequirementCoverage,
-    RequirementsPlan, ResearchQuery, SearchRequest, SearchResults, WriteRequest,
-)
+from messages import ForageRequest, Requirement, RequirementCoverage, RequirementsPlan, ResearchQuery
+from tests.fakes import ScriptedCrew
 
 RUN = "run-loop"
 
 
-class RecordingCrew:
-    """Offers ``batches`` of documents; Foragers answer from ``coverage_by_iteration``, each bringing ``new``
-    new passages per iteration (0: nothing new, the requirement settles)."""
-
-    def __init__(self, batches: list[int], coverage_by_iteration: list[dict[str, float]],
-                 failing: Sequence[str] = (), new: int = 1) -> None:
-        self.new = new
-        self.batches = batches
-        self.coverage = coverage_by_iteration
-        self.failing = set(failing)
-        self.searches: list[SearchRequest] = []
-        self.ingested: list[IngestRequest] = []
-        self.foraged: list[list[ForageRequest]] = []
-        self.written: list[WriteRequest] = []
-        self.closed = False
-
-    async def search(self, request: SearchRequest) -> SearchResults:
-        self.searches.append(request)
-        i = len(self.searches) - 1
-        n = self.batches[i] if i < len(self.batches) else 0
-        cands = tuple(Candidate(key=f"file:/lib/{i}-{j}.pdf", path=f"/lib/{i}-{j}.pdf") for j in range(n))
-        return SearchResults(run_id=request.run_id, iteration=request.iteration, candidates=cands,
-                             exhausted=i >= len(self.batches) - 1)
-
-    async def ingest(self, requests: Sequence[IngestRequest]) -> list[IngestResult]:
-        self.ingested.extend(requests)
-        return [IngestResult(run_id=r.run_id, key=r.candidate.key, path=r.candidate.path,
-                             status="failed" if r.candidate.key.endswith("0-0.pdf") else "stored",
-                             reason="not a PDF" if r.candidate.key.endswith("0-0.pdf") else None,
-                             doc_id=r.candidate.key[-10:]) for r in requests]
-
-    async def forage(self, requests: Sequence[ForageRequest]) -> list[RequirementCoverage]:
-        self.foraged.append(list(requests))
-        table = self.coverage[min(len(self.foraged), len(self.coverage)) - 1]
-        out = []
-        for r in requests:
-            if r.requirement.id in self.failing:
-                out.append(RequirementCoverage(run_id=r.run_id, requirement=r.requirement, iteration=r.iteration,
-                                               status="failed", coverage=0.0, error="boom"))
-            else:
-                out.append(RequirementCoverage(run_id=r.run_id, requirement=r.requirement, iteration=r.iteration,
-                                               coverage=table[r.requirement.id], new_passages=self.new))
-        return out
-
-    async def write(self, request: WriteRequest) -> Report:
-        self.written.append(request)
-        return Report(run_id=request.run_id, markdown="# Test — Report\n")
-
-    async def close(self) -> None:
-        self.closed = True
+def make_crew(batches: list[int], coverage_by_iteration: list[dict[str, float]], failing: Sequence[str] = (),
+              **script) -> ScriptedCrew:
+    """Offers ``batches`` of documents (the first one of the first batch is not a PDF); Foragers answer from
+    ``coverage_by_iteration`` (its last row for later iterations), each bringing ``new_passages`` new passages per
+    iteration (default 1; 0: nothing new, the requirement settles); ``failing`` requirements fail with "boom"."""
+    return ScriptedCrew(batches=batches, failed_documents={"file:/lib/0-0.pdf": "not a PDF"},
+                        coverage=coverage_by_iteration, failing={rid: "boom" for rid in failing}, **script)
 
 
 def plan(n: int = 2) -> RequirementsPlan:
@@ -77,7 +32,7 @@ def plan(n: int = 2) -> RequirementsPlan:
     return RequirementsPlan(run_id=RUN, query=q, requirements=reqs, approved=True)
 
 
-def run(crew: RecordingCrew, tmp_path, **run_settings):
+def run(crew: ScriptedCrew, tmp_path, **run_settings):
     # re-planning on stalled coverage is tested in test_replan.py; here the loop runs without it
     settings = Settings.load().updated(run={"runs_dir": tmp_path, "max_added_requirements": 0, **run_settings})
     emit = RecordingEmit(RUN)
@@ -88,7 +43,7 @@ def run(crew: RecordingCrew, tmp_path, **run_settings):
 
 
 def test_stops_when_coverage_reaches_the_goal(tmp_path) -> None:
-    crew = RecordingCrew([3, 3, 3], [{"R1": 0.5, "R2": 0.0}, {"R1": 1.0, "R2": 1.0}])
+    crew = make_crew([3, 3, 3], [{"R1": 0.5, "R2": 0.0}, {"R1": 1.0, "R2": 1.0}])
     summary, state, emit = run(crew, tmp_path)
     assert summary.status == "finished" and summary.iterations == 2
     assert "reached the goal" in summary.stop_reason
@@ -98,35 +53,9 @@ def test_stops_when_coverage_reaches_the_goal(tmp_path) -> None:
     assert emit.kinds()[-1] == "finished"
 
 
-class StartingCrew(RecordingCrew):
-    """Also starts its Foragers ahead (``start_foragers``), recording what was under way meanwhile; one start fails."""
-
-    def __init__(self, *args, fail_start: bool = False, **kwargs) -> None:
-        super().__init__(*args, **kwargs)
-        self.fail_start = fail_start
-        self.events: list[str] = []
-
-    async def start_foragers(self, requirements: Sequence[Requirement]) -> None:
-        self.events.append("start " + " ".join(r.id for r in requirements))
-        await asyncio.sleep(0)  # the search goes on meanwhile
-        if self.fail_start:
-            raise RuntimeError("no worker process")
-        self.events.append("started")
-
-    async def search(self, request: SearchRequest) -> SearchResults:
-        self.events.append("search")
-        for _ in range(3):  # waits on its sources, as a real search does
-            await asyncio.sleep(0)
-        self.events.append("searched")
-        return await super().search(request)
-
-    async def forage(self, requests: Sequence[ForageRequest]) -> list[RequirementCoverage]:
-        self.events.append("forage")
-        return await super().forage(requests)
-
-
 def test_foragers_start_while_the_iteration_searches_and_before_it_forages(tmp_path) -> None:
-    crew = StartingCrew([2, 2], [{"R1": 0.5, "R2": 0.5}, {"R1": 1.0, "R2": 1.0}])
+    # the crew starts its Foragers ahead (start_foragers), recording what was under way meanwhile
+    crew = make_crew([2, 2], [{"R1": 0.5, "R2": 0.5}, {"R1": 1.0, "R2": 1.0}])
     summary, _, _ = run(crew, tmp_path)
     assert summary.status == "finished" and summary.iterations == 2
     first, second = crew.events[:crew.events.index("forage") + 1], crew.events[crew.events.index("forage") + 1:]
@@ -135,27 +64,27 @@ def test_foragers_start_while_the_iteration_searches_and_before_it_forages(tmp_p
         assert events.index("start R1 R2") < events.index("searched")  # under way while the search waits
         assert events.index("started") < events.index("forage")  # and done before foraging
     # a Forager that cannot start is its requirement's failure at foraging time, not the run's
-    crew = StartingCrew([2], [{"R1": 1.0, "R2": 1.0}], fail_start=True)
+    crew = make_crew([2], [{"R1": 1.0, "R2": 1.0}], fail_start=True)
     summary, _, _ = run(crew, tmp_path / "again")
     assert summary.status == "finished" and "started" not in crew.events and crew.events[-1] == "forage"
 
 
 def test_stops_at_the_iteration_limit(tmp_path) -> None:
-    crew = RecordingCrew([2] * 10, [{"R1": 0.5, "R2": 0.5}])
+    crew = make_crew([2] * 10, [{"R1": 0.5, "R2": 0.5}])
     summary, state, _ = run(crew, tmp_path, max_iterations=4)
     assert summary.iterations == 4 and "maximum of 4" in summary.stop_reason
     assert len(state["iterations"]) == 4
 
 
 def test_later_searches_exclude_what_was_offered(tmp_path) -> None:
-    crew = RecordingCrew([2, 2, 2], [{"R1": 0.0, "R2": 0.0}])
+    crew = make_crew([2, 2, 2], [{"R1": 0.0, "R2": 0.0}])
     run(crew, tmp_path, max_iterations=3)
-    assert [len(s.exclude_keys) for s in crew.searches] == [0, 2, 4]
+    assert [len(s.exclude_keys) for s in crew.searched] == [0, 2, 4]
     assert len({r.candidate.key for r in crew.ingested}) == 6
 
 
 def test_failed_requirement_counts_zero_and_run_still_writes(tmp_path) -> None:
-    crew = RecordingCrew([2], [{"R1": 1.0, "R2": 1.0}], failing=["R2"])
+    crew = make_crew([2], [{"R1": 1.0, "R2": 1.0}], failing=["R2"])
     summary, state, _ = run(crew, tmp_path, max_iterations=1)
     assert summary.status == "finished"
     assert state["failed_requirements"] == {"R2": "boom"}
@@ -165,7 +94,7 @@ def test_failed_requirement_counts_zero_and_run_still_writes(tmp_path) -> None:
 
 
 def test_failed_documents_are_recorded_with_reasons(tmp_path) -> None:
-    crew = RecordingCrew([3], [{"R1": 1.0, "R2": 1.0}])
+    crew = make_crew([3], [{"R1": 1.0, "R2": 1.0}])
     summary, state, _ = run(crew, tmp_path)
     failed = [d for d in state["documents"].values() if d["status"] == "failed"]
     assert len(failed) == 1 and failed[0]["reason"] == "not a PDF"
@@ -173,7 +102,7 @@ def test_failed_documents_are_recorded_with_reasons(tmp_path) -> None:
 
 
 def test_every_offered_document_is_queued_before_the_pool_gets_it(tmp_path) -> None:
-    crew = RecordingCrew([3, 2], [{"R1": 0.5, "R2": 0.5}, {"R1": 1.0, "R2": 1.0}])
+    crew = make_crew([3, 2], [{"R1": 0.5, "R2": 0.5}, {"R1": 1.0, "R2": 1.0}])
     _, _, emit = run(crew, tmp_path)
     queued = [(e.iteration, e.payload["key"]) for e in emit.events
               if e.kind == "progress" and e.payload.get("phase") == "queued"]
@@ -182,7 +111,7 @@ def test_every_offered_document_is_queued_before_the_pool_gets_it(tmp_path) -> N
 
 
 def test_unapproved_plan_is_refused(tmp_path) -> None:
-    orch = Orchestrator(Settings.load().updated(run={"runs_dir": tmp_path}), RUN, crew=RecordingCrew([], [{}]))
+    orch = Orchestrator(Settings.load().updated(run={"runs_dir": tmp_path}), RUN, crew=make_crew([], [{}]))
     with pytest.raises(ValueError, match="approved"):
         asyncio.run(orch.run(plan().model_copy(update={"approved": False})))
 
@@ -197,9 +126,9 @@ def test_mean_coverage_counts_failed_as_zero() -> None:
 
 def test_an_iteration_that_brings_nothing_new_settles_every_requirement_and_stops_the_loop(tmp_path) -> None:
     # the Foragers report no new passage above the topic floor: the next iteration could read nothing new
-    crew = RecordingCrew([2, 2, 2], [{"R1": 0.5, "R2": 0.0}], new=0)
+    crew = make_crew([2, 2, 2], [{"R1": 0.5, "R2": 0.0}], new_passages=0)
     summary, state, emit = run(crew, tmp_path, max_iterations=6)
-    assert summary.iterations == 1 and len(crew.searches) == 1
+    assert summary.iterations == 1 and len(crew.searched) == 1
     assert summary.stop_reason == "every requirement settled (coverage 0.25): 2 nothing new"
     assert state["settled"] == summary.settled == {
         "R1": "nothing new in iteration 1: no new document read, no new passage above the topic floor (coverage 0.50)",
@@ -208,14 +137,9 @@ def test_an_iteration_that_brings_nothing_new_settles_every_requirement_and_stop
 
 
 def test_a_settled_requirement_waits_for_the_others_and_the_stop_says_why_per_requirement(tmp_path) -> None:
-    class Crew(RecordingCrew):  # R1 answered in iteration 1; R2 gets new passages until iteration 3
-        async def forage(self, requests: Sequence[ForageRequest]) -> list[RequirementCoverage]:
-            out = await super().forage(requests)
-            n = len(self.foraged)
-            return [c.model_copy(update={"new_passages": 0 if c.requirement.id == "R1" or n >= 3 else 2})
-                    for c in out]
-
-    crew = Crew([2] * 6, [{"R1": 1.0, "R2": 0.0}, {"R1": 1.0, "R2": 0.5}])
+    # R1 answered in iteration 1; R2 gets new passages until iteration 3
+    new = {1: {"R1": 0, "R2": 2}, 2: {"R1": 0, "R2": 2}, 3: {"R1": 0, "R2": 0}}
+    crew = make_crew([2] * 6, [{"R1": 1.0, "R2": 0.0}, {"R1": 1.0, "R2": 0.5}], new_passages=new)
     summary, state, emit = run(crew, tmp_path, max_iterations=6)
     assert summary.iterations == 3  # not 6: iteration 3 brought R2 nothing new
     assert [it["settled"]["R1"].split(":")[0] for it in state["iterations"]] == ["answered"] * 3
@@ -229,7 +153,7 @@ def test_a_settled_requirement_waits_for_the_others_and_the_stop_says_why_per_re
 
 
 def test_a_requirement_unsettled_at_the_limit_says_so(tmp_path) -> None:
-    crew = RecordingCrew([2] * 4, [{"R1": 1.0, "R2": 0.5}])  # R2 keeps getting new passages
+    crew = make_crew([2] * 4, [{"R1": 1.0, "R2": 0.5}])  # R2 keeps getting new passages
     summary, state, _ = run(crew, tmp_path, max_iterations=3)
     assert summary.iterations == 3 and "maximum of 3" in summary.stop_reason
     assert state["settled"]["R2"] == "not settled: the run reached the maximum of 3 iterations"
@@ -237,13 +161,8 @@ def test_a_requirement_unsettled_at_the_limit_says_so(tmp_path) -> None:
 
 
 def test_each_iteration_records_answering_papers_per_requirement(tmp_path) -> None:
-    class PapersCrew(RecordingCrew):
-        async def forage(self, requests: Sequence[ForageRequest]) -> list[RequirementCoverage]:
-            out = await super().forage(requests)
-            n = len(self.foraged)  # R1 finds one more answering paper each iteration, R2 none
-            return [c.model_copy(update={"answering_papers": n if c.requirement.id == "R1" else 0}) for c in out]
-
-    crew = PapersCrew([2, 2, 2], [{"R1": 0.5, "R2": 0.0}])
+    papers = {n: {"R1": n, "R2": 0} for n in (1, 2, 3)}  # R1 finds one more answering paper each iteration, R2 none
+    crew = make_crew([2, 2, 2], [{"R1": 0.5, "R2": 0.0}], answering_papers=papers)
     _, state, _ = run(crew, tmp_path, max_iterations=3)
     assert [it["answering_papers"] for it in state["iterations"]] == [
         {"R1": 1, "R2": 0}, {"R1": 2, "R2": 0}, {"R1": 3, "R2": 0}]

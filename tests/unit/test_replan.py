@@ -1,6 +1,6 @@
 """Re-planning when coverage stalls: the step with a scripted LLM, and the Orchestrator's loop without Ray.
 
-The crew below stands in for the workers (search, ingest, forage, write), not for the thing under test:
+The scripted crew (tests/fakes.py) stands in for the workers (search, ingest, forage, write), not for the thing under test:
 the Orchestrator's stall rule, the re-planning step, ids, state, events, budget and resume are all real.
 """
 
@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Sequence
 
 from actors.orchestrator import Orchestrator
 from actors.steps.events import RecordingEmit
@@ -17,11 +16,9 @@ from actors.steps.schemas import ReplanDraft
 from infra.errors import LLMTimeout
 from infra.llm.fakes import ScriptedLLM
 from infra.settings import Settings
-from messages import (
-    Candidate, ForageRequest, IngestRequest, IngestResult, Report, Requirement, RequirementCoverage,
-    RequirementsPlan, ResearchQuery, SearchRequest, SearchResults, WriteRequest,
-)
+from messages import Requirement, RequirementCoverage, RequirementsPlan, ResearchQuery
 from messages.forage import ChunkJudgement
+from tests.fakes import ScriptedCrew
 
 RUN = "run-replan"
 QUERY = ResearchQuery(run_id=RUN, text="How do microplastics affect freshwater fish?")
@@ -99,38 +96,11 @@ def test_ids_and_progress_helpers() -> None:
 
 
 # -- the Orchestrator's loop ------------------------------------------------------------------------------
-class Crew:
+def make_crew(table: dict[int, dict[str, float]], default: float = 1.0, **script) -> ScriptedCrew:
     """Two documents per search; each requirement's coverage per iteration comes from ``table``
     (iteration -> id -> coverage; a requirement not listed gets ``default``); each iteration brings every
     requirement a new passage (none settles by "nothing new")."""
-
-    def __init__(self, table: dict[int, dict[str, float]], default: float = 1.0) -> None:
-        self.table, self.default = table, default
-        self.foraged: list[list[str]] = []
-        self.written: list[WriteRequest] = []
-
-    async def search(self, request: SearchRequest) -> SearchResults:
-        n = len(request.exclude_keys)
-        cands = tuple(Candidate(key=f"file:/lib/{n + j}.pdf", path=f"/lib/{n + j}.pdf") for j in range(2))
-        return SearchResults(run_id=request.run_id, iteration=request.iteration, candidates=cands)
-
-    async def ingest(self, requests: Sequence[IngestRequest]) -> list[IngestResult]:
-        return [IngestResult(run_id=r.run_id, key=r.candidate.key, path=r.candidate.path, status="stored",
-                             doc_id=r.candidate.key[-6:]) for r in requests]
-
-    async def forage(self, requests: Sequence[ForageRequest]) -> list[RequirementCoverage]:
-        self.foraged.append([r.requirement.id for r in requests])
-        row = self.table.get(requests[0].iteration, {})
-        return [RequirementCoverage(run_id=r.run_id, requirement=r.requirement, iteration=r.iteration,
-                                    coverage=row.get(r.requirement.id, self.default), new_passages=1)
-                for r in requests]
-
-    async def write(self, request: WriteRequest) -> Report:
-        self.written.append(request)
-        return Report(run_id=request.run_id, markdown="# Report\n")
-
-    async def close(self) -> None:
-        return None
+    return ScriptedCrew(documents=2, coverage=table, default=default, new_passages=1, **script)
 
 
 def plan() -> RequirementsPlan:
@@ -139,7 +109,7 @@ def plan() -> RequirementsPlan:
     return RequirementsPlan(run_id=RUN, query=QUERY, requirements=reqs, approved=True)
 
 
-def run(tmp_path, crew: Crew, llm: ScriptedLLM, **run_settings):
+def run(tmp_path, crew: ScriptedCrew, llm: ScriptedLLM, **run_settings):
     settings = Settings.load().updated(run={"runs_dir": tmp_path, "max_iterations": 4, "min_coverage": 0.85,
                                             **run_settings})
     emit = RecordingEmit(RUN)
@@ -152,12 +122,12 @@ STALLED = {1: {"R1": 0.5, "R2": 0.0}, 2: {"R1": 0.5, "R2": 0.0}, 3: {"R1": 1.0, 
 
 def test_a_stall_adds_requirements_that_are_foraged_next_and_reach_the_report(tmp_path) -> None:
     llm = ScriptedLLM([ReplanDraft(missing=["quantitative"], requirements=NEW[:2])])
-    crew = Crew(STALLED)
+    crew = make_crew(STALLED)
     summary, state, emit = run(tmp_path, crew, llm)
     assert summary.status == "finished", summary.stop_reason
     # iteration 2 did not rise above iteration 1 (0.25 → 0.25): re-planned once, then foraged with R3, R4 until
     # every requirement is answered (R2 at 0.5 after iteration 3 still got new passages: not settled)
-    assert crew.foraged == [["R1", "R2"], ["R1", "R2"], ["R1", "R2", "R3", "R4"], ["R1", "R2", "R3", "R4"]]
+    assert crew.foraged_ids() == [["R1", "R2"], ["R1", "R2"], ["R1", "R2", "R3", "R4"], ["R1", "R2", "R3", "R4"]]
     assert [r["id"] for r in state["requirements"]] == ["R1", "R2", "R3", "R4"]
     (replan,) = state["replans"]
     assert replan["after_iteration"] == 2 and replan["missing"] == ["quantitative"]
@@ -174,7 +144,7 @@ def test_a_stall_adds_requirements_that_are_foraged_next_and_reach_the_report(tm
 def test_rising_coverage_never_replans(tmp_path) -> None:
     llm = ScriptedLLM([])  # a call would exhaust the script and fail the run
     table = {1: {"R1": 0.0, "R2": 0.0}, 2: {"R1": 0.5, "R2": 0.0}, 3: {"R1": 1.0, "R2": 0.0}, 4: {"R1": 1.0, "R2": 1.0}}
-    summary, state, emit = run(tmp_path, Crew(table), llm)
+    summary, state, emit = run(tmp_path, make_crew(table), llm)
     assert summary.status == "finished" and summary.iterations == 4
     assert not state.get("replans") and "replanned" not in emit.kinds() and llm.calls == 0
 
@@ -182,34 +152,24 @@ def test_rising_coverage_never_replans(tmp_path) -> None:
 def test_the_run_budget_bounds_added_requirements(tmp_path) -> None:
     llm = ScriptedLLM([ReplanDraft(missing=["methods"], requirements=NEW)])
     table = {i: {"R1": 0.0, "R2": 0.0, "R3": 0.0} for i in range(1, 6)}  # stalls every iteration
-    summary, state, emit = run(tmp_path, Crew(table, default=0.0), llm, max_iterations=5, max_added_requirements=1)
+    summary, state, emit = run(tmp_path, make_crew(table, default=0.0), llm, max_iterations=5, max_added_requirements=1)
     assert summary.iterations == 5 and "maximum of 5" in summary.stop_reason
     assert [r["id"] for r in state["requirements"]] == ["R1", "R2", "R3"]
     assert len(state["replans"]) == 1 and llm.calls == 1  # budget spent: no second call
     assert emit.kinds().count("replanned") == 1
 
 
-class CrampedCrew(Crew):
-    """A crew whose cluster has room for ``room`` more Foragers (RayCrew.room_for_foragers)."""
-
-    def __init__(self, table: dict[int, dict[str, float]], room: int) -> None:
-        super().__init__(table, default=0.0)
-        self.room = room
-
-    def room_for_foragers(self) -> int:
-        return self.room
-
-
 def test_a_replan_adds_no_more_requirements_than_the_cluster_has_room_for(tmp_path) -> None:
     stalls = {i: {"R1": 0.0, "R2": 0.0} for i in range(1, 5)}
     llm = ScriptedLLM([ReplanDraft(missing=["methods"], requirements=NEW)])
-    summary, state, emit = run(tmp_path / "one", CrampedCrew(stalls, room=1), llm, max_iterations=3)
+    one = make_crew(stalls, default=0.0, room=1)  # its cluster has room for one more Forager (room_for_foragers)
+    summary, state, emit = run(tmp_path / "one", one, llm, max_iterations=3)
     assert summary.status == "finished"
     assert [r["id"] for r in state["requirements"]] == ["R1", "R2", "R3"]  # the model proposed more: room for one
     assert len(NEW) > 1 and [len(r["added"]) for r in state["replans"]] == [1]
 
     silent = ScriptedLLM([])  # no room at all: no re-planning call, and the run says why
-    summary, state, emit = run(tmp_path / "none", CrampedCrew(stalls, room=0), silent, max_iterations=3)
+    summary, state, emit = run(tmp_path / "none", make_crew(stalls, default=0.0, room=0), silent, max_iterations=3)
     assert summary.status == "finished" and not state.get("replans") and silent.calls == 0
     (skipped,) = [e for e in emit.events if e.kind == "replan_skipped"]
     assert skipped.iteration == 2 and "no room" in skipped.message and "ray.num_cpus" in skipped.message
@@ -218,20 +178,14 @@ def test_a_replan_adds_no_more_requirements_than_the_cluster_has_room_for(tmp_pa
 def test_a_failed_replan_is_recorded_and_the_run_goes_on(tmp_path) -> None:
     llm = ScriptedLLM([LLMTimeout("no answer"), LLMTimeout("no answer"), LLMTimeout("no answer")])
     table = {i: {"R1": 0.5, "R2": 0.0} for i in range(1, 5)}
-    summary, state, _ = run(tmp_path, Crew(table), llm, max_iterations=3)
+    summary, state, _ = run(tmp_path, make_crew(table), llm, max_iterations=3)
     assert summary.status == "finished"
     assert state["replans"][0]["added"] == [] and any("re-planning" in d for d in state["degraded"])
 
 
 def test_a_resumed_run_keeps_the_added_requirements(tmp_path) -> None:
-    class Killed(Crew):
-        async def forage(self, requests):
-            if requests[0].iteration == 3:
-                raise SystemExit("driver killed while foraging iteration 3")
-            return await super().forage(requests)
-
     llm = ScriptedLLM([ReplanDraft(missing=["comparison"], requirements=NEW[:1])])
-    first = Killed(STALLED)
+    first = make_crew(STALLED, die_at=("forage", 3))  # the driver is killed while foraging iteration 3
     try:
         run(tmp_path, first, llm)
     except SystemExit:
@@ -239,10 +193,10 @@ def test_a_resumed_run_keeps_the_added_requirements(tmp_path) -> None:
     crashed = json.loads((tmp_path / RUN / "run.json").read_text())
     assert crashed["status"] == "running" and [r["id"] for r in crashed["requirements"]] == ["R1", "R2", "R3"]
 
-    second = Crew(STALLED)  # a fresh Orchestrator given the original plan (R1, R2) continues the run
+    second = make_crew(STALLED)  # a fresh Orchestrator given the original plan (R1, R2) continues the run
     summary, state, _ = run(tmp_path, second, ScriptedLLM([]))
     assert summary.status == "finished"
-    assert second.foraged[0] == ["R1", "R2", "R3"]
+    assert second.foraged_ids()[0] == ["R1", "R2", "R3"]
     assert [c.requirement.id for c in second.written[0].coverages] == ["R1", "R2", "R3"]
     assert len(state["replans"]) == 1
 
@@ -319,11 +273,11 @@ def test_added_requirements_are_marked_with_the_iteration_after_which_they_came(
 def test_a_stall_whose_replan_echoes_progress_adds_nothing_and_says_so(tmp_path) -> None:
     from infra.llm.fakes import FunctionLLM
 
-    crew = Crew(STALLED)
+    crew = make_crew(STALLED)
     summary, state, emit = run(tmp_path, crew, FunctionLLM(echo_progress))
     assert summary.status == "finished", summary.stop_reason
     assert [r["id"] for r in state["requirements"]] == ["R1", "R2"]  # nothing added, nothing foraged beyond them
-    assert all(ids == ["R1", "R2"] for ids in crew.foraged)
+    assert all(ids == ["R1", "R2"] for ids in crew.foraged_ids())
     (replan,) = state["replans"]
     assert replan["added"] == [] and replan["rejected"] == ["2 as Forage's own progress text"]
     (event,) = [e for e in emit.events if e.kind == "replanned"]
@@ -332,7 +286,7 @@ def test_a_stall_whose_replan_echoes_progress_adds_nothing_and_says_so(tmp_path)
 
 def test_added_requirements_are_shown_with_their_text_before_they_are_searched(tmp_path) -> None:
     llm = ScriptedLLM([ReplanDraft(missing=["quantitative"], requirements=NEW[:1])])
-    crew = Crew(STALLED)
+    crew = make_crew(STALLED)
     summary, state, emit = run(tmp_path, crew, llm)
     assert [r.get("added_after") for r in state["requirements"]] == [None, None, 2]
     kinds = [(e.kind, e.iteration) for e in emit.events if e.kind in ("replanned", "iteration")]

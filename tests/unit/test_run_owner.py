@@ -9,51 +9,20 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Sequence
 
 from actors.orchestrator import Orchestrator
 from actors.steps.events import RecordingEmit
 from infra.settings import Settings
-from messages import (
-    Candidate, ForageRequest, IngestRequest, IngestResult, Report, Requirement, RequirementCoverage,
-    RequirementsPlan, ResearchQuery, SearchRequest, SearchResults, WriteRequest,
-)
+from messages import Requirement, RequirementsPlan, ResearchQuery
+from tests.fakes import ScriptedCrew
 
 RUN = "run-owner"
 COVERAGE = {1: 0.2, 2: 0.5, 3: 0.9}
 
 
-class Crew:
-    def __init__(self, hold_iteration: int | None = None) -> None:
-        self.hold_iteration = hold_iteration
-        self.holding = asyncio.Event()
-        self.release = asyncio.Event()
-        self.written: list[WriteRequest] = []
-
-    async def search(self, request: SearchRequest) -> SearchResults:
-        n = len(request.exclude_keys)
-        return SearchResults(run_id=request.run_id, iteration=request.iteration,
-                             candidates=(Candidate(key=f"file:/lib/{n}.pdf", path=f"/lib/{n}.pdf"),))
-
-    async def ingest(self, requests: Sequence[IngestRequest]) -> list[IngestResult]:
-        return [IngestResult(run_id=r.run_id, key=r.candidate.key, path=r.candidate.path, status="stored",
-                             doc_id=r.candidate.key[-8:]) for r in requests]
-
-    async def forage(self, requests: Sequence[ForageRequest]) -> list[RequirementCoverage]:
-        iteration = requests[0].iteration
-        if iteration == self.hold_iteration:
-            self.holding.set()
-            await self.release.wait()
-        return [RequirementCoverage(run_id=r.run_id, requirement=r.requirement, iteration=iteration,
-                                    coverage=COVERAGE[iteration], new_passages=1)  # not settled before the goal
-                for r in requests]
-
-    async def write(self, request: WriteRequest) -> Report:
-        self.written.append(request)
-        return Report(run_id=request.run_id, markdown="# Report\n")
-
-    async def close(self) -> None:
-        return None
+def crew(hold_iteration: int | None = None) -> ScriptedCrew:
+    """One document per search; each iteration reads a new passage (none settles before the goal)."""
+    return ScriptedCrew(documents=1, coverage=COVERAGE, new_passages=1, hold_iteration=hold_iteration)
 
 
 def test_an_orchestrator_whose_run_was_resumed_elsewhere_stops_without_writing(tmp_path) -> None:
@@ -62,7 +31,7 @@ def test_an_orchestrator_whose_run_was_resumed_elsewhere_stops_without_writing(t
     q = ResearchQuery(run_id=RUN, text="query")
     plan = RequirementsPlan(run_id=RUN, query=q, approved=True,
                             requirements=(Requirement(id="R1", text="requirement number one"),))
-    old_crew, new_crew = Crew(hold_iteration=2), Crew()
+    old_crew, new_crew = crew(hold_iteration=2), crew()
     old_emit = RecordingEmit(RUN)
 
     async def go():

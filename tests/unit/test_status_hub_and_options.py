@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from actors.crew import Reservation, waiting_message
+from actors.reservation import Reservation, waiting_message
 from actors.options import (
     bundle_of,
     fitted_share,
