@@ -13,7 +13,7 @@ Tools (each one sentence on failure, never a traceback):
   the approval rule of the CLI and the dashboard holds for agents too.
 
 Resources: ``forage://runs/{run_id}/report`` (report.md). Runs are held by the gateway's own
-:class:`~gateway.server.RunManager`, so a run an agent starts has every rule a dashboard run has: the model server
+:class:`~gateway.runs.RunManager`, so a run an agent starts has every rule a dashboard run has: the model server
 is checked first, a library folder must be one the owner allowed (`forage library allow DIR`), ``--offline`` sends
 nothing at all (a request cannot turn it off), and the run goes on in this process until it ends.
 """
@@ -37,12 +37,12 @@ PLAN_WAIT_S = 900.0  # how long propose_research waits for the model to derive t
 
 def build_mcp(settings: Settings, *, llm: Any | None = None, allowed_libraries: list[Path] | None = None) -> Any:
     """The MCP server (an ``mcp.server.mcpserver.MCPServer``) over ``settings``' store and runs folder."""
-    from fastapi import HTTPException
     from mcp.server.mcpserver import MCPServer
     from mcp.server.mcpserver.exceptions import ResourceError, ToolError
 
     from gateway.api import Approval, RequirementIn, RunCreate
-    from gateway.server import RunManager
+    from gateway.errors import RunRequestError
+    from gateway.runs import RunManager
 
     settings = settings.updated(run={"runs_dir": settings.run.runs_dir.expanduser().resolve()},
                                 store={"path": settings.store.path.expanduser().resolve()})
@@ -65,8 +65,8 @@ def build_mcp(settings: Settings, *, llm: Any | None = None, allowed_libraries: 
                      "returns the stored text a citation rests on.")
 
     def fail(exc: BaseException) -> ToolError:
-        if isinstance(exc, HTTPException):
-            return ToolError(str(exc.detail))
+        if isinstance(exc, RunRequestError):
+            return ToolError(str(exc))
         if isinstance(exc, ValidationError):
             return ToolError(validation_text(exc))
         return ToolError(describe(exc) if isinstance(exc, ForageError) else " ".join(str(exc).split()))
@@ -158,7 +158,7 @@ def build_mcp(settings: Settings, *, llm: Any | None = None, allowed_libraries: 
 
         try:
             return await blocking(read)
-        except (ForageError, HTTPException, OSError, ValueError) as exc:
+        except (ForageError, RunRequestError, OSError, ValueError) as exc:
             raise fail(exc) from None
 
     @server.tool(description="A short answer from the papers already stored, citing passages [n] by chunk_id; "
@@ -180,7 +180,7 @@ def build_mcp(settings: Settings, *, llm: Any | None = None, allowed_libraries: 
             else:
                 step, _ = await ask_step(settings, Path(library) if library else None, llm=manager.llm)
                 result = await step.ask(question)
-        except (ForageError, HTTPException, ValueError) as exc:
+        except (ForageError, RunRequestError, ValueError) as exc:
             raise fail(exc) from None
         return result.as_dict()
 
@@ -192,7 +192,7 @@ def build_mcp(settings: Settings, *, llm: Any | None = None, allowed_libraries: 
     async def run_status(run_id: Annotated[str, Field(min_length=1, max_length=100)]) -> dict[str, Any]:
         try:
             return manager.state(run_id).model_dump(mode="json")
-        except HTTPException as exc:
+        except RunRequestError as exc:
             raise fail(exc) from None
 
     @server.tool(description="A finished run's report (Markdown, citations [n]) and its evidence: for each [n] "
@@ -202,7 +202,7 @@ def build_mcp(settings: Settings, *, llm: Any | None = None, allowed_libraries: 
 
         try:
             rundir = manager.rundir(run_id)
-        except HTTPException as exc:
+        except RunRequestError as exc:
             raise fail(exc) from None
         if not rundir.report_md.exists():
             raise ToolError(f"run {run_id} has no report (yet): run_status says where it is")
@@ -229,7 +229,7 @@ def build_mcp(settings: Settings, *, llm: Any | None = None, allowed_libraries: 
             run = await manager.create(req)
             await asyncio.wait_for(run.planned.wait(), PLAN_WAIT_S)
             view = manager.state(run.run_id)
-        except (HTTPException, ValidationError, ForageError) as exc:
+        except (RunRequestError, ValidationError, ForageError) as exc:
             raise fail(exc) from None
         except TimeoutError:
             raise ToolError(f"the requirements were not derived within {PLAN_WAIT_S:g} s") from None
@@ -252,7 +252,7 @@ def build_mcp(settings: Settings, *, llm: Any | None = None, allowed_libraries: 
                                                         for i, t in enumerate(requirements, 1)]
             manager.approve(run, Approval(requirements=edited))
             return manager.state(run_id).model_dump(mode="json")
-        except (HTTPException, ValidationError) as exc:
+        except (RunRequestError, ValidationError) as exc:
             raise fail(exc) from None
 
     @server.resource("forage://runs/{run_id}/report", mime_type="text/markdown",
@@ -260,8 +260,8 @@ def build_mcp(settings: Settings, *, llm: Any | None = None, allowed_libraries: 
     def report(run_id: str) -> str:
         try:
             path = manager.rundir(run_id).report_md
-        except HTTPException as exc:
-            raise ResourceError(str(exc.detail)) from None
+        except RunRequestError as exc:
+            raise ResourceError(str(exc)) from None
         if not path.exists():
             raise ResourceError(f"run {run_id} has no report (yet)")
         return path.read_text(encoding="utf-8")
@@ -275,7 +275,7 @@ def http_app(server: Any, token: str) -> Any:
     with the SDK's DNS-rebinding protection for a loopback host."""
     from starlette.responses import JSONResponse
 
-    from gateway.server import same_secret
+    from gateway.security import same_secret
 
     inner = server.streamable_http_app(host="127.0.0.1")
 

@@ -3,8 +3,8 @@
 A :class:`ResearchSession` starts (or joins) Ray with privacy-safe settings, creates the run's
 StatusHub and Orchestrator actors, asks for requirements, and after approval runs the loop while
 handing every status event to a callback, in order. It returns when the run has finished — it
-waits on the run's future and the hub's long poll, never on sleeps. :func:`resume_plan` turns a run's
-run.json back into its settings and approved plan, for `forage resume` and the gateway's resume.
+waits on the run's future and the hub's long poll (gateway/events.py), never on sleeps. :func:`resume_plan`
+turns a run's run.json back into its settings and approved plan, for `forage resume` and the gateway's resume.
 """
 
 from __future__ import annotations
@@ -17,11 +17,12 @@ from actors.options import driver_node, llm_slot_resources, options_for
 from actors.orchestrator import Orchestrator
 from actors.status_hub import StatusHub
 from actors.steps.run.rundir import RunDir, new_run_id
+from gateway.events import follow_hub
 from infra.errors import ConfigError
 from infra.settings import Settings, settings_for_run
 from messages.plan import PlanRequest, RequirementsPlan, ResearchQuery
 from messages.run_state import RecordedSettings, RunState
-from messages.status import RunSummary, Stage, StatusEvent
+from messages.status import RunSummary, StatusEvent
 
 
 class ResearchSession:
@@ -65,21 +66,15 @@ class ResearchSession:
 
         approved = plan if plan.approved else plan.model_copy(update={"approved": True})
         done = self.orchestrator.run.remote(approved, from_run=from_run)
-        final = False
-        while True:
-            ready, _ = ray.wait([done], timeout=0)
-            if ready and final:  # the final event was delivered before the future was ready: nothing follows
-                return ray.get(done)
-            # once the run's future is ready, the hub already holds the final event (it is published
-            # and awaited before run() returns); read until it is delivered
-            events = ray.get(self.hub.wait.remote(self.seen, 5.0 if ready else poll_s))
-            for ev in events:
+        # once the run's future is ready, the hub already holds the final event (it is published and awaited
+        # before run() returns): read until it is delivered
+        for batch in follow_hub(self.hub, self.seen, ended=lambda: bool(ray.wait([done], timeout=0)[0]),
+                                wait_s=poll_s, settle_s=5.0):
+            for ev in batch:
                 self.seen = ev.seq
-                final = final or (ev.stage == Stage.RUN and ev.kind in ("finished", "failed"))
                 if on_event is not None:
                     on_event(ev)
-            if ready and (final or not events):
-                return ray.get(done)
+        return ray.get(done)
 
     def close(self) -> None:
         import ray

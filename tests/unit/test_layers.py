@@ -1,6 +1,7 @@
 """The layers are contracts, not hope: import-linter checks pyproject.toml's [tool.importlinter] contracts
 (messages import nothing of Forage; step code imports no Ray or FastAPI; infra knows no actor or gateway; the
-gateway is the top layer; the typed client needs no FastAPI)."""
+gateway is the top layer; the typed client needs no FastAPI; the runs, the session and the MCP server need no FastAPI;
+actors import no FastAPI)."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ def test_import_contracts_hold(monkeypatch, capsys) -> None:
     code = lint_imports(config_filename=str(REPO / "pyproject.toml"), no_cache=True, no_logo=True)
     out = capsys.readouterr().out
     assert code == 0, out
-    assert "7 kept, 0 broken" in out
+    assert "9 kept, 0 broken" in out
 
 
 #: where Forage's own code imports Forage's modules inside functions, and why: nowhere else (the test below)
@@ -30,6 +31,7 @@ LAZY_IMPORTS = {
     "gateway/eval_suite.py": "commands",
     # the gateway loads Ray, a store backend or a model client when a request needs one, not at start
     "gateway/server.py": "on request", "gateway/mcp_server.py": "on request", "gateway/session.py": "on request",
+    "gateway/runs.py": "on request", "gateway/routes/runs.py": "on request", "gateway/routes/reports.py": "on request",
     "gateway/forget.py": "on request",
     # an actor builds its ports (store, embedder, parser, model client) in its own process on first use: the
     # driver that creates the actor never loads them; a crew makes Ray actors of its classes only when it starts
