@@ -150,7 +150,8 @@ def show_evidence(results: dict) -> None:
                         f"{results['unanswerable']} unanswerable requirements · {results['llm']} · "
                         f"retrieval P@1 {results['retrieval_p1']:.2f}")
     columns = ("evidence_hit_rate", "evidence_recall", "coverage_answerable", "coverage_unanswerable",
-               "false_coverage", "answered_answerable", "judge_tpr", "judge_fpr", "llm_calls", "overruled", "wall_s")
+               "false_coverage", "answered_answerable", "ece", "judge_tpr", "judge_fpr", "llm_calls", "overruled",
+               "wall_s")
     table.add_column("mode")
     for col in columns:
         table.add_column(col.replace("_", " "), justify="right")
@@ -158,6 +159,15 @@ def show_evidence(results: dict) -> None:
         table.add_row(name, *(f"{figures[c]:.2f}" if c not in ("llm_calls", "overruled", "wall_s")
                               else f"{figures[c]:.0f}" for c in columns))
     base.console.print(table)
+    for name, rows in results.get("reliability", {}).items():
+        bins = Table(title=f"{name}: reliability (requirements by coverage; a calibrated coverage matches the share "
+                           f"answerable) · ECE {results['modes'][name]['ece']:.2f}")
+        for col in ("coverage bin", "requirements", "mean coverage", "share answerable"):
+            bins.add_column(col, justify="right")
+        for row in rows:
+            label = "1.0" if row["bin"] >= 1.0 else f"{row['bin']:.2f}–"
+            bins.add_row(label, f"{row['n']:.0f}", f"{row['mean_coverage']:.2f}", f"{row['answerable']:.2f}")
+        base.console.print(bins)
     tpr, fpr = results.get("judge_rates_told", (None, None))
     base.console.print(f"the check was told the judge's rates TPR {tpr}, FPR {fpr}; judge TPR / FPR above: measured "
                        "from its verdicts against the qrels (in checked mode on the passages it was shown)",
