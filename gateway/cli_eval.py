@@ -150,7 +150,8 @@ def show_evidence(results: dict) -> None:
                         f"{results['unanswerable']} unanswerable requirements · {results['llm']} · "
                         f"retrieval P@1 {results['retrieval_p1']:.2f}")
     columns = ("evidence_hit_rate", "evidence_recall", "coverage_answerable", "coverage_unanswerable",
-               "false_coverage", "answered_answerable", "judge_tpr", "judge_fpr", "llm_calls", "overruled", "wall_s")
+               "false_coverage", "answered_answerable", "ece", "judge_tpr", "judge_fpr", "llm_calls", "overruled",
+               "wall_s")
     table.add_column("mode")
     for col in columns:
         table.add_column(col.replace("_", " "), justify="right")
@@ -158,10 +159,66 @@ def show_evidence(results: dict) -> None:
         table.add_row(name, *(f"{figures[c]:.2f}" if c not in ("llm_calls", "overruled", "wall_s")
                               else f"{figures[c]:.0f}" for c in columns))
     base.console.print(table)
+    for name, rows in results.get("reliability", {}).items():
+        bins = Table(title=f"{name}: reliability (requirements by coverage; a calibrated coverage matches the share "
+                           f"answerable) · ECE {results['modes'][name]['ece']:.2f}")
+        for col in ("coverage bin", "requirements", "mean coverage", "share answerable"):
+            bins.add_column(col, justify="right")
+        for row in rows:
+            label = "1.0" if row["bin"] >= 1.0 else f"{row['bin']:.2f}–"
+            bins.add_row(label, f"{row['n']:.0f}", f"{row['mean_coverage']:.2f}", f"{row['answerable']:.2f}")
+        base.console.print(bins)
     tpr, fpr = results.get("judge_rates_told", (None, None))
     base.console.print(f"the check was told the judge's rates TPR {tpr}, FPR {fpr}; judge TPR / FPR above: measured "
                        "from its verdicts against the qrels (in checked mode on the passages it was shown)",
                        highlight=False)
+
+
+DEFAULT_LABELLED = Path(__file__).resolve().parents[2] / "shared" / "data" / "beir-scifact"  # its train split
+
+
+def calibrate(
+    llm: Annotated[str | None, typer.Option(
+        help="LLM backend: embedded, ollama or openai (default: settings).")] = None,
+    model: Annotated[str | None, typer.Option(help="Model name (Ollama, or the served model id).")] = None,
+    beir: Annotated[Path | None, typer.Option(
+        help="Labelled set: a BEIR folder (corpus.jsonl, queries.jsonl, qrels/). Default: BEIR SciFact beside the "
+             "repository (../shared/data/beir-scifact), its train split.")] = None,
+    split: Annotated[str, typer.Option(help="qrels split to measure on (not the one you report on).")] = "train",
+    queries: Annotated[int, typer.Option(min=1, help="Queries judged: each its relevant documents' passages and "
+                                                     "as many near ones that are not.")] = 20,
+    near: Annotated[int, typer.Option(min=1, help="Passages of near, not relevant documents per query.")] = 3,
+    save: Annotated[bool, typer.Option(help="Keep the rates for this model in the user's config "
+                                            "($XDG_CONFIG_HOME/forage/judges.json).")] = True,
+) -> None:
+    """Measure how well the configured model judges (its true and false positive rate on a labelled set, with the
+    Forager's own judging prompt) and keep the rates for that model: its runs then weigh its verdicts by them."""
+    from actors.steps.evaluation.calibrate import measure_judge
+    from infra.judges import judges_file, keep_rates
+
+    settings = settings_for_run(Settings.load(), llm_backend=llm, model=model)  # type: ignore[arg-type]
+    folder = beir or DEFAULT_LABELLED
+
+    def progress(n: int, total: int, qid: str, got: list) -> None:
+        shown = ", ".join(f"{tag}{'*' if rel else ''}" for tag, rel in got)
+        base.err.print(f"[dim]{n}/{total} query {qid}: {shown} (* relevant)[/dim]", highlight=False)
+
+    try:
+        if beir is None and not folder.is_dir():
+            raise ForageError(f"no labelled set at {folder}: name a BEIR folder with --beir")
+        result = measure_judge(settings, folder, n_queries=queries, split=split, near=near, progress=progress)
+        path = keep_rates(result["key"], {k: result[k] for k in ("tpr", "fpr", "relevant", "other", "calibrated",
+                                                                 "labelled_set", "queries")}) if save else None
+    except ForageError as exc:
+        base.err.print(f"[red]error:[/red] {base.one_line(exc)}")
+        raise typer.Exit(1 if exc.retryable else 2) from None
+    base.console.print(f"judge {result['key']} ({result['labelled_set']}, {result['queries']} queries): "
+                       f"TPR {result['tpr']:.2f} on {result['relevant']} relevant passages, FPR {result['fpr']:.2f} on "
+                       f"{result['other']} others; {result['unjudged']} without a verdict, {result['llm_calls']} "
+                       "LLM calls", highlight=False)
+    if path is not None:
+        base.console.print(f"kept for {result['key']} in {path}: its runs weigh its verdicts by these rates "
+                           "(forage.judge_tpr / judge_fpr, where set, still win)", highlight=False)
 
 
 def eval_runs(
@@ -229,3 +286,4 @@ def register(app: typer.Typer) -> None:
     base.eval_app.command("suite")(eval_suite)
     base.eval_app.command("evidence")(eval_evidence)
     base.eval_app.command("runs")(eval_runs)
+    app.command("calibrate")(calibrate)

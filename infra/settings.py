@@ -543,10 +543,27 @@ class Settings(BaseSettings):
             value = (_STORE_CONFIRMATION if signal == "store" else _CONFIRMATION).get(self.embed.backend)
         return value or None
 
+    def judge_key(self) -> str:
+        """The key the configured model's calibrated rates are kept under (infra/judges.py)."""
+        from infra.judges import judge_key
+
+        return judge_key(self.llm.backend, self.llm.model, self.llm.gguf_path)
+
+    def judge_calibration(self) -> dict[str, Any] | None:
+        """What `forage calibrate` measured for the configured model (infra/judges.py; None: not calibrated)."""
+        from infra.judges import calibrated_rates
+
+        return calibrated_rates(self.judge_key())
+
     def judge_rates(self) -> tuple[float, float]:
         """(true positive, false positive) rate of the judge's 'answers' (forage.judge_tpr / judge_fpr, else the
-        embedded model's measured rates or an uncalibrated model's)."""
+        rates `forage calibrate` kept for the configured model, else the embedded model's measured rates or an
+        uncalibrated model's)."""
         default = _EMBEDDED_JUDGE if self.llm.backend == "embedded" else _UNCALIBRATED_JUDGE
+        if self.forage.judge_tpr is None or self.forage.judge_fpr is None:
+            kept = self.judge_calibration()
+            if kept is not None:
+                default = (float(kept["tpr"]), float(kept["fpr"]))
         return (default[0] if self.forage.judge_tpr is None else self.forage.judge_tpr,
                 default[1] if self.forage.judge_fpr is None else self.forage.judge_fpr)
 

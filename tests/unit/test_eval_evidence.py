@@ -4,6 +4,7 @@ relevance check; the judge is a function LLM. Scored by the qrels alone."""
 from __future__ import annotations
 
 import json
+import math
 import re
 from pathlib import Path
 
@@ -101,6 +102,9 @@ def test_cli_prints_the_table_and_writes_json(tiny: Path, tmp_path: Path, monkey
     assert result.exit_code == 0, result.output
     assert "false coverage" in result.output and "checked" in result.output
     data = json.loads(out.read_text())
+    assert "reliability" in result.output and "ECE" in result.output and "share answerable" in result.output
+    assert list(data["reliability"]) == ["checked"] and "ece" in data["modes"]["checked"]
+    assert sum(r["n"] for r in data["reliability"]["checked"]) == data["n_queries"]
     assert list(data["modes"]) == ["checked"] and set(QUERIES) >= {r["qid"] for r in data["queries"]["checked"]}
     bad = CliRunner().invoke(app, ["eval", "evidence", "--beir", str(tmp_path / "none")])
     assert bad.exit_code == 2 and "error" in bad.output
@@ -219,3 +223,31 @@ def test_a_kept_store_is_copied_and_the_held_out_documents_left_out_of_the_copy(
     for r in rows:  # a yes-man cites whatever it is shown: an unanswerable query's documents were not there
         assert r["answerable"] or not set(r["evidence"]) & relevant[r["qid"]]
     assert len(build_store(settings).list_documents()) == 10  # the kept store itself is untouched
+
+
+def _row(answerable: bool, coverage: float) -> QueryOutcome:
+    return QueryOutcome("q", answerable, coverage, False, False, [], 1, 0, 1.0, 0)
+
+
+def test_the_reliability_table_bins_requirements_by_coverage_with_their_share_answerable() -> None:
+    """Hand-made rows: coverage 1.0 on two answerable and one unanswerable requirement, 0.5 on one of each, 0 on
+    two unanswerable ones; the ECE is the requirement-weighted gap between a bin's coverage and its share answerable."""
+    from actors.steps.evaluation.evidence import ModeSummary, expected_calibration_error, reliability
+
+    rows = [_row(True, 1.0), _row(True, 1.0), _row(False, 1.0), _row(True, 0.5), _row(False, 0.5),
+            _row(False, 0.0), _row(False, 0.0)]
+    table = reliability(rows)
+    assert table == [{"bin": 0.0, "n": 2.0, "mean_coverage": 0.0, "answerable": 0.0},
+                     {"bin": 0.5, "n": 2.0, "mean_coverage": 0.5, "answerable": 0.5},
+                     {"bin": 1.0, "n": 3.0, "mean_coverage": 1.0, "answerable": 0.6667}]
+    assert expected_calibration_error(table) == pytest.approx(round(3 * (1 - 0.6667) / 7, 4))
+    # 0.75 sits in the 0.75 bin, 0.74 in the 0.5 bin: a bin holds its lower edge, not its upper one
+    assert [r["bin"] for r in reliability([_row(True, 0.75), _row(False, 0.74)])] == [0.5, 0.75]
+    # perfectly calibrated: answerable at 1.0, unanswerable at 0; a coverage that says nothing (0.5 everywhere, half
+    # answerable) is calibrated too, but the worst is a confident wrong one
+    assert expected_calibration_error(reliability([_row(True, 1.0), _row(False, 0.0)])) == 0.0
+    assert expected_calibration_error(reliability([_row(True, 0.5), _row(False, 0.5)])) == 0.0
+    assert expected_calibration_error(reliability([_row(False, 1.0), _row(True, 0.0)])) == 1.0
+    assert math.isnan(expected_calibration_error(reliability([])))
+    summary = ModeSummary("checked", rows)
+    assert summary.figures()["ece"] == expected_calibration_error(table)

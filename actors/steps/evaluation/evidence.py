@@ -12,6 +12,10 @@ requirements are *unanswerable*, and any coverage they get is false. The qrels a
 * **retrieval P@1** — the store's own hybrid search ranks a relevant document first (answerable queries):
   what evidence should at least match;
 * LLM calls and wall time;
+* a **reliability table** (:func:`reliability`): requirements binned by coverage, each bin with its mean coverage
+  and its share of answerable requirements, and the **expected calibration error** (ECE) over it: coverage is meant
+  as the probability that the evidence shown answers the requirement, and the ECE says how far from that it is
+  (half the queries being unanswerable, a coverage that says nothing scores 0.5 everywhere);
 * the **judge's own rates**, from its recorded verdicts against the qrels: of the passages it was shown, the share
   of a relevant document's it called "answers" (TPR) and of any other document's (FPR). In ``checked`` mode the
   judge is shown only passages from the topic floor on, so its rates there are on those.
@@ -105,7 +109,35 @@ class ModeSummary:
             "overruled": float(sum(o.overruled for o in self.outcomes)),
             "failed_steps": float(sum(o.failed_steps for o in self.outcomes)),
             "wall_s": round(sum(o.seconds for o in self.outcomes), 1),
+            "ece": expected_calibration_error(reliability(self.outcomes)),
         }
+
+
+RELIABILITY_BINS = (0.0, 0.25, 0.5, 0.75, 1.0)  # lower edges; the last bin holds coverage 1.0 alone
+
+
+def reliability(outcomes: Sequence[QueryOutcome], edges: Sequence[float] = RELIABILITY_BINS) -> list[dict[str, float]]:
+    """Requirements binned by coverage (bin ``i`` holds ``edges[i] <= coverage < edges[i + 1]``, the last bin
+    ``coverage >= edges[-1]``): per bin its lower edge, how many requirements, their mean coverage and the share of
+    them that are answerable. Empty bins are left out."""
+    rows = []
+    for i, low in enumerate(edges):
+        high = edges[i + 1] if i + 1 < len(edges) else math.inf
+        inside = [o for o in outcomes if low <= o.coverage < high]
+        if inside:
+            rows.append({"bin": low, "n": float(len(inside)),
+                         "mean_coverage": round(sum(o.coverage for o in inside) / len(inside), 4),
+                         "answerable": round(sum(o.answerable for o in inside) / len(inside), 4)})
+    return rows
+
+
+def expected_calibration_error(rows: Sequence[Mapping[str, float]]) -> float:
+    """The expected calibration error of a reliability table: the mean over requirements of their bin's
+    |mean coverage - share answerable| (NaN for an empty table)."""
+    total = sum(r["n"] for r in rows)
+    if not total:
+        return math.nan
+    return round(sum(r["n"] * abs(r["mean_coverage"] - r["answerable"]) for r in rows) / total, 4)
 
 
 def judge_rates(judged: Sequence[tuple[str, bool]]) -> dict[str, float]:
@@ -262,6 +294,7 @@ def evaluate_evidence(settings: Settings, folder: Path, *, n_queries: int = 50, 
                 if progress is not None:
                     progress(mode, n, len(qids), outcome)
             out["modes"][mode] = summary.figures()
+            out.setdefault("reliability", {})[mode] = reliability(summary.outcomes)
             if mode == "checked":
                 out["answer_floor_sweep"] = answer_floor_sweep(summary.outcomes)
             out["queries"][mode] = [vars(o) | {"seconds": round(o.seconds, 2)} for o in summary.outcomes]
