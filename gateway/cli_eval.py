@@ -194,7 +194,7 @@ def calibrate(
     """Measure how well the configured model judges (its true and false positive rate on a labelled set, with the
     Forager's own judging prompt) and keep the rates for that model: its runs then weigh its verdicts by them."""
     from actors.steps.evaluation.calibrate import measure_judge
-    from infra.judges import judges_file, keep_rates
+    from infra.judges import keep_rates
 
     settings = settings_for_run(Settings.load(), llm_backend=llm, model=model)  # type: ignore[arg-type]
     folder = beir or DEFAULT_LABELLED

@@ -13,6 +13,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ModelWrapValidatorHandler, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from infra import judges
+
 PresetName = Literal["quick", "standard", "deep"]
 
 
@@ -545,15 +547,11 @@ class Settings(BaseSettings):
 
     def judge_key(self) -> str:
         """The key the configured model's calibrated rates are kept under (infra/judges.py)."""
-        from infra.judges import judge_key
-
-        return judge_key(self.llm.backend, self.llm.model, self.llm.gguf_path)
+        return judges.judge_key(self.llm.backend, self.llm.model, self.llm.gguf_path)
 
     def judge_calibration(self) -> dict[str, Any] | None:
         """What `forage calibrate` measured for the configured model (infra/judges.py; None: not calibrated)."""
-        from infra.judges import calibrated_rates
-
-        return calibrated_rates(self.judge_key())
+        return judges.calibrated_rates(self.judge_key())
 
     def judge_rates(self) -> tuple[float, float]:
         """(true positive, false positive) rate of the judge's 'answers' (forage.judge_tpr / judge_fpr, else the

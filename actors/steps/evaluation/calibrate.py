@@ -26,6 +26,7 @@ from actors.steps.evaluation.retrieval import BeirDataset, load_beir, select_que
 from actors.steps.forage.step import ForageStep, _Doc, _Iteration
 from actors.steps.plan.requirements import content_words
 from infra.errors import ConfigError
+from infra.llm import build_llm
 from infra.settings import Settings
 from infra.store.base import ChunkRecord
 from messages.plan import Requirement
@@ -92,8 +93,6 @@ def measure_judge(settings: Settings, folder: Path, *, n_queries: int = 20, spli
     if not qids:
         raise ConfigError(f"{dataset.folder}: split {split!r} has no judged query")
     if llm is None:
-        from infra.llm import build_llm
-
         llm = build_llm(settings)
     shown = labelled_passages(dataset, qrels, qids, near, seed)
     pairs: list[tuple[str, bool]] = []
