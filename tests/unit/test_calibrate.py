@@ -106,7 +106,7 @@ def test_kept_rates_are_the_models_own_and_a_bad_file_is_an_error() -> None:
 def test_the_cli_keeps_the_rates_and_a_run_of_that_model_credits_by_them(tiny: Path, monkeypatch) -> None:
     """`forage calibrate --llm ollama --model M` with a perfect judge keeps (1, 0) for M; a Forager of M then keeps
     an 'answers' the check would overrule for an uncalibrated model (the store signal's calibration curve)."""
-    import infra.llm
+    import actors.steps.evaluation.calibrate as calibrate
     from actors.steps.forage.step import ForageStep
     from gateway.cli import app
     from infra.rerank import EmbeddingSimilarity
@@ -115,7 +115,7 @@ def test_the_cli_keeps_the_rates_and_a_run_of_that_model_credits_by_them(tiny: P
     from messages.forage import ChunkJudgement
 
     full = load_beir(tiny).qrels("test")
-    monkeypatch.setattr(infra.llm, "build_llm", lambda settings: judge_from(tiny, full, 1.0, 0.0))
+    monkeypatch.setattr(calibrate, "build_llm", lambda settings: judge_from(tiny, full, 1.0, 0.0))
     result = CliRunner().invoke(app, ["calibrate", "--llm", "ollama", "--model", "perfect-m", "--beir", str(tiny),
                                       "--split", "test", "--queries", "3"], env={"COLUMNS": "200"})
     assert result.exit_code == 0, result.output
