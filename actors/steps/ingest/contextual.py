@@ -34,6 +34,7 @@ from typing import Any, TypeVar
 from filelock import FileLock
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from actors.steps.prompts import CONTEXTUAL_PROMPT_VERSION, CONTEXTUAL_SYSTEM
 from infra.llm.base import LLM, ChatMessage
 from infra.settings import Settings
 from infra.store.base import ChunkRecord
@@ -42,7 +43,6 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-PROMPT_VERSION = "contextual-v1"
 MAX_PASSAGES = 32  # ingest.contextual_batch allows at most 32
 CONTEXT_CHARS = 400  # what the schema allows; a kept context is cut after its second sentence
 MIN_CONTEXT_WORDS = 4
@@ -50,14 +50,6 @@ PASSAGE_CHARS = 900  # of each chunk shown to the LLM
 ABSTRACT_CHARS = 1500
 SKIP_KINDS = frozenset({"references"})
 _SENTENCE = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9(\"'])")
-
-SYSTEM = (
-    "You situate passages of a scientific paper for a search engine. For every numbered passage write one or "
-    "two sentences (at most 50 words) saying what the passage is about within this paper: which part of the "
-    "study, method, data or result it belongs to, naming the paper's subject. Use the title, the abstract and "
-    "the passage's section path. Do not copy the passage, do not add facts that are not there. Answer in JSON: "
-    '{"contexts": [{"passage": <number>, "context": "<one or two sentences>"}, ...]}, one entry per passage.'
-)
 
 
 class ChunkContext(BaseModel):
@@ -91,7 +83,8 @@ class ChunkContexts(BaseModel):
 
 def chunk_hash(title: str, abstract: str, chunk: ChunkRecord) -> str:
     """What a context depends on: the prompt version, title, abstract, section path and chunk text."""
-    parts = (PROMPT_VERSION, " ".join(title.split()), " ".join(abstract.split()), chunk.section_path, chunk.text)
+    parts = (CONTEXTUAL_PROMPT_VERSION, " ".join(title.split()), " ".join(abstract.split()), chunk.section_path,
+             chunk.text)
     return hashlib.sha256("\x1f".join(parts).encode("utf-8")).hexdigest()
 
 
@@ -257,4 +250,4 @@ class Contextualizer:
         user = (f"Title: {' '.join(title.split())}\nAbstract: {abstract or '(none)'}\n\n"
                 f"Passages ({len(batch)}):\n\n" + "\n\n".join(passages) +
                 f"\n\nWrite the context of each of the {len(batch)} passages.")
-        return [{"role": "system", "content": SYSTEM}, {"role": "user", "content": user}]
+        return [{"role": "system", "content": CONTEXTUAL_SYSTEM}, {"role": "user", "content": user}]

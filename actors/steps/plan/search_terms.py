@@ -25,6 +25,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
+from actors.steps.prompts import SEARCH_TERMS_SYSTEM
 from infra.errors import LLMOutputError, LLMTimeout
 from infra.llm.base import LLM, ChatMessage
 from messages.plan import Requirement, SearchQuery
@@ -95,22 +96,6 @@ class Constraints:
     author: str | None = None
     venue: str | None = None
     has_pdf: bool = False
-
-
-_SYSTEM = (
-    "You write keyword searches for a scholarly database (OpenAlex, arXiv) for a research query and its "
-    "requirements.\n"
-    "Rules:\n"
-    "- One search per requirement (at most {n}); each search has 2 to 5 specific concepts: technical nouns or "
-    "noun phrases a paper's title or abstract would contain.\n"
-    "- No filler words (study, effect, role, impact, research, papers) and no time words (recent, last years, "
-    "2020).\n"
-    "- Put years asked for by the query in year_from / year_to, not in the keywords; open_access only if the "
-    "query asks for it.\n"
-    "- authors: only people whose papers the query asks for (\"papers by ...\"); venue: only a journal or "
-    "conference the query says the papers must be published in. Never guess either; leave them empty.\n"
-    "Answer with JSON only."
-)
 
 
 _NAME = r"(?:[A-Z][\w&.'\-]*)(?:\s+(?:of|on|and|for|in|the|&|[A-Z][\w&.'\-]*))*"
@@ -221,7 +206,7 @@ def _fallback_terms(requirement: Requirement) -> str:
 
 def _messages(query: str, requirements: Sequence[Requirement], n: int) -> list[ChatMessage]:
     listed = "\n".join(f"{r.id}: {r.text}" for r in requirements)
-    return [{"role": "system", "content": _SYSTEM.format(n=n)},
+    return [{"role": "system", "content": SEARCH_TERMS_SYSTEM.format(n=n)},
             {"role": "user", "content": f"Query: {query}\n\nRequirements:\n{listed}"}]
 
 

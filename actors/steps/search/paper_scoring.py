@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from actors.steps.prompts import PAPER_SCORING_SYSTEM
 from infra.errors import LLMOutputError, LLMTimeout
 from infra.llm.base import LLM, ChatMessage
 from messages.plan import Requirement
@@ -37,14 +38,6 @@ class PaperScores(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
     scores: list[PaperScore] = Field(max_length=40)
-
-
-_SYSTEM = (
-    "You screen candidate papers for a literature review. Score each listed paper from its title and abstract "
-    "against the requirements: 5 = directly gives information a requirement asks for, 4 = relevant, "
-    "3 = related, 2 = marginal, 1 = unrelated. Give one entry per paper, using the paper's number. "
-    "Answer with JSON only."
-)
 
 
 @dataclass
@@ -70,7 +63,7 @@ def _listing(batch: Sequence[Candidate]) -> str:
 
 def _messages(requirements: Sequence[Requirement], batch: Sequence[Candidate]) -> list[ChatMessage]:
     reqs = "\n".join(f"{r.id}: {r.text}" for r in requirements)
-    return [{"role": "system", "content": _SYSTEM},
+    return [{"role": "system", "content": PAPER_SCORING_SYSTEM},
             {"role": "user", "content": f"Requirements:\n{reqs}\n\nPapers:\n{_listing(batch)}"}]
 
 
