@@ -125,21 +125,23 @@ def test_mean_coverage_counts_failed_as_zero() -> None:
 
 
 def test_an_iteration_that_brings_nothing_new_settles_every_requirement_and_stops_the_loop(tmp_path) -> None:
-    # the Foragers report no new passage above the topic floor: the next iteration could read nothing new
-    crew = make_crew([2, 2, 2], [{"R1": 0.5, "R2": 0.0}], new_passages=0)
+    # iteration 1 reads 2 documents that hold nothing for either requirement: the next batch may, so nothing is
+    # settled; iteration 2 reads no new document and finds no new passage: the next could read nothing new
+    crew = make_crew([2, 0, 0], [{"R1": 0.5, "R2": 0.0}], new_passages=0)
     summary, state, emit = run(crew, tmp_path, max_iterations=6)
-    assert summary.iterations == 1 and len(crew.searched) == 1
+    assert summary.iterations == 2 and len(crew.searched) == 2
+    assert state["iterations"][0]["settled"] == {"R1": "", "R2": ""}
     assert summary.stop_reason == "every requirement settled (coverage 0.25): 2 nothing new"
     assert state["settled"] == summary.settled == {
-        "R1": "nothing new in iteration 1: no new document read, no new passage above the topic floor (coverage 0.50)",
-        "R2": "nothing new in iteration 1: no new document read, no new passage above the topic floor (coverage 0.00)"}
-    assert state["iterations"][0]["new_passages"] == {"R1": 0, "R2": 0}
+        "R1": "nothing new in iteration 2: no new document read, no new passage above the topic floor (coverage 0.50)",
+        "R2": "nothing new in iteration 2: no new document read, no new passage above the topic floor (coverage 0.00)"}
+    assert state["iterations"][1]["new_passages"] == {"R1": 0, "R2": 0}
 
 
 def test_a_settled_requirement_waits_for_the_others_and_the_stop_says_why_per_requirement(tmp_path) -> None:
-    # R1 answered in iteration 1; R2 gets new passages until iteration 3
+    # R1 answered in iteration 1; R2 gets new passages until iteration 3, which reads no new document either
     new = {1: {"R1": 0, "R2": 2}, 2: {"R1": 0, "R2": 2}, 3: {"R1": 0, "R2": 0}}
-    crew = make_crew([2] * 6, [{"R1": 1.0, "R2": 0.0}, {"R1": 1.0, "R2": 0.5}], new_passages=new)
+    crew = make_crew([2, 2, 0, 0, 0, 0], [{"R1": 1.0, "R2": 0.0}, {"R1": 1.0, "R2": 0.5}], new_passages=new)
     summary, state, emit = run(crew, tmp_path, max_iterations=6)
     assert summary.iterations == 3  # not 6: iteration 3 brought R2 nothing new
     assert [it["settled"]["R1"].split(":")[0] for it in state["iterations"]] == ["answered"] * 3

@@ -9,8 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from actors.steps.run.record import RunRecord, resumable, shown_status, stop_reason
+from actors.steps.run.record import RunRecord, resumable, settled, shown_status, stop_reason
 from actors.steps.run.rundir import RunDir
+from messages.forage import RequirementCoverage
+from messages.plan import Requirement
 from messages.run_state import RunState
 
 OLD = Path(__file__).resolve().parents[1] / "data" / "run_json"
@@ -101,6 +103,19 @@ def test_the_stop_rule_and_the_shown_status_live_in_one_place(tmp_path) -> None:
     assert shown_status(state, rundir) == "interrupted" and resumable(state, rundir)
     assert shown_status(state, rundir, live=True) == "running" and not resumable(state, rundir, live=True)
     assert not resumable(state.model_copy(update={"requirements": []}), rundir)  # never approved
+
+
+def test_nothing_new_needs_an_iteration_that_read_no_new_document() -> None:
+    """A requirement its iteration's new documents held nothing for waits for the search's next batch (the run that
+    stopped after iteration 1 with two requirements at 0.00 and their papers still unread, tests/e2e/test_kill_driver);
+    only an iteration that read no new document and found it no new passage settles it."""
+    cov = [RequirementCoverage(run_id="r", requirement=Requirement(id="R1", text="Fin regrowth"), iteration=1,
+                               coverage=0.0, new_passages=0),
+           RequirementCoverage(run_id="r", requirement=Requirement(id="R2", text="Scale pigment"), iteration=1,
+                               coverage=0.5, new_passages=3)]
+    assert settled(cov, 0.85, new_documents=2) == {"R1": "", "R2": ""}
+    after = settled(cov, 0.85, new_documents=0)
+    assert after["R1"].startswith("nothing new in iteration 1") and after["R2"] == ""
 
 
 def test_a_run_is_listed_from_the_start_of_planning_and_shown_interrupted_when_its_process_stopped(tmp_path) -> None:

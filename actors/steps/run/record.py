@@ -48,12 +48,14 @@ def new_passages(coverage: RequirementCoverage) -> int:
     return coverage.new_passages if coverage.new_passages is not None else len(coverage.judgements)
 
 
-def settled(coverages: Sequence[RequirementCoverage], min_coverage: float) -> dict[str, str]:
+def settled(coverages: Sequence[RequirementCoverage], min_coverage: float, new_documents: int) -> dict[str, str]:
     """Per requirement, why it is settled after the iteration ``coverages`` report ("" while it is not): answered
-    (its coverage reached ``min_coverage``), its Forager failed, or the iteration brought it nothing new (no new
-    document read for it, no new passage above the topic floor: the next iteration would read the same store the
-    same way). A requirement that got something new is not settled: more of the same may follow. Settling is read
-    from each iteration afresh, so a later document that brings a settled requirement something unsettles it."""
+    (its coverage reached ``min_coverage``), its Forager failed, or the iteration brought it nothing new: it read no
+    new document (``new_documents``: stored by the iteration) and found the requirement no new passage above the
+    topic floor. A requirement that got something new is not settled: more of the same may follow; nor is one whose
+    iteration read new documents that held nothing for it, since the search's next batch may (the library is read
+    most relevant first, but a requirement's papers can come later). Settling is read from each iteration afresh,
+    so a later document that brings a settled requirement something unsettles it."""
     out: dict[str, str] = {}
     for c in coverages:
         if c.status == "failed":
@@ -61,7 +63,7 @@ def settled(coverages: Sequence[RequirementCoverage], min_coverage: float) -> di
         elif c.coverage >= min_coverage:
             out[c.requirement.id] = (f"{ANSWERED}: coverage {c.coverage:.2f} reached the goal {min_coverage:.2f} "
                                      f"(iteration {c.iteration})")
-        elif new_passages(c) == 0:
+        elif new_passages(c) == 0 and new_documents == 0:
             out[c.requirement.id] = (f"{NOTHING_NEW} in iteration {c.iteration}: no new document read, no new passage "
                                      f"above the topic floor (coverage {c.coverage:.2f})")
         else:
@@ -253,8 +255,8 @@ class RunRecord:
         """The stop reason when the recorded iterations already met the stop rule (then only the report is left)."""
         if not coverages or not self.iterations_done():
             return ""
-        return stop_reason(settled(coverages, min_coverage), mean_coverage(coverages), min_coverage,
-                           self.iterations_done(), max_iterations)
+        return stop_reason(settled(coverages, min_coverage, self.s.iterations[-1].new_documents),
+                           mean_coverage(coverages), min_coverage, self.iterations_done(), max_iterations)
 
     def scope(self, whole_store: bool) -> tuple[tuple[str, ...] | None, tuple[str, ...]]:
         """(doc_ids the Foragers search, seed chunk ids): the run's own documents (its library, the papers its
