@@ -94,7 +94,11 @@ class WarmCache:
             self.proc = subprocess.Popen([*IDLE_PRIORITY, str(FORAGE), "library", "add", str(library),
                                           "--store", str(tmp / "store")], cwd=tmp, stdout=out,
                                          stderr=subprocess.STDOUT,
-                                         env={**os.environ, "FORAGE_INGEST__CACHE_DIR": str(cache)})
+                                         # idle priority starves the parse workers while tests run: a file's
+                                         # wall-clock parse limit must not fire for that (the command's own limit
+                                         # is WARM_LIMIT_S)
+                                         env={**os.environ, "FORAGE_INGEST__CACHE_DIR": str(cache),
+                                              "FORAGE_INGEST__TIMEOUT_S": str(WARM_LIMIT_S)})
 
     def wait(self) -> tuple[int, str]:
         """The command's exit code and output, once it ended (it is stopped after WARM_LIMIT_S)."""
