@@ -43,7 +43,9 @@ from actors.status_hub import HubEmit
 from actors.steps.events import Emit
 from actors.steps.plan.requirements import MAX_PLAN_REQUIREMENTS, derive_requirements, replan_requirements
 from actors.steps.plan.search_terms import propose_search_queries
-from actors.steps.run.record import RunRecord, RunSuperseded, final_settled, mean_coverage, settled, stop_reason
+from actors.steps.run.record import (
+    ANSWERED, RunRecord, RunSuperseded, final_settled, mean_coverage, settled, stop_reason,
+)
 from actors.steps.run.rundir import RunDir
 from infra.cluster import ray_node
 from infra.errors import ConfigError, describe
@@ -183,11 +185,15 @@ class Orchestrator:
                 # every requirement answered, failed or brought nothing new by this iteration: the next one could
                 # read nothing new, so it does not run
                 reason = stop_reason(settle, mean, s.min_coverage, iteration, s.max_iterations)
+                answered = all(why.startswith(ANSWERED) for why in settle.values())
+                if iteration < s.max_iterations and not answered:
+                    # settled without answers (a stall) is when a re-plan may name what is missing
+                    added = await self._replan(crew, plan, coverages, iteration, mean)
+                    if added:  # new requirements: foraged from the next iteration on (unsettled until then)
+                        plan = plan.model_copy(update={"requirements": (*plan.requirements, *added)})
+                        reason = ""
                 if reason:
                     break
-                added = await self._replan(crew, plan, coverages, iteration, mean)
-                if added:  # new requirements: foraged from the next iteration on (unsettled until then)
-                    plan = plan.model_copy(update={"requirements": (*plan.requirements, *added)})
 
             self._check_cancel()
             self.emit(Stage.WRITE, "started", "writing the report")
