@@ -56,7 +56,7 @@ def replanned_run(shared_data: Path, tmp_path: Path, monkeypatch: pytest.MonkeyP
     async def go():
         orch = Orchestrator(settings, "run-replan-e2e", llm=llm, emit=emit)
         plan = await orch.plan(PlanRequest(run_id="run-replan-e2e",
-                                           query=ResearchQuery(run_id="run-replan-e2e", text="Three topics")))
+                                           query=ResearchQuery(run_id="run-replan-e2e", text=brain_module.QUERY)))
 
         class Foragers(dict):  # one ForageStep per requirement, made when a requirement first appears
             def __missing__(self, rid):
@@ -80,13 +80,13 @@ def test_a_stalled_run_replans_and_forages_the_new_requirement(replanned_run) ->
     assert len(means) == 3 and means[1] == means[0]  # nothing new in iteration 2: stalled
     (replan,) = state["replans"]
     assert replan["after_iteration"] == 2
-    assert replan["added"] == [{"id": "R4", "text": ADDED}]
+    assert replan["added"] == [{"id": "R4", "text": ADDED, "added_after": 2}]  # marked as added after iteration 2
     assert "source_diversity" in replan["missing"]  # one paper answers R1
     assert [r["id"] for r in state["requirements"]] == ["R1", "R2", "R3", "R4"]
     assert state["iterations"][2]["coverage"]["R4"] == 1.0  # the DVT paper answers it in iteration 3
     assert "R4" not in state["iterations"][1]["coverage"]
     (event,) = [e for e in emit.events if e.kind == "replanned"]
-    assert event.iteration == 2 and event.payload["requirements"] == [{"id": "R4", "text": ADDED}]
+    assert event.iteration == 2 and event.payload["requirements"] == [{"id": "R4", "text": ADDED, "added_after": 2}]
     assert llm.schemas_asked().count("ReplanDraft") == 1
     report = Path(summary.report_path).read_text()
     assert ADDED in report
