@@ -96,3 +96,12 @@ def make_run(tmp_path: Path, llm: Any | None = None, weights: dict[str, dict[str
     summary = asyncio.run(orch.run(plan))
     assert summary.status == "finished", summary.stop_reason
     return settings, tmp_path / "runs" / RUN
+
+
+def calvin_answer(messages: list[dict[str, str]], schema: type) -> Any:
+    """An ask model that answers from the Calvin-cycle passage of the run's sources, citing its number."""
+    assert schema.__name__ == "AskAnswer"
+    n = next(int(line[1:line.index("]")]) for line in messages[-1]["content"].splitlines()
+             if line.startswith("[") and "The Calvin Cycle" in line)
+    return {"sufficient": True, "sentences": [{"sentence": "The Calvin cycle fixes carbon dioxide into sugars.",
+                                               "sources": [n]}]}

@@ -231,17 +231,9 @@ def test_a_finished_run_is_asked_over_rest_and_its_asks_are_kept(tmp_path) -> No
     to asks.jsonl (GET /api/runs/{id}/asks, the artifact); an empty question is 422, an unknown run 404."""
     from fastapi.testclient import TestClient
 
-    from actors.steps.schemas import AskAnswer
     from gateway.server import create_app
     from infra.llm.fakes import FunctionLLM
-    from tests.finished_run import RUN, make_run
-
-    def model(messages, schema):
-        assert schema is AskAnswer
-        n = next(int(line[1:line.index("]")]) for line in messages[-1]["content"].splitlines()
-                 if line.startswith("[") and "The Calvin Cycle" in line)
-        return {"sufficient": True, "sentences": [{"sentence": "The Calvin cycle fixes carbon dioxide into sugars.",
-                                                   "sources": [n]}]}
+    from tests.finished_run import RUN, calvin_answer as model, make_run
 
     settings, run_dir = make_run(tmp_path)
     with TestClient(create_app(settings, llm=FunctionLLM(model)), base_url=BASE) as c:

@@ -201,17 +201,9 @@ def test_ask_with_a_run_id_answers_from_that_run_through_the_sdk_client(tmp_path
     a path-like run id and an unknown run are MCP errors."""
     from mcp import Client
 
-    from actors.steps.schemas import AskAnswer
     from gateway.mcp_server import build_mcp
     from infra.llm.fakes import FunctionLLM
-    from tests.finished_run import RUN, make_run
-
-    def model(messages, schema):
-        assert schema is AskAnswer
-        n = next(int(line[1:line.index("]")]) for line in messages[-1]["content"].splitlines()
-                 if line.startswith("[") and "The Calvin Cycle" in line)
-        return {"sufficient": True, "sentences": [{"sentence": "The Calvin cycle fixes carbon dioxide into sugars.",
-                                                   "sources": [n]}]}
+    from tests.finished_run import RUN, calvin_answer as model, make_run
 
     settings, run_dir = make_run(tmp_path)
     server = build_mcp(settings, llm=FunctionLLM(model))

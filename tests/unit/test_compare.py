@@ -27,6 +27,7 @@ def store(tmp_path_factory, embedder):
     """The three leaf papers (tests/leaves.py), read only."""
     return leaf_store(tmp_path_factory.mktemp("leaves") / "store", embedder)
 
+
 PROBLEMS = ("prediction", "mechanism", "measurement")
 METHODS = ("trial", "experiment", "model")
 
