@@ -13,6 +13,7 @@ from infra.embed.minilm import MiniLMEmbedder
 from infra.embed.ollama import OllamaEmbedder
 from infra.errors import LLMTimeout, LLMUnavailable
 from infra.settings import Settings
+from tests.minilm import score_tolerance
 from tests.loopback_ollama import LoopbackOllama, closed_loopback_url, fake_embedding, hang, http_error, \
     install_real_llm_guard
 
@@ -87,7 +88,8 @@ def test_minilm_embeds_unit_vectors_offline() -> None:
         return sum(x * y for x, y in zip(a, b))
 
     assert cos(vectors[0], vectors[1]) > cos(vectors[0], vectors[2]) + 0.2
-    assert embedder.embed(texts[:1])[0] == pytest.approx(vectors[0], abs=1e-5)
+    # alone vs in a batch of two (other padding): equal within the precision's rounding (tests/minilm.py)
+    assert embedder.embed(texts[:1])[0] == pytest.approx(vectors[0], abs=score_tolerance(embedder))
     assert embedder.embed([]) == []
     assert embedder.max_tokens == 256
 

@@ -86,6 +86,10 @@ class ParallelIngest:
         results: list[IngestResult | None] = [None] * len(candidates)
         todo: list[tuple[int, CheckedFile]] = []
         for i, candidate in enumerate(candidates):
+            abstract = self.step.abstract_document(candidate)
+            if abstract is not None:  # no file to parse: stored from its title and abstract (reports itself)
+                self._finish(state, results, i, self.step.ingest_texts(run_id, [abstract])[0], reported=True)
+                continue
             request = IngestRequest(run_id=run_id, candidate=candidate)
             started = perf_counter()
             try:

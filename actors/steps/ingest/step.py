@@ -203,15 +203,9 @@ class IngestStep:
 
     def ingest(self, request: IngestRequest) -> IngestResult:
         """Store the candidate's file (or skip it when known); a bad document gives status 'failed'."""
-        candidate = request.candidate
-        if not candidate.path and candidate.abstract_only and candidate.abstract and candidate.abstract.strip():
-            # no PDF could be had: the title and abstract still carry evidence (flagged abstract_only)
-            venue, venue_kind = known_venue(candidate)
-            document = TextDocument(key=candidate.key, title=candidate.title or "", text=candidate.abstract,
-                                    authors=candidate.authors, year=candidate.year, origin=candidate.key,
-                                    flags=("abstract_only",), venue=venue, venue_kind=venue_kind,
-                                    weight=weight_of(candidate))
-            return self.ingest_texts(request.run_id, [document])[0]
+        abstract = self.abstract_document(request.candidate)
+        if abstract is not None:
+            return self.ingest_texts(request.run_id, [abstract])[0]
         started = perf_counter()
         timings: dict[str, float] = {}
         try:
@@ -239,6 +233,18 @@ class IngestStep:
         [(result, own)] = self.store_parsed([(checked, parsed)], report=False)
         timings.update(own)
         return result
+
+    @staticmethod
+    def abstract_document(candidate: Candidate) -> TextDocument | None:
+        """The text document of a candidate with no PDF but an abstract (``abstract_only``): no PDF could be had,
+        but the title and abstract still carry evidence, stored flagged ``abstract_only``. None for a file."""
+        if candidate.path or not candidate.abstract_only or not (candidate.abstract or "").strip():
+            return None
+        venue, venue_kind = known_venue(candidate)
+        return TextDocument(key=candidate.key, title=candidate.title or "", text=candidate.abstract or "",
+                            authors=candidate.authors, year=candidate.year, origin=candidate.key,
+                            flags=("abstract_only",), venue=venue, venue_kind=venue_kind,
+                            weight=weight_of(candidate))
 
     def check_file(self, request: IngestRequest, started: float | None = None) -> CheckedFile | IngestResult:
         """What must hold before a candidate's file is parsed: a parser, a readable file under the size limit;
