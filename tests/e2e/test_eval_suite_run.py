@@ -20,7 +20,7 @@ from typer.testing import CliRunner
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow, pytest.mark.timeout(900)]
 
-PAPERS = ("dvt_prophylaxis_trauma_bmc2010.pdf",)  # 4 pages: its requirement is covered, the others are honest gaps
+PAPERS = ("dvt_prophylaxis_trauma_bmc2010.pdf",)  # 4 pages: the first query is covered, the JIT one an honest gap
 QUERIES = ("Anticoagulation after trauma and its complications", "Type specialization in trace-based JIT compilers")
 JUDGED = {"correctness": 4, "usefulness": 3, "scope": 2, "rationale": "Supported but narrow.",
           "unsupported_claims": ["The sources describe the mechanism."]}
@@ -63,9 +63,13 @@ def test_eval_suite_runs_each_query_through_ray_and_judges_it(ray_cluster, share
 
     rows = json.loads((tmp_path / "results.json").read_text())
     assert [r["query"] for r in rows] == list(QUERIES)
+    covered, gap = rows
+    assert covered["coverage"] > 0 and covered["sources"] >= 1, covered
+    # the library holds no JIT paper, and the plan keeps to the query (no requirement of the first query's topic
+    # slips into it): nothing is credited, nothing cited
+    assert gap["coverage"] == 0 and gap["sources"] == 0, gap
     for row in rows:
-        assert row["status"] == "finished", row
-        assert row["coverage"] > 0 and row["sources"] >= 1 and row["llm_calls"] > 0, row
+        assert row["status"] == "finished" and row["llm_calls"] > 0, row
         assert (row["correctness"], row["usefulness"], row["scope"], row["unsupported"]) == (4, 3, 2, 1), row
         assert row["judgement"]["judge"] == "judge-model"
     table = (tmp_path / "results.md").read_text().splitlines()

@@ -51,7 +51,7 @@ def test_two_runs_that_fit_one_at_a_time_queue_instead_of_each_holding_half(
         assert len(done) == 1, "neither run got room for its workers" if not done else "both ran at once"
         first, second = searches[next(iter(done))], searches[next(iter(pending))]
         await asyncio.wait_for(warming[first], 300)  # the first run has all of its loop workers
-        states = [placement_group_table(g)["state"] for g in crews[second]._groups]
+        states = [placement_group_table(g)["state"] for g in crews[second].reservation.groups]
         await crews[first].close()  # its run is done: its room goes back
         found = await asyncio.wait_for(next(iter(pending)), 300)
         await asyncio.wait_for(warming[second], 300)

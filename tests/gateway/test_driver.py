@@ -15,7 +15,10 @@ from tests.gateway.conftest import DEMO_LIBRARY, EDITED_R1, QUERY, REPO
 pytestmark = [pytest.mark.ray]
 
 DRIVER = REPO / "examples" / "driver.py"
-SECOND = "How do tracing JIT compilers specialize types, and what does it cost after trauma to the code?"
+# two questions, each a requirement of the test brain's plan (the third requirement shares no word with it: dropped);
+# the demo library answers the second (the DVT paper), not the first
+SECOND = ("How do trace-based JIT compilers specialize types, and what are the complication rates of anticoagulant "
+          "prophylaxis after injury?")
 
 
 def write_inputs(tmp_path, edits: str) -> tuple:
