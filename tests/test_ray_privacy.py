@@ -23,11 +23,7 @@ waits for the log line that the dashboard writes once the probe has finished
 
 from __future__ import annotations
 
-import functools
 import json
-import os
-import re
-import shutil
 import subprocess
 import sys
 import textwrap
@@ -41,6 +37,8 @@ if str(REPO_ROOT) not in sys.path:  # pytest's rootdir is not on sys.path by def
     sys.path.insert(0, str(REPO_ROOT))
 
 from infra.ray_runtime import PRIVACY_ENV, is_loopback  # noqa: E402
+from tests.processes import child_env  # noqa: E402
+from tests.traced import inet_destinations, non_loopback, strace_cmd  # noqa: E402
 
 CHILD_TIMEOUT_S = 300
 #: A caller's own proxy, from TEST-NET-2 (RFC 5737).  start_ray must give it
@@ -118,37 +116,7 @@ _SCENARIO = textwrap.dedent(
     """
 )
 
-_ADDR_RE = re.compile(
-    r"sin6?_port=htons\((?P<port>\d+)\)[^}]*?"
-    r'(?:inet_addr\("(?P<v4>[^"]+)"\)|inet_pton\(AF_INET6,\s*"(?P<v6>[^"]+)")'
-)
-_SYSCALLS = ("connect(", "sendto(", "sendmsg(", "sendmmsg(")
-
-
-def inet_destinations(trace: str) -> list[tuple[str, int, str]]:
-    """Return ``(ip, port, line)`` for each IPv4/IPv6 address in traced calls."""
-    found = []
-    for line in trace.splitlines():
-        if not any(call in line for call in _SYSCALLS):
-            continue
-        for m in _ADDR_RE.finditer(line):
-            found.append((m["v4"] or m["v6"], int(m["port"]), line.strip()))
-    return found
-
-
-def non_loopback(destinations: list[tuple[str, int, str]]) -> list[tuple[str, int, str]]:
-    return [d for d in destinations if not is_loopback(d[0])]
-
-
 # --------------------------------------------------------------------------- fixtures
-
-
-def _child_env(**extra: str) -> dict[str, str]:
-    """The pytest environment without anything that would change the outcome."""
-    drop = {*PRIVACY_ENV, "RAY_ADDRESS", "https_proxy", "HTTPS_PROXY", "all_proxy", "ALL_PROXY"}
-    env = {k: v for k, v in os.environ.items() if k not in drop}
-    env.update(extra)
-    return env
 
 
 def _run_scenario(
@@ -171,35 +139,14 @@ def _run_scenario(
     return json.loads(out.read_text()), (trace.read_text() if strace is not None else "")
 
 
-@functools.cache
-def _strace_cmd() -> list[str]:
-    """The strace prefix to use, or pytest.skip with the reason it cannot be used."""
-    exe = shutil.which("strace")
-    if exe is None:
-        pytest.skip("strace is not installed (Debian/Ubuntu: apt-get install -y strace)")
-    base = [exe, "-f", "-qq", "-e", "trace=connect,sendto,sendmsg,sendmmsg"]
-    errors = []
-    # --seccomp-bpf (strace >= 5.3) only stops on the traced syscalls: ~30 % faster.
-    for cmd in ([*base[:2], "--seccomp-bpf", *base[2:]], base):
-        probe = subprocess.run(
-            [*cmd, "-o", os.devnull, sys.executable, "-c", "pass"],
-            capture_output=True,
-            text=True,
-        )
-        if probe.returncode == 0:
-            return cmd
-        errors.append(probe.stderr.strip())
-    pytest.skip(f"strace cannot trace child processes here: {errors[-1]}")
-
-
 @pytest.fixture(scope="module")
 def forage_scenario(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], str | None, str]:
     """start_ray() with a caller proxy Ray must not use, once: under strace -f where strace can trace
     (the listener and environment checks read the same run's result), else without it. Returns the
     result, the trace (None without strace) and why there is no trace."""
-    env = _child_env(http_proxy=CALLER_PROXY)
+    env = child_env(http_proxy=CALLER_PROXY)
     try:
-        cmd: list[str] | None = _strace_cmd()
+        cmd: list[str] | None = strace_cmd()
         why = ""
     except pytest.skip.Exception as exc:
         cmd, why = None, str(exc.msg)
@@ -225,8 +172,8 @@ def forage_trace(forage_scenario: tuple[dict[str, Any], str | None, str]) -> tup
 @pytest.fixture(scope="module")
 def default_trace(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], str]:
     """Stock ray.init() under strace -f: the control that must trip the detectors."""
-    cmd = _strace_cmd()
-    return _run_scenario(tmp_path_factory.mktemp("default_strace"), "default", _child_env(), cmd)
+    cmd = strace_cmd()
+    return _run_scenario(tmp_path_factory.mktemp("default_strace"), "default", child_env(), cmd)
 
 
 # --------------------------------------------------------------------------- Ray tests

@@ -20,7 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_ray_privacy import _child_env, _strace_cmd, inet_destinations, non_loopback
+from tests.processes import child_env
+from tests.traced import inet_destinations, non_loopback, strace_cmd
 
 pytestmark = [pytest.mark.slow, pytest.mark.real_llm, pytest.mark.last]
 
@@ -33,9 +34,9 @@ def demo_run(tmp_path_factory, ingest_cache):
         pytest.skip(f"the forage command is not installed next to {sys.executable}: run infra/install.sh")
     tmp = tmp_path_factory.mktemp("demo")
     trace = tmp / "trace.txt"
-    cmd = [*_strace_cmd(), "-o", str(trace), str(FORAGE), "demo", "--runs-dir", str(tmp / "runs"),
+    cmd = [*strace_cmd(), "-o", str(trace), str(FORAGE), "demo", "--runs-dir", str(tmp / "runs"),
            "--store", str(tmp / "store"), "--requirements", "1"]
-    env = _child_env(FORAGE_INGEST__CACHE_DIR=str(ingest_cache))
+    env = child_env(FORAGE_INGEST__CACHE_DIR=str(ingest_cache))
     proc = subprocess.run(cmd, cwd=tmp, env=env, capture_output=True, text=True, timeout=1500)
     return proc, trace.read_text(), tmp
 

@@ -33,7 +33,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -42,13 +41,13 @@ import pytest
 
 from tests.e2e import brain
 from tests.e2e.brain import QUERY
+from tests.processes import LIMIT_S, end_group, forage
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1500)]  # three real runs, each with its own Ray
 
 REPO = Path(__file__).resolve().parents[2]
 PAPERS = ("dvt_prophylaxis_trauma_bmc2010.pdf", "reverb_openie_emnlp2011.pdf", "tracemonkey_pldi2009.pdf")
 HOLD_WORD = "reverb"  # in the ReVerb paper's passages only (dvt and tracemonkey do not name it)
-LIMIT_S = 480  # bound on every wait: a run that hangs fails the test instead of hanging it
 
 
 class Gate:
@@ -81,13 +80,6 @@ def child_env(llm_url: str, ingest_cache: Path) -> dict[str, str]:
                 "FORAGE_FORAGE__ANSWER_CONFIRMATION": str(brain.ANSWER_CONFIRMATION),  # the goal is met in iteration 3
                 "PYTHONPATH": str(REPO)})
     return env
-
-
-def forage(args: list[str], env: dict[str, str], log: Path) -> subprocess.Popen:
-    """`forage ARGS` as its own process group (so its leftovers, if any, can be ended with it)."""
-    out = log.open("w")
-    return subprocess.Popen([sys.executable, "-m", "gateway.cli", *args], cwd=REPO, env=env, stdout=out,
-                            stderr=subprocess.STDOUT, start_new_session=True)
 
 
 def wait_for(predicate, what: str, proc: subprocess.Popen | None = None, log: Path | None = None):
@@ -129,14 +121,6 @@ def session_members(sid: int, ignore: frozenset[str] = frozenset()) -> list[str]
         except (ProcessLookupError, PermissionError, psutil.Error):
             continue
     return alive
-
-
-def end_group(proc: subprocess.Popen | int) -> None:
-    """End what is left of a process group this test started (nothing, when Ray shared the driver's fate)."""
-    try:
-        os.killpg(proc if isinstance(proc, int) else proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 def library(tmp: Path, shared_data: Path) -> Path:

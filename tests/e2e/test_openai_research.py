@@ -29,9 +29,9 @@ from pathlib import Path
 import pytest
 
 from infra.ray_runtime import WITHHELD_ENTRYPOINT
-from tests.e2e.test_kill_driver import LIMIT_S, end_group, forage
 from tests.early import early_started
 from tests.llama_server import LlamaServer
+from tests.processes import LIMIT_S, end_group, forage
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow, pytest.mark.real_llm, pytest.mark.timeout(900)]
 

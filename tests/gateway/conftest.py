@@ -5,56 +5,13 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
-import threading
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
-DEMO_LIBRARY = REPO / "examples" / "demo_library"
-CHROMIUM = Path("/usr/bin/chromium")
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync", "--no-first-run"]
-QUERY = "Anticoagulation after trauma, and how JIT compilers specialize types"
-EDITED_R1 = "Complication rates of anticoagulant prophylaxis against venous thrombosis after injury in adults"
-
-
-class LiveServer:
-    """uvicorn serving ``app`` on a loopback socket bound before the thread starts (so it is ready at once)."""
-
-    def __init__(self, app: Any) -> None:
-        import uvicorn
-
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        sock.bind(("127.0.0.1", 0))
-        sock.listen(256)
-        self.port = sock.getsockname()[1]
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.app = app
-        self.server = uvicorn.Server(uvicorn.Config(app, log_level="warning", ws="websockets-sansio",
-                                                    lifespan="on"))
-        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [sock]}, daemon=True)
-        self.thread.start()
-
-    def stop(self) -> None:
-        self.server.should_exit = True
-        self.thread.join(timeout=30)
-
-
-def gateway_settings(tmp: Path, ingest_cache: Path | None = None) -> Any:
-    from infra.settings import Settings
-    from tests.loopback_ollama import closed_loopback_url
-
-    return Settings.load("quick").updated(
-        run={"runs_dir": tmp / "runs", "max_iterations": 1, "max_requirements": 2},
-        store={"path": tmp / "store"}, search={"library": DEMO_LIBRARY},
-        ingest={"pool_size": 1, "cache_dir": ingest_cache},
-        net={"offline": True},
-        # a worker that built a real client by mistake would fail loudly: nothing listens there
-        llm={"backend": "ollama", "host": closed_loopback_url()})
+from tests.gateway.live import CHROMIUM, CHROMIUM_ARGS, DEMO_LIBRARY, EDITED_R1, N_CLIENTS, QUERY, LiveServer, \
+    gateway_settings
 
 
 @pytest.fixture(scope="session")
@@ -85,8 +42,6 @@ class WatchedRun:
     chatty_frames: list[dict]
     disk_events: list[dict]
 
-
-N_CLIENTS = 50
 
 
 async def _watch(url: str, run_id: str, approve: Any) -> dict[str, Any]:

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from tests.gateway.conftest import DEMO_LIBRARY, EDITED_R1, QUERY, REPO
+from tests.gateway.live import DEMO_LIBRARY, EDITED_R1, QUERY, REPO
 
 pytestmark = [pytest.mark.ray]
 

@@ -13,7 +13,7 @@ import stat
 import httpx
 import pytest
 
-from tests.gateway.conftest import EDITED_R1, N_CLIENTS, LiveServer, gateway_settings
+from tests.gateway.live import EDITED_R1, N_CLIENTS, LiveServer, gateway_settings
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.gateway.conftest import DEMO_LIBRARY, REPO, LiveServer
+from tests.gateway.live import DEMO_LIBRARY, REPO, LiveServer
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 

@@ -14,7 +14,7 @@ import os
 
 import pytest
 
-from tests.gateway.conftest import DEMO_LIBRARY, LiveServer
+from tests.gateway.live import DEMO_LIBRARY, LiveServer
 
 pytestmark = [
     pytest.mark.ray, pytest.mark.slow, pytest.mark.real_llm,

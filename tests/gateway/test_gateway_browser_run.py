@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.gateway.conftest import DEMO_LIBRARY, LiveServer
+from tests.gateway.live import DEMO_LIBRARY, LiveServer
 
 pytestmark = [pytest.mark.slow]
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.gateway.test_gateway_pages import BASE
+from tests.gateway.live import BASE
 
 REPO = Path(__file__).resolve().parents[2]
 PDFS = REPO.parent / "shared" / "data" / "pdfs"
@@ -78,7 +78,7 @@ def test_serve_refuses_no_token_off_loopback(config_home) -> None:
 @pytest.mark.skipif(os.geteuid() != 0, reason="acting as a second OS user needs root (setuid to nobody)")
 def test_another_os_user_can_neither_use_the_gateway_nor_read_its_token(tmp_path, monkeypatch) -> None:
     from gateway.api import load_or_create_token, token_path
-    from tests.gateway.conftest import LiveServer
+    from tests.gateway.live import LiveServer
 
     shared = Path("/tmp") / f"forage-shared-{os.getpid()}"  # a home every user can walk into, as on a lab machine
     shared.mkdir(mode=0o755, exist_ok=True)

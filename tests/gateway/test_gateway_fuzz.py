@@ -46,7 +46,7 @@ def fuzz_gateway(ray_cluster, tmp_path_factory):
     from infra.llm.fakes import FunctionLLM
     from infra.settings import Settings
     from tests.e2e import brain as brain_module
-    from tests.gateway.conftest import LiveServer
+    from tests.gateway.live import LiveServer
     from tests.loopback_ollama import closed_loopback_url
 
     ray_cluster.cloudpickle.register_pickle_by_value(brain_module)

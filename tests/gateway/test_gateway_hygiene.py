@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from tests.gateway.test_gateway_pages import BASE, app_for
+from tests.gateway.live import BASE, app_for
 
 RUN_ID = "20260101-000000-00000000000000aa"
 
@@ -109,7 +109,7 @@ def test_a_50_mb_body_is_refused_before_it_is_sent(tmp_path) -> None:
     once (the gateway never waits for, or reads, the body)."""
     import socket
 
-    from tests.gateway.conftest import LiveServer
+    from tests.gateway.live import LiveServer
 
     server = LiveServer(app_for(tmp_path))
     try:

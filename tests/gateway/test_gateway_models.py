@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from tests.gateway.test_gateway_pages import BASE
+from tests.gateway.live import BASE
 from tests.loopback_ollama import LoopbackOllama, closed_loopback_url
 
 

@@ -10,15 +10,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
-BASE = "http://127.0.0.1:8765"
-
-
-def app_for(tmp: Path, token: str | None = None):
-    from gateway.server import create_app
-    from infra.settings import Settings
-
-    settings = Settings.load("quick").updated(run={"runs_dir": tmp / "runs"}, store={"path": tmp / "store"})
-    return create_app(settings, token=token)
+from tests.gateway.live import BASE, app_for
 
 
 @pytest.fixture()

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.gateway.conftest import DEMO_LIBRARY, QUERY, REPO, gateway_settings
+from tests.gateway.live import DEMO_LIBRARY, QUERY, REPO, gateway_settings
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 

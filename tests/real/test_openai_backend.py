@@ -179,7 +179,7 @@ def test_the_gateway_lists_the_servers_models_and_checks_a_chosen_one_before_any
     from fastapi.testclient import TestClient
 
     from gateway.server import create_app
-    from tests.gateway.test_gateway_pages import BASE
+    from tests.gateway.live import BASE
 
     settings = Settings.load("quick").updated(
         run={"runs_dir": tmp_path / "runs"}, store={"path": tmp_path / "store"}, net={"offline": True},

@@ -57,7 +57,7 @@ def test_the_gateway_checks_the_model_server_before_any_work(tmp_path) -> None:
 
     from gateway.server import create_app
     from infra.settings import Settings
-    from tests.gateway.test_gateway_pages import BASE
+    from tests.gateway.live import BASE
     from tests.loopback_ollama import closed_loopback_url
 
     settings = Settings.load("quick").updated(

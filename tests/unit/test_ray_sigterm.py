@@ -19,6 +19,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.processes import child_env
+
 pytestmark = pytest.mark.slow  # starts a Ray of its own in the child
 
 REPO = Path(__file__).resolve().parents[2]
@@ -58,11 +60,10 @@ CHILD = textwrap.dedent("""
 
 
 def test_sigterm_after_ray_started_reaches_pythons_handler_without_a_stack_dump(tmp_path: Path) -> None:
-    from tests.test_ray_privacy import _child_env
 
     script = tmp_path / "child.py"
     script.write_text(CHILD.format(repo=str(REPO)))
-    proc = subprocess.run([sys.executable, str(script)], env=_child_env(), capture_output=True, text=True,
+    proc = subprocess.run([sys.executable, str(script)], env=child_env(), capture_output=True, text=True,
                           timeout=180)
     output = proc.stdout + proc.stderr
     assert proc.returncode == 0, output[-3000:]
