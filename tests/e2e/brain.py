@@ -8,6 +8,7 @@ embedding, retrieval, the actors and the citation check are all real.
 
 from __future__ import annotations
 
+import asyncio
 import re
 from typing import Any
 
@@ -34,6 +35,25 @@ KILL_CONTEXT_ONCE: tuple[str, str] = ("", "")  # (title fragment, marker file): 
 # of a paper whose title holds the fragment is SIGKILLed, once per marker file (contextual retrieval on)
 RENDEZVOUS = ""  # name of a Ray actor all foragers must meet at before their first judgement
 REPLAN: list[str] = []  # requirements proposed when the Orchestrator re-plans (none unless a test sets them)
+
+
+class Rendezvous:
+    """All foragers must arrive before any may judge: proves they run at the same time."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+        self.arrived: set[str] = set()
+        self.event = asyncio.Event()
+
+    async def arrive(self, who: str) -> bool:
+        self.arrived.add(who)
+        if len(self.arrived) >= self.n:
+            self.event.set()
+        try:
+            await asyncio.wait_for(self.event.wait(), 120)
+        except TimeoutError:
+            return False
+        return True
 
 
 def _block(text: str, name: str) -> str:
@@ -94,10 +114,10 @@ async def brain(messages: list[dict[str, str]], schema: type) -> Any:
         return {"requirements": REQUIREMENTS}
     if name in ("BatchVerdict", "DeepDiveBatchVerdict"):  # one verdict per numbered passage
         answers, topic, fragment = _keywords(user)
+        await _rendezvous(fragment)  # every Forager arrives, the one that fails too: they all run at once
         if FAIL_ON and fragment == FAIL_ON:
             raise RuntimeError(f"scripted forager failure for {fragment!r}")
         _kill_once(fragment)
-        await _rendezvous(fragment)
         verdicts = []
         for number, passage in re.findall(r"<<<PASSAGE (\d+)\n(.*?)\nPASSAGE \1>>>", user, re.S):
             verdict = _verdict(passage.lower(), answers, topic, deep=name == "DeepDiveBatchVerdict")
@@ -109,14 +129,9 @@ async def brain(messages: list[dict[str, str]], schema: type) -> Any:
         return {"query": f"{req.group(1) if req else ''} {' '.join(topic)}".strip()}
     if name in ("ChunkVerdict", "DeepDiveVerdict"):
         answers, topic, fragment = _keywords(user)
+        await _rendezvous(fragment)
         if FAIL_ON and fragment == FAIL_ON:
             raise RuntimeError(f"scripted forager failure for {fragment!r}")
-        if RENDEZVOUS and fragment not in _met:
-            import ray
-
-            _met.add(fragment)
-            arrived = await ray.get_actor(RENDEZVOUS).arrive.remote(fragment)
-            assert arrived, "foragers did not run at the same time"
         passage = _block(user, "PASSAGE").lower()
         if any(k in passage for k in answers):
             return {"tag": "answers", "motive": f"names {next(k for k in answers if k in passage)}"}

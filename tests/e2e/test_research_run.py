@@ -13,7 +13,6 @@ session, as the run's own ingestion fills it). What that command printed is chec
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import json
 import os
@@ -29,25 +28,6 @@ from typer.testing import CliRunner
 from tests.early import early_started
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
-
-
-class Rendezvous:
-    """All foragers must arrive before any may judge: proves they run at the same time."""
-
-    def __init__(self, n: int) -> None:
-        self.n = n
-        self.arrived: set[str] = set()
-        self.event = asyncio.Event()
-
-    async def arrive(self, who: str) -> bool:
-        self.arrived.add(who)
-        if len(self.arrived) >= self.n:
-            self.event.set()
-        try:
-            await asyncio.wait_for(self.event.wait(), 120)
-        except TimeoutError:
-            return False
-        return True
 
 
 def make_library(tmp: Path, pdfs: list[Path]) -> Path:
@@ -140,13 +120,15 @@ def finished_run(ray_cluster, shared_pdfs, tmp_path_factory, ingest_cache, warme
     tmp = tmp_path_factory.mktemp("e2e")
     library = make_library(tmp, shared_pdfs)
     ray.cloudpickle.register_pickle_by_value(brain_module)
-    rv = ray.remote(Rendezvous).options(name="e2e-rendezvous", num_cpus=0).remote(3)
+    # the actor class lives in the brain, pickled by value: a Forager process need not import a test module to call it
+    rv = ray.remote(brain_module.Rendezvous).options(name="e2e-rendezvous", num_cpus=0).remote(3)
     brain_module.RENDEZVOUS = "e2e-rendezvous"
     brain_module.FAIL_ON = "relation phrases"  # the third requirement's Forager raises
     try:
         settings = Settings.load("standard").updated(
             run={"runs_dir": tmp / "runs", "max_iterations": 3, "min_coverage": 0.85},
-            store={"path": tmp / "store"}, search={"library": library, "batch_size": 10},
+            # all 20 files in iteration 1: the run stops once every requirement is settled, which may be then
+            store={"path": tmp / "store"}, search={"library": library, "batch_size": 25},
             ingest={"pool_size": 2, "cache_dir": ingest_cache},
             # a worker that built a real client by mistake would fail loudly: nothing listens there
             llm={"backend": "ollama", "host": closed_loopback_url()})
