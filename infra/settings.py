@@ -565,6 +565,21 @@ class Settings(BaseSettings):
         return (default[0] if self.forage.judge_tpr is None else self.forage.judge_tpr,
                 default[1] if self.forage.judge_fpr is None else self.forage.judge_fpr)
 
+    def judge_summary(self) -> str:
+        """One line on the judge a run trusts and why (the report's Scope): its key, where its rates come from
+        (set in the settings, kept by `forage calibrate` with date and labelled set, or not calibrated) and the
+        rates the check weighs its 'answers' by (:meth:`judge_rates`)."""
+        tpr, fpr = self.judge_rates()
+        if self.forage.judge_tpr is not None or self.forage.judge_fpr is not None:
+            how = "rates set by forage.judge_tpr / judge_fpr"
+        elif (kept := self.judge_calibration()) is not None:
+            how = (f"calibrated {kept.get('calibrated', 'on an unknown date')} on "
+                   f"{kept.get('labelled_set', 'a labelled set')}")
+        else:
+            how = ("not calibrated (`forage calibrate`): its 'answers' count only where the retrieval signals "
+                   "confirm them")
+        return f"{self.judge_key()}, {how}: TPR {tpr:.2f}, FPR {fpr:.2f}"
+
     def answer_curve(self, signal: Literal["store", "text"] = "text") -> tuple[float, float, float] | None:
         """(intercept, slope, penalty) of the signal's calibration curve for this embedder (None: not calibrated)."""
         return _ANSWER_CURVE.get((signal, self.embed.backend))

@@ -707,7 +707,8 @@ class WriteStep:
                 f"- Requirements: {len(sections)}" + (f" ({added} added by re-planning during the run)" if added
                                                       else ""),
                 f"- Iterations: {request.iterations}",
-                f"- Documents consulted: {consulted}; {with_evidence} gave evidence", "",
+                f"- Documents consulted: {consulted}; {with_evidence} gave evidence",
+                f"- Judge: {escape_md(self.settings.judge_summary())}", "",
                 "| Requirement | Coverage | Evidence documents |", "| --- | --- | --- |"]
         for s in sections:
             cov = s.coverage
