@@ -147,7 +147,8 @@ class Orchestrator:
                   node=ray_node())  # the machine that coordinates the run (None outside Ray)
         offered: list[str] = list(record.s.documents)
         reason = record.resume_stop(coverages, s.min_coverage, s.max_iterations) if resumed else ""
-        settle = settled(coverages, s.min_coverage, record.s.iterations[-1].new_documents if record.s.iterations else 0)
+        settle = settled(coverages, s.min_coverage, record.s.iterations[-1].new_documents if record.s.iterations else 0,
+                         record.failed_in(2))
         iteration = record.iterations_done()
         warming: asyncio.Future[None] | None = None
         try:
@@ -174,7 +175,7 @@ class Orchestrator:
                 await self._started(warming)
                 coverages = await self._forage(crew, iteration, plan.requirements)
                 read = record.s.ingested.new_documents if record.s.ingested else 0
-                settle = settled(coverages, s.min_coverage, read)
+                settle = settled(coverages, s.min_coverage, read, record.failed_in(1))  # this one is not recorded yet
                 mean = record.record_iteration(iteration, coverages, settle)
                 done = [f"{rid} ({why.split(':', 1)[0].split(' in iteration', 1)[0]})" for rid, why in settle.items()
                         if why]

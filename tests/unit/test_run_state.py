@@ -118,6 +118,17 @@ def test_nothing_new_needs_an_iteration_that_read_no_new_document() -> None:
     assert after["R1"].startswith("nothing new in iteration 1") and after["R2"] == ""
 
 
+def test_a_failed_forager_gets_one_more_iteration_and_settles_on_its_second_failure_in_a_row() -> None:
+    """A Forager that failed once (a model server down for a minute, a killed process) may succeed next time: its
+    requirement is not settled, so the run does not stop on it; failing again in the next iteration settles it."""
+    failed = RequirementCoverage(run_id="r", requirement=Requirement(id="R1", text="Fin regrowth"), iteration=2,
+                                 status="failed", coverage=0.0, error="LLMUnavailable: HTTP 500")
+    assert settled([failed], 0.85, new_documents=0) == {"R1": ""}
+    assert settled([failed], 0.85, new_documents=0, failed_before={"R2"}) == {"R1": ""}
+    again = settled([failed], 0.85, new_documents=0, failed_before={"R1"})["R1"]
+    assert again.startswith("foraging failed in iteration 2") and "HTTP 500" in again
+
+
 def test_a_run_is_listed_from_the_start_of_planning_and_shown_interrupted_when_its_process_stopped(tmp_path) -> None:
     """A gateway stopped (SIGTERM) while a run plans leaves run.json "planning": listed, shown "interrupted" once
     its process is gone, never resumable (nothing was approved)."""

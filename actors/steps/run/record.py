@@ -11,7 +11,7 @@ the run (:meth:`RunDir.claim`). The stop rule (:func:`settled` per requirement, 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Any
 
 from actors.steps.run.rundir import RunDir
@@ -48,18 +48,24 @@ def new_passages(coverage: RequirementCoverage) -> int:
     return coverage.new_passages if coverage.new_passages is not None else len(coverage.judgements)
 
 
-def settled(coverages: Sequence[RequirementCoverage], min_coverage: float, new_documents: int) -> dict[str, str]:
+def settled(coverages: Sequence[RequirementCoverage], min_coverage: float, new_documents: int,
+            failed_before: Collection[str] = ()) -> dict[str, str]:
     """Per requirement, why it is settled after the iteration ``coverages`` report ("" while it is not): answered
-    (its coverage reached ``min_coverage``), its Forager failed, or the iteration brought it nothing new: it read no
-    new document (``new_documents``: stored by the iteration) and found the requirement no new passage above the
-    topic floor. A requirement that got something new is not settled: more of the same may follow; nor is one whose
-    iteration read new documents that held nothing for it, since the search's next batch may (the library is read
-    most relevant first, but a requirement's papers can come later). Settling is read from each iteration afresh,
-    so a later document that brings a settled requirement something unsettles it."""
+    (its coverage reached ``min_coverage``), its Forager failed in this iteration and in the one before
+    (``failed_before``: the requirements whose Forager failed then), or the iteration brought it nothing new: it read
+    no new document (``new_documents``: stored by the iteration) and found the requirement no new passage above the
+    topic floor. A Forager that failed once gets one more iteration (a model server that kept failing for a minute,
+    a killed process: a fresh Forager may well succeed; one that fails again is not retried). A requirement that got
+    something new is not settled: more of the same may follow; nor is one whose iteration read new documents that
+    held nothing for it, since the search's next batch may (the library is read most relevant first, but a
+    requirement's papers can come later). Settling is read from each iteration afresh, so a later document that
+    brings a settled requirement something unsettles it."""
     out: dict[str, str] = {}
     for c in coverages:
         if c.status == "failed":
-            out[c.requirement.id] = f"{FAILED} in iteration {c.iteration} ({c.error or 'unknown error'})"
+            again = c.requirement.id in failed_before
+            out[c.requirement.id] = (f"{FAILED} in iteration {c.iteration}, as in the one before "
+                                     f"({c.error or 'unknown error'})" if again else "")
         elif c.coverage >= min_coverage:
             out[c.requirement.id] = (f"{ANSWERED}: coverage {c.coverage:.2f} reached the goal {min_coverage:.2f} "
                                      f"(iteration {c.iteration})")
@@ -255,8 +261,15 @@ class RunRecord:
         """The stop reason when the recorded iterations already met the stop rule (then only the report is left)."""
         if not coverages or not self.iterations_done():
             return ""
-        return stop_reason(settled(coverages, min_coverage, self.s.iterations[-1].new_documents),
+        return stop_reason(settled(coverages, min_coverage, self.s.iterations[-1].new_documents, self.failed_in(2)),
                            mean_coverage(coverages), min_coverage, self.iterations_done(), max_iterations)
+
+    def failed_in(self, back: int = 1) -> set[str]:
+        """The requirements whose Forager failed in the recorded iteration ``back`` from the last (1: the last
+        recorded one); :func:`settled` settles a requirement on its second failure in a row."""
+        if len(self.s.iterations) < back:
+            return set()
+        return {rid for rid, status in self.s.iterations[-back].status.items() if status == "failed"}
 
     def scope(self, whole_store: bool) -> tuple[tuple[str, ...] | None, tuple[str, ...]]:
         """(doc_ids the Foragers search, seed chunk ids): the run's own documents (its library, the papers its
