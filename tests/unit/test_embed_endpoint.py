@@ -49,8 +49,9 @@ def test_endpoint_options_and_names_follow_the_settings() -> None:
     assert opts["lifetime"] == "detached" and opts["get_if_exists"] and opts["num_cpus"] == 0
     assert opts["max_restarts"] == -1 and opts["scheduling_strategy"].node_id == node
     assert opts["name"].startswith(ENDPOINT_PREFIX + node[:16])
-    bf16 = settings.updated(embed={"precision": "fp32"})
-    assert endpoint_name(bf16, node) != endpoint_name(settings, node)  # other vectors, another model
+    # other vectors, another model (both precisions named: the suite may run with FORAGE_EMBED__PRECISION set)
+    fp32, bf16 = (settings.updated(embed={"precision": p}) for p in ("fp32", "bf16"))
+    assert endpoint_name(bf16, node) != endpoint_name(fp32, node)
 
 
 def _probe(ray):
