@@ -411,6 +411,41 @@ def test_what_is_not_a_need_of_the_query_is_dropped(text):
     assert [r.text for r in plan.requirements] == [good]
 
 
+def test_the_researchers_own_context_is_not_a_need_but_a_need_in_the_first_person_is():
+    """A query may open with the researcher's situation (the varied run suite, bench/suites/varied.yaml: the embedded
+    model made "Our lab studies soil microbiomes on farms." R1); that sentence asks nothing. "We need …" does."""
+    from actors.steps.plan.requirements import off_query
+
+    query = ("Our lab studies soil microbiomes on farms. How does adding biochar change nitrogen cycling in "
+             "agricultural soils?")
+    assert off_query("Our lab studies soil microbiomes on farms.", query) == "the researcher's own context, not a need"
+    assert off_query("We are building a biochar trial on our farms", query)
+    assert not off_query("We need ways to measure nitrogen cycling in soils with biochar", query)
+    assert not off_query("How does biochar change nitrogen cycling in agricultural soils?", query)
+    plan = asyncio.run(derive_requirements(ResearchQuery(run_id="run-plan", text=query), ScriptedLLM([
+        RequirementList(requirements=["Our lab studies soil microbiomes on farms.",
+                                      "Effect of biochar on nitrogen cycling in agricultural soils"])]), 5))
+    assert [r.text for r in plan.requirements] == ["Effect of biochar on nitrogen cycling in agricultural soils"]
+
+
+def test_a_later_question_that_points_back_is_anchored_in_the_one_before():
+    """"Which technologies does that involve?" repeats its own words but names nothing of what "that" is: as a
+    requirement of its own it gets the query's subject; the first question, whose "it" refers inside it, does not."""
+    from actors.steps.plan.requirements import _fallback
+
+    query = ResearchQuery(run_id="run-plan", text="What should a city assess before it calls itself smart, and which "
+                                                  "technologies does that involve?")
+    plan = _fallback(query, "the test's reason")
+    assert [r.text for r in plan.requirements] == [
+        "What should a city assess before it calls itself smart?",
+        "Which technologies does that involve? (about: What should a city assess before it calls itself smart)"]
+    both = ResearchQuery(run_id="run-plan", text="How do silkworm larvae respond to phytojuvenoid treatment, and does "
+                                                 "intermittent fasting improve memory in mice?")
+    assert [r.text for r in _fallback(both, "the test's reason").requirements] == [
+        "How do silkworm larvae respond to phytojuvenoid treatment?",
+        "Does intermittent fasting improve memory in mice?"]  # no pointing word: each stands alone
+
+
 def test_a_query_about_requirements_may_have_requirements_about_requirements():
     from actors.steps.plan.requirements import off_query
 

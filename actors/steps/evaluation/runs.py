@@ -190,12 +190,22 @@ _META = re.compile(
     r"|\b(?:list|summary|summari[sz]e)\s+of\s+(?:the\s+)?(?:query|\d+\s+requirements)\b", re.IGNORECASE)
 
 
+# the researcher's own situation restated ("Our lab studies soil microbiomes on farms."): a first-person sentence that
+# asks nothing and states no need
+_CONTEXT = re.compile(r"^\W*(?:we|our|i|my)\b[^?]*$", re.IGNORECASE)
+_NEED = re.compile(r"\b(?:need|want|seek|look(?:ing)?\s+for|require|wish|would\s+like|interested\s+in)\b",
+                   re.IGNORECASE)
+
+
 def not_a_need(requirement: str, query: str) -> str:
-    """Why a requirement is not a need of the query ("status", "meta" or "off query"), '' when it is one."""
+    """Why a requirement is not a need of the query ("status", "meta", "context" or "off query"), '' when it is
+    one."""
     if _STATUS.search(requirement):
         return "status"
     if _META.search(requirement):
         return "meta"
+    if _CONTEXT.search(requirement) and not _NEED.search(requirement):
+        return "context"
     if not words(requirement) & words(query):
         return "off query"
     return ""
@@ -203,7 +213,7 @@ def not_a_need(requirement: str, query: str) -> str:
 
 def fidelity(query: str, requirements: Sequence[tuple[str, str]]) -> dict[str, Any]:
     """Requirement fidelity of (id, text) ``requirements`` for ``query``: the questions without a requirement that
-    holds their subject words (a status or meta requirement does not count), and each requirement that is not
+    holds their subject words (a status, meta or context requirement does not count), and each requirement that is not
     a need of the query, with why."""
     not_needs = {rid: why for rid, text in requirements if (why := not_a_need(text, query))}
     needs = [text for rid, text in requirements if rid not in not_needs]
@@ -212,7 +222,7 @@ def fidelity(query: str, requirements: Sequence[tuple[str, str]]) -> dict[str, A
                if not any(holds_subject(t, subject) for t in needs)]
     return {"questions": len(qs), "questions_kept": len(qs) - len(missing), "missing_questions": missing,
             "requirements": len(requirements), "not_needs": not_needs,
-            "status_or_meta": sum(1 for why in not_needs.values() if why in ("status", "meta")),
+            "status_or_meta": sum(1 for why in not_needs.values() if why in ("status", "meta", "context")),
             "off_query": sum(1 for why in not_needs.values() if why == "off query")}
 
 

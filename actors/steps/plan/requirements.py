@@ -154,12 +154,20 @@ def split_questions(text: str) -> list[str]:
     return usable if len(usable) >= 2 and len(usable) == len(parts) else []
 
 
+def _before(question: str, questions: Sequence[str]) -> str:
+    """What a pointing word in one of a query's ``questions`` can refer to: the questions before it ("Which
+    technologies does that involve?" points back at "What should a city assess …"), so a later question is
+    self-contained only by naming their words, not by repeating its own; the first question refers inside itself."""
+    earlier = questions[:questions.index(question)] if question in questions else []
+    return " ".join(earlier) if earlier else question
+
+
 def _fallback(query: ResearchQuery, why: str, n: int = MAX_PLAN_REQUIREMENTS) -> RequirementsPlan:
     """The requirements without the LLM: the query's own questions when it asks several (each requirement is
     then answered, and its coverage earned, on its own), else the query itself as R1."""
     questions = [_shorten(q, _REQ_MAX_CHARS) for q in split_questions(query.text)][:n]
     if len(questions) >= 2:
-        texts = [q if self_contained(q, query.text) else anchored(q, query.text) for q in questions]
+        texts = [q if self_contained(q, _before(q, questions)) else anchored(q, query.text) for q in questions]
         return RequirementsPlan(run_id=query.run_id, query=query, requirements=_numbered(_unique(texts)),
                                 degraded=(f"requirements: {why}; the query's {len(texts)} questions are "
                                           f"R1-R{len(texts)}",))
@@ -287,13 +295,18 @@ def _every_question(query: ResearchQuery, texts: list[str], n: int) -> tuple[lis
             notes.append(f"requirements: the query's question {short!r} has none (at most {n}); add it by editing")
             continue
         text = _shorten(question, _REQ_MAX_CHARS)
-        out.append(text if self_contained(text, query.text) else anchored(text, query.text))
+        out.append(text if self_contained(text, _before(question, split_questions(query.text)))
+                   else anchored(text, query.text))
         notes.append(f"requirements: the query's question {short!r} had none; added as R{len(out)}")
     return out, notes
 
 
 # a word that points back at something the requirement does not name ("How is it evaluated?")
-_DANGLING = re.compile(r"\b(?:it|its|this|these|they|them|their|those|such|the (?:query|topic|subject|above))\b",
+_DANGLING = re.compile(r"\b(?:it|its|this|these|they|them|their|those|such|the (?:query|topic|subject|above))\b"
+                       # "that" as a pronoun: after an auxiliary ("which technologies does that involve?") or a
+                       # preposition at the end ("what is known about that?"), not as a determiner or conjunction
+                       r"|\b(?:does|do|did|is|are|was|were|will|would|can|could|should)\s+that\b"
+                       r"|\b(?:of|about|for|with|on|from|to|by|in)\s+that\W*$",
                        re.IGNORECASE)
 SUBJECT_WORDS = 2  # content words of the query a requirement with a pointing word must name
 
@@ -344,6 +357,10 @@ _STATUS = re.compile(
 # words that make a sentence about the research process rather than its subject ("The requirement to provide a concise
 # summary … is a critical aspect"); one the query itself uses is the query's subject, not meta text
 _META_NOUNS = re.compile(r"\b(requirements?|query|queries|researchers?|the\s+user)\b", re.IGNORECASE)
+# the researcher's own situation, not a need ("Our lab studies soil microbiomes on farms.", "We are building a question
+# answering system over spreadsheets."): a first-person statement that asks nothing and names no need
+_OWN_CONTEXT = re.compile(r"^\W*(?:we|our|i|my|us)\b(?!.*\b(?:need|needs|want|wants|seek|seeking|look(?:ing)?\s+for|"
+                          r"require|requires|wish|would\s+like|interested)\b)[^?]*$", re.IGNORECASE)
 # a sentence about the question or an answer to it, not a need ("The question is about …", "The answer is …": a weak
 # model restating or answering instead of asking)
 _ABOUT_QUESTION = re.compile(r"^\W*(?:the|this|my|your|an?)\s+(?:question|answer|task)s?\s+(?:is|are|was|would\s+be|"
@@ -363,6 +380,8 @@ def off_query(text: str, query: str) -> str:
         return "a statement about the requirements, not the query's subject"
     if _ABOUT_QUESTION.search(text):
         return "a statement about the question or its answer, not a need"
+    if _OWN_CONTEXT.search(text):
+        return "the researcher's own context, not a need"
     if not content_words(text) & content_words(query):
         return "no word of the query's subject"
     return ""
