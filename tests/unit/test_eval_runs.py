@@ -54,6 +54,7 @@ def test_a_query_of_two_questions_is_split_and_each_needs_its_own_requirement() 
     # the researcher's own context restated (bench/suites/varied.yaml); a need in the first person is a need
     ("Our lab grows wheat under heat stress in field trials.", "context"),
     ("We need measurements of wheat grain yield under heat stress", ""),
+    ("US wheat grain yield under heat stress", ""),
     ("The history of Byzantine mosaics in Ravenna", "off query"),
 ])
 def test_what_is_not_a_need_of_the_query(text: str, why: str) -> None:

@@ -422,6 +422,10 @@ def test_the_researchers_own_context_is_not_a_need_but_a_need_in_the_first_perso
     assert off_query("We are building a biochar trial on our farms", query)
     assert not off_query("We need ways to measure nitrogen cycling in soils with biochar", query)
     assert not off_query("How does biochar change nitrogen cycling in agricultural soils?", query)
+    # a subject that reads like a pronoun is not the researcher
+    for subject in ("I/O costs of nitrogen cycling models for soils", "US policy on biochar and nitrogen in soils",
+                    "IT systems that log nitrogen cycling in agricultural soils"):
+        assert not off_query(subject, query), subject
     plan = asyncio.run(derive_requirements(ResearchQuery(run_id="run-plan", text=query), ScriptedLLM([
         RequirementList(requirements=["Our lab studies soil microbiomes on farms.",
                                       "Effect of biochar on nitrogen cycling in agricultural soils"])]), 5))

@@ -192,7 +192,7 @@ _META = re.compile(
 
 # the researcher's own situation restated ("Our lab studies soil microbiomes on farms."): a first-person sentence that
 # asks nothing and states no need
-_CONTEXT = re.compile(r"^\W*(?:we|our|i|my)\b[^?]*$", re.IGNORECASE)
+_CONTEXT = re.compile(r"^\W*(?:[Ww]e|[Oo]ur|I|[Mm]y)\s+[a-z][^?]*$")  # not "I/O …", "US aid …"
 _NEED = re.compile(r"\b(?:need|want|seek|look(?:ing)?\s+for|require|wish|would\s+like|interested\s+in)\b",
                    re.IGNORECASE)
 

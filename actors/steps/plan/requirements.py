@@ -359,8 +359,11 @@ _STATUS = re.compile(
 _META_NOUNS = re.compile(r"\b(requirements?|query|queries|researchers?|the\s+user)\b", re.IGNORECASE)
 # the researcher's own situation, not a need ("Our lab studies soil microbiomes on farms.", "We are building a question
 # answering system over spreadsheets."): a first-person statement that asks nothing and names no need
-_OWN_CONTEXT = re.compile(r"^\W*(?:we|our|i|my|us)\b(?!.*\b(?:need|needs|want|wants|seek|seeking|look(?:ing)?\s+for|"
-                          r"require|requires|wish|would\s+like|interested)\b)[^?]*$", re.IGNORECASE)
+# (the pronoun as a word before a lower-case one: "I/O …", "US aid …" and "IT systems …" are subjects, not the
+# researcher)
+_OWN_CONTEXT = re.compile(r"^\W*(?:[Ww]e|[Oo]ur|I|[Mm]y)\s+[a-z][^?]*$")
+_NEED = re.compile(r"\b(?:needs?|wants?|seek(?:ing)?|look(?:ing)?\s+for|requires?|wish|would\s+like|interested)\b",
+                   re.IGNORECASE)
 # a sentence about the question or an answer to it, not a need ("The question is about …", "The answer is …": a weak
 # model restating or answering instead of asking)
 _ABOUT_QUESTION = re.compile(r"^\W*(?:the|this|my|your|an?)\s+(?:question|answer|task)s?\s+(?:is|are|was|would\s+be|"
@@ -380,7 +383,7 @@ def off_query(text: str, query: str) -> str:
         return "a statement about the requirements, not the query's subject"
     if _ABOUT_QUESTION.search(text):
         return "a statement about the question or its answer, not a need"
-    if _OWN_CONTEXT.search(text):
+    if _OWN_CONTEXT.search(text) and not _NEED.search(text):
         return "the researcher's own context, not a need"
     if not content_words(text) & content_words(query):
         return "no word of the query's subject"
