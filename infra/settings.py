@@ -575,9 +575,9 @@ class Settings(BaseSettings):
         elif (kept := self.judge_calibration()) is not None:
             how = (f"calibrated {kept.get('calibrated', 'on an unknown date')} on "
                    f"{kept.get('labelled_set', 'a labelled set')}")
-        else:
-            how = ("not calibrated (`forage calibrate`): its 'answers' count only where the retrieval signals "
-                   "confirm them")
+        else:  # no rates to state: the check trusts none of its 'answers' on their own
+            return (f"{self.judge_key()}, not calibrated (forage calibrate measures it): its 'answers' count only "
+                    "where the retrieval signals confirm them")
         return f"{self.judge_key()}, {how}: TPR {tpr:.2f}, FPR {fpr:.2f}"
 
     def answer_curve(self, signal: Literal["store", "text"] = "text") -> tuple[float, float, float] | None:

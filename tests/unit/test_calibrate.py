@@ -91,8 +91,9 @@ def test_kept_rates_are_the_models_own_and_a_bad_file_is_an_error() -> None:
     assert (Settings.load(llm={"backend": "ollama", "model": "a"}).judge_summary()
             == "ollama:a, calibrated 2026-11-28 on a labelled set: TPR 0.90, FPR 0.10")
     assert told.judge_summary() == "ollama:a, rates set by forage.judge_tpr / judge_fpr: TPR 0.60, FPR 0.40"
-    assert Settings.load(llm={"backend": "ollama", "model": "c"}).judge_summary().startswith(
-        "ollama:c, not calibrated (`forage calibrate`)")
+    assert Settings.load(llm={"backend": "ollama", "model": "c"}).judge_summary() == (
+        "ollama:c, not calibrated (forage calibrate measures it): its 'answers' count only where the retrieval "
+        "signals confirm them")
     kept = path.read_text()
     try:
         path.write_text("{not json")
