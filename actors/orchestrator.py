@@ -183,7 +183,7 @@ class Orchestrator:
                           + (f"; settled: {', '.join(done)}" if done else ""),
                           iteration=iteration, mean_coverage=mean,
                           coverage={c.requirement.id: c.coverage for c in coverages}, settled=settle)
-                # every requirement answered, failed or brought nothing new by this iteration: the next one could
+                # every requirement answered, failed twice or brought nothing new by this iteration: the next one could
                 # read nothing new, so it does not run
                 reason = stop_reason(settle, mean, s.min_coverage, iteration, s.max_iterations)
                 answered = all(why.startswith(ANSWERED) for why in settle.values())
