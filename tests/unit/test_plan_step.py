@@ -432,6 +432,22 @@ def test_the_researchers_own_context_is_not_a_need_but_a_need_in_the_first_perso
     assert [r.text for r in plan.requirements] == ["Effect of biochar on nitrogen cycling in agricultural soils"]
 
 
+def test_a_query_that_falls_back_to_itself_leaves_out_the_researchers_context():
+    """Where the model gives nothing usable the query itself is R1: its question, not the sentence on the lab's
+    project before it (the varied suite's TableFormer query)."""
+    from actors.steps.plan.requirements import _fallback
+
+    text = ("We are building a question answering system over spreadsheets. How can a transformer encode a table "
+            "and the text around it?")
+    plan = _fallback(ResearchQuery(run_id="run-plan", text=text), "the test's reason")
+    assert [r.text for r in plan.requirements] == ["How can a transformer encode a table and the text around it?"]
+    assert "without the sentences on the researcher's own context" in plan.degraded[0]
+    alone = "We need a transformer that encodes tables. Which ones exist?"  # a need in the first person stays
+    assert [r.text for r in _fallback(ResearchQuery(run_id="run-plan", text=alone), "why").requirements] == [alone]
+    only = "Our lab studies tables."  # nothing else to ask: the query as it is
+    assert [r.text for r in _fallback(ResearchQuery(run_id="run-plan", text=only), "why").requirements] == [only]
+
+
 def test_a_later_question_that_points_back_is_anchored_in_the_one_before():
     """"Which technologies does that involve?" repeats its own words but names nothing of what "that" is: as a
     requirement of its own it gets the query's subject; the first question, whose "it" refers inside it, does not."""

@@ -171,14 +171,27 @@ def _fallback(query: ResearchQuery, why: str, n: int = MAX_PLAN_REQUIREMENTS) ->
         return RequirementsPlan(run_id=query.run_id, query=query, requirements=_numbered(_unique(texts)),
                                 degraded=(f"requirements: {why}; the query's {len(texts)} questions are "
                                           f"R1-R{len(texts)}",))
-    text = _shorten(query.text, _REQ_MAX_CHARS)
+    asked = _without_context(query.text)
+    text = _shorten(asked, _REQ_MAX_CHARS)
     if len(text) < 3:  # a one- or two-letter query still gets a valid requirement
         text = f"About: {text}"
-    degraded = [f"requirements: {why}; the query itself is R1"]
-    if len(text) < len(" ".join(query.text.split())):
+    degraded = [f"requirements: {why}; the query itself is R1"
+                + (" (without the sentences on the researcher's own context)" if asked != query.text else "")]
+    if len(text) < len(" ".join(asked.split())):
         degraded.append(f"requirements: the query was cut to {_REQ_MAX_CHARS} characters for R1")
     return RequirementsPlan(run_id=query.run_id, query=query, requirements=_numbered([text]),
                             degraded=tuple(degraded))
+
+
+def _without_context(text: str) -> str:
+    """The query without its opening sentences on the researcher's own situation ("We are building a question
+    answering system over spreadsheets. How can …?" asks the second sentence; :data:`_OWN_CONTEXT`), when something
+    is left; else the query as it is."""
+    sentences = re.split(r"(?<=[.!])\s+", " ".join(text.split()))
+    start = 0
+    while start < len(sentences) - 1 and _OWN_CONTEXT.search(sentences[start]) and not _NEED.search(sentences[start]):
+        start += 1
+    return " ".join(sentences[start:]) if start else text
 
 
 def _messages(query: ResearchQuery, n: int) -> list[ChatMessage]:
