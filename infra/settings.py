@@ -569,12 +569,13 @@ class Settings(BaseSettings):
         """One line on the judge a run trusts and why (the report's Scope): its key, where its rates come from
         (set in the settings, kept by `forage calibrate` with date and labelled set, or not calibrated) and the
         rates the check weighs its 'answers' by (:meth:`judge_rates`)."""
-        tpr, fpr = self.judge_rates()
         if self.forage.judge_tpr is not None or self.forage.judge_fpr is not None:
             how = "rates set by forage.judge_tpr / judge_fpr"
-        elif (kept := self.judge_calibration()) is not None:
+            tpr, fpr = self.judge_rates()
+        elif (kept := self.judge_calibration()) is not None:  # the rates judge_rates() would read: read once
             how = (f"calibrated {kept.get('calibrated', 'on an unknown date')} on "
                    f"{kept.get('labelled_set', 'a labelled set')}")
+            tpr, fpr = float(kept["tpr"]), float(kept["fpr"])
         else:  # no rates to state: the check trusts none of its 'answers' on their own
             return (f"{self.judge_key()}, not calibrated (forage calibrate measures it): its 'answers' count only "
                     "where the retrieval signals confirm them")

@@ -189,7 +189,7 @@ def _without_context(text: str) -> str:
     is left; else the query as it is."""
     sentences = re.split(r"(?<=[.!])\s+", " ".join(text.split()))
     start = 0
-    while start < len(sentences) - 1 and _OWN_CONTEXT.search(sentences[start]) and not _NEED.search(sentences[start]):
+    while start < len(sentences) - 1 and own_context(sentences[start]):
         start += 1
     return " ".join(sentences[start:]) if start else text
 
@@ -383,6 +383,11 @@ _ABOUT_QUESTION = re.compile(r"^\W*(?:the|this|my|your|an?)\s+(?:question|answer
                              r"asks?|concerns?|seems?)\b", re.IGNORECASE)
 
 
+def own_context(text: str) -> bool:
+    """Whether ``text`` states the researcher's own situation and no need (:data:`_OWN_CONTEXT`, :data:`_NEED`)."""
+    return bool(_OWN_CONTEXT.search(text)) and not _NEED.search(text)
+
+
 def off_query(text: str, query: str) -> str:
     """Why a requirement is not a need of the query ('' when it is one): it is Forage's own progress or status text
     (:data:`_STATUS`), it speaks about requirements, the query or the researcher where the query does not
@@ -396,7 +401,7 @@ def off_query(text: str, query: str) -> str:
         return "a statement about the requirements, not the query's subject"
     if _ABOUT_QUESTION.search(text):
         return "a statement about the question or its answer, not a need"
-    if _OWN_CONTEXT.search(text) and not _NEED.search(text):
+    if own_context(text):
         return "the researcher's own context, not a need"
     if not content_words(text) & content_words(query):
         return "no word of the query's subject"
