@@ -268,6 +268,20 @@ class RunReservation:
 
         return bundle_of(options_for(key.split("/", 1)[0], self.settings))  # type: ignore[arg-type]
 
+    async def _short_while_waiting(self, ready: asyncio.Future[Any], short_of: Callable[[], str]) -> str:
+        """What the cluster lacks for a reservation or worker still not placed, looked at every ``ray.room_wait_s``
+        until something is lacking (returned) or it is placed (""; a failure is looked at, not raised). Looked at
+        again rather than once: just after another run's reservation is made, the cluster's free resources may not
+        show it yet, and a run that then waits would never say so (docs/reliability.md)."""
+        while True:
+            done, _ = await asyncio.wait({ready}, timeout=self.settings.ray.room_wait_s)
+            if done:
+                ready.exception()
+                return ""
+            short = short_of()
+            if short:
+                return short
+
     async def _watch_group(self, group: Any, keys: Sequence[WorkerKey], bundles: Sequence[dict[str, float]],
                            first: bool) -> None:
         """A reservation not placed after ``ray.room_wait_s`` because the cluster has no room for all of it (other
@@ -281,11 +295,7 @@ class RunReservation:
         started = time.monotonic()
         ready = asyncio.wrap_future(group.ready().future())
         try:
-            done, _ = await asyncio.wait({ready}, timeout=self.settings.ray.room_wait_s)
-            if done:
-                ready.exception()
-                return
-            short = missing_for(bundles, ray.available_resources())
+            short = await self._short_while_waiting(ready, lambda: missing_for(bundles, ray.available_resources()))
             if not short:
                 return
             workers = Reservation.describe(keys)
@@ -312,11 +322,8 @@ class RunReservation:
         started = time.monotonic()
         ready = asyncio.wrap_future(handle.__ray_ready__.remote().future())
         try:
-            done, _ = await asyncio.wait({ready}, timeout=self.settings.ray.room_wait_s)
-            if done:
-                ready.exception()  # looked at: a worker that died is reported by the call waiting on it
-                return
-            short = missing_room(options, ray.available_resources())
+            # a worker that died is reported by the call waiting on it
+            short = await self._short_while_waiting(ready, lambda: missing_room(options, ray.available_resources()))
             if not short:
                 return
             article = "an" if role[0] in "aeiou" else "a"
