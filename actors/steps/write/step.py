@@ -465,7 +465,10 @@ class WriteStep:
 
     def _quote(self, section: _Section, chunks: dict[str, ChunkRecord | None], why: str) -> None:
         """The section written from its evidence alone (:meth:`_extracted`), saying so and ``why``, and what a Related
-        quote is when it has one."""
+        quote is when it has one. A requirement its papers answer is quoted from them alone: a quote cannot say how a
+        paper only on the topic bears on what was asked, and beside the findings it reads as one of them."""
+        if any(ev.tag == "answers" for ev, _ in section.items):
+            section.items = [(ev, src) for ev, src in section.items if ev.tag == "answers"]
         section.notes.append(EXTRACTIVE.format(why=why))
         section.sentences = self._as_related(section, self._extracted(section.coverage.requirement.text,
                                                                       section.items, 0, chunks))
