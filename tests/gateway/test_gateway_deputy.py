@@ -16,9 +16,6 @@ import pytest
 
 from tests.gateway.live import BASE
 
-REPO = Path(__file__).resolve().parents[2]
-PDFS = REPO.parent / "shared" / "data" / "pdfs"
-
 
 @pytest.fixture()
 def config_home(tmp_path, monkeypatch) -> Path:
@@ -193,7 +190,7 @@ def test_api_library_only_inside_allowed_folders(tmp_path) -> None:
         assert http.post("/api/runs", json={"query": "q", "library": str(allowed)}).status_code == 403
 
 
-def test_a_confined_library_reads_no_file_outside_its_folder(tmp_path) -> None:
+def test_a_confined_library_reads_no_file_outside_its_folder(tmp_path, shared_pdfs) -> None:
     from actors.steps.search.library import LibrarySearch
     from messages.plan import Requirement
     from messages.search import SearchRequest
@@ -202,8 +199,9 @@ def test_a_confined_library_reads_no_file_outside_its_folder(tmp_path) -> None:
     library.mkdir()
     outside = tmp_path / "private"
     outside.mkdir()
-    shutil.copy(PDFS / "dvt_prophylaxis_trauma_bmc2010.pdf", library / "dvt.pdf")
-    shutil.copy(PDFS / "reverb_openie_emnlp2011.pdf", outside / "reverb.pdf")
+    pdfs = shared_pdfs[0].parent
+    shutil.copy(pdfs / "dvt_prophylaxis_trauma_bmc2010.pdf", library / "dvt.pdf")
+    shutil.copy(pdfs / "reverb_openie_emnlp2011.pdf", outside / "reverb.pdf")
     (library / "linked.pdf").symlink_to(outside / "reverb.pdf")
     request = SearchRequest(run_id="r", iteration=1, query="q", max_results=8,
                             requirements=(Requirement(id="R1", text="thromboprophylaxis after trauma"),))
