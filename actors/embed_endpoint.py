@@ -51,9 +51,7 @@ class EmbedEndpoint:
         """Load the model now; the endpoint's pid."""
         import os
 
-        warm = getattr(self.embedder, "warm", None)
-        if callable(warm):
-            warm()
+        self.embedder.warm()
         return os.getpid()
 
 
@@ -131,6 +129,9 @@ class NodeEmbedder:
                     raise ForageError(f"the node's embedding endpoint died {attempt} times in a row: {exc}",
                                       retryable=True) from exc
         raise AssertionError("unreachable")  # pragma: no cover
+
+    def check(self) -> None:
+        """Nothing to reach before the first call: the endpoint is found, or made, then."""
 
     def warm(self) -> None:
         """The endpoint's model loaded now (seconds, once per node), and the tokenizer here."""

@@ -67,7 +67,5 @@ class Ingestor:
         """Build the step (store, embedder, parser) now, so a document's timeout counts its own work
         and not the actor's start; the pid. An in-process embedding model (MiniLM) is loaded here too."""
         step = self._ensure()
-        warm = getattr(step.embedder, "warm", None)
-        if callable(warm):
-            warm()
+        step.embedder.warm()
         return os.getpid()

@@ -124,9 +124,9 @@ class Orchestrator:
         return self._llm
 
     def _llm_for_workers(self) -> Any | None:
-        # a fake LLM given to the Orchestrator (tests) is shipped to the workers too (class attribute
-        # ``shippable``); otherwise every worker builds its own client from Settings in its own process
-        return self._llm if getattr(self._llm, "shippable", False) else None
+        # a fake LLM given to the Orchestrator (tests) is shipped to the workers too (``shippable``); otherwise
+        # every worker builds its own client from Settings in its own process
+        return self._llm if self._llm is not None and self._llm.shippable else None
 
     async def run(self, plan: RequirementsPlan, from_run: str | None = None) -> RunSummary:
         """The loop, then the report. ``from_run``: an earlier run id in the same runs folder to follow up."""

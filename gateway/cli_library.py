@@ -283,9 +283,9 @@ def _check_embedder(settings: Settings) -> None:
     from infra.store.meta import check_meta
 
     store = build_store(settings)
-    meta = store.library_meta() if hasattr(store, "library_meta") else None
+    meta = store.library_meta()
     if meta is not None:
-        check_meta(meta, getattr(store, "embed_model", None), getattr(store, "dim", meta.dim), str(settings.store.path))
+        check_meta(meta, store.embed_model, store.dim, str(settings.store.path))
 
 
 def add_files(
@@ -329,9 +329,8 @@ def open_library_store(settings: Settings) -> Any:
     if settings.store.backend == "lancedb" and not Path(settings.store.path).exists():
         raise fail(f"no store at {settings.store.path}: add papers first (forage library add …)")
     store: Any = build_store(settings)
-    meta = store.library_meta() if hasattr(store, "library_meta") else None
-    if meta is not None and (meta.dim != getattr(store, "dim", meta.dim)
-                             or meta.embed_model != getattr(store, "embed_model", meta.embed_model)):
+    meta = store.library_meta()
+    if meta is not None and (meta.dim != store.dim or meta.embed_model != store.embed_model):
         store = build_store(settings, dim=meta.dim)
         store.embed_model = meta.embed_model
     return store
@@ -482,7 +481,7 @@ def library_stats(settings: Settings) -> dict[str, Any]:
     store = open_library_store(settings)
     documents = store.list_documents()
     pages = _page_counts(store, documents)
-    meta = store.library_meta() if hasattr(store, "library_meta") else None
+    meta = store.library_meta()
     flagged: dict[str, list[str]] = {}
     for doc in documents:
         for flag in dict.fromkeys(f.split(":", 1)[0] for f in doc.flags):
@@ -494,7 +493,7 @@ def library_stats(settings: Settings) -> dict[str, Any]:
                   "library": None if lance else settings.store.weaviate_library,
                   "size_bytes": _size_on_disk(Path(settings.store.path)) if lance else None},
         "embedding": {"model": meta.embed_model if meta else embedding_name(settings),
-                      "dim": meta.dim if meta else getattr(store, "dim", None), "recorded": meta is not None},
+                      "dim": meta.dim if meta else store.dim, "recorded": meta is not None},
         "documents": len(documents),
         "chunks": store.count_chunks(),
         "pages": sum(pages.values()),

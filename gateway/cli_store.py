@@ -80,8 +80,7 @@ def migrate_cmd(
             configured = None
         src = _open(settings, src_backend, from_path, library, configured.dim if configured else 384, None)
         meta = src.library_meta() or configured
-        if hasattr(src, "close"):
-            src.close()
+        src.close()
         if meta is None:
             raise _fail("the source records no embedding model and the configured one has no known size")
         src = _open(settings, src_backend, from_path, library, meta.dim, meta.embed_model)
@@ -98,7 +97,7 @@ def migrate_cmd(
         raise _fail(str(exc)) from exc
     finally:
         for store in (locals().get("src"), locals().get("dst")):
-            if store is not None and hasattr(store, "close"):
+            if store is not None:
                 store.close()
     console.print(f"copied {report.documents} documents and {report.chunks} chunks in {report.batches} batches; "
                   f"the target holds {report.target_documents} documents")

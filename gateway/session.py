@@ -98,9 +98,7 @@ def check_model_servers(settings: Settings) -> None:
     if settings.embed.backend in ("ollama", "openai"):
         from infra.embed import build_embedder
 
-        check = getattr(build_embedder(settings), "check", None)
-        if check is not None:
-            check()
+        build_embedder(settings).check()
 
 
 def resume_plan(settings: Settings, run_id: str, state: RunState, *,

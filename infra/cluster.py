@@ -46,6 +46,7 @@ from typing import Final, Literal, TypeVar
 import psutil
 
 from infra.errors import ConfigError
+from infra.llm.server import ServerLLM
 from infra.privacy import OFFLINE_ENV
 from infra.settings import Settings
 
@@ -144,14 +145,13 @@ def node_llm_host(hosts: Mapping[str, str], default: str) -> str:
 def on_this_node(llm: T, hosts: Mapping[str, str]) -> T:
     """``llm`` pointed at this node's endpoint (a copy) when it has a ``host`` and ``hosts`` names
     one for this node; else ``llm`` itself."""
-    host = getattr(llm, "host", None)
-    if not hosts or not isinstance(host, str):
+    if not hosts or not isinstance(llm, ServerLLM):
         return llm
-    mine = node_llm_host(hosts, host)
-    if mine == host:
+    mine = node_llm_host(hosts, llm.host)
+    if mine == llm.host:
         return llm
     local = copy.copy(llm)
-    local.host = mine  # type: ignore[attr-defined]
+    local.host = mine
     return local
 
 

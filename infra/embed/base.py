@@ -29,6 +29,15 @@ class Embedder(Protocol):
         """Unit-normalized vectors, one per text, in order."""
         ...
 
+    def check(self) -> None:
+        """Raise LLMUnavailable with one clear sentence if the model cannot be used (a server down or without it)."""
+        ...
+
+    def warm(self) -> None:
+        """Load what the first call would (an in-process model's weights), so a caller's timeout counts its own
+        work; nothing for a model behind a server."""
+        ...
+
     def token_spans(self, text: str) -> list[tuple[int, int]]:
         """Character (start, end) of every token of ``text`` under this model's own tokenizer,
         without special tokens. Used to cut token windows at exact character offsets."""

@@ -154,6 +154,9 @@ class MiniLMEmbedder:
             self._tokenizer = load_tokenizer(self.path)
         return self._tokenizer
 
+    def check(self) -> None:
+        """Nothing to reach: the model's files were read when it was built (a missing one is a ConfigError then)."""
+
     def warm(self) -> None:
         """Load the model and tokenizer now (seconds) rather than inside the first document's embedding."""
         self._ensure_model()

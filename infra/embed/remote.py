@@ -66,6 +66,9 @@ class RemoteEmbedder(ABC):
     def check(self) -> None:
         """Fail fast (LLMUnavailable, one sentence) when the server is down or lacks the model."""
 
+    def warm(self) -> None:
+        """Nothing to load here: the model lives in its server."""
+
     def embed(self, texts: Sequence[str]) -> list[list[float]]:
         """Unit-normalized vectors, one per text, in order; raises LLMUnavailable / LLMTimeout."""
         out: list[list[float]] = []

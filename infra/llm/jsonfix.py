@@ -150,6 +150,8 @@ class RetryingLLM(ABC):
 
     name: str
     calls: int
+    queues_calls = False
+    shippable = False
 
     def __init__(self, *, name: str, max_retries: int, max_tokens: int, max_tokens_ceiling: int | None = None) -> None:
         if max_retries < 0:
@@ -169,6 +171,9 @@ class RetryingLLM(ABC):
 
     async def check(self) -> None:
         """Raise LLMUnavailable with one clear sentence if the model cannot be used (default: usable)."""
+
+    async def warm(self, schemas: Sequence[type[BaseModel]] = ()) -> None:
+        """Nothing to prepare: the first call opens the way to the model."""
 
     async def structured(self, messages: Sequence[ChatMessage], schema: type[T]) -> T:
         """Ask for one ``schema`` instance; retry invalid answers; raise LLMOutputError if none validates."""

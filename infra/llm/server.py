@@ -32,6 +32,7 @@ class ServerLLM(RetryingLLM):
     """A :class:`RetryingLLM` over HTTP: ``backoff_s`` is the first wait between transport attempts (doubling up to
     ``backoff_max_s``), ``max_retries`` bounds them as it bounds the repair attempts."""
 
+    host: str  # the server's base URL (a cluster points a copy at its node's server: infra.cluster.on_this_node)
     backoff_s: float = 0.5
     backoff_max_s: float = 8.0
 

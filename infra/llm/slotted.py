@@ -86,6 +86,7 @@ class SlottedLLM:
     """``inner``'s calls, each made by an endpoint actor from ``find()`` (:func:`actors.llm_endpoint.llm_endpoints`)."""
 
     queues_calls = True  # a call waits for a slot before it reaches a server: callers may issue many at once
+    shippable = False
 
     def __init__(self, inner: LLM, find: Callable[[], list[Any]], hosts: dict[str, str] | None = None,
                  order: str = "chain", refresh_s: float = 30.0, hold_s: float = 0.0) -> None:

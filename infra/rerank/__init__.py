@@ -37,7 +37,8 @@ class Relevance(Protocol):
     floors: tuple[float, float]  # (answer, topic)
     confirmation: float | None  # least similarity + 0.4 x word share of a confirmed answer; None: no confirmation
     # (intercept, slope, penalty): P(answers | similarity + 0.4 x word share) fitted on SciFact train
-    # (Settings.answer_curve); None: not calibrated. Implementations without it are read as None (forage/credit.py).
+    # (Settings.answer_curve); None: not calibrated (forage/credit.py then gives the judge no relief)
+    curve: tuple[float, float, float] | None
 
     def score(self, query: str, chunks: Sequence[ChunkRecord]) -> list[float]:
         """One score per chunk, in order; higher is closer to ``query``."""

@@ -234,6 +234,13 @@ class Store(ABC):
         a store with nothing stored yet opens nothing."""
         self.count_chunks()
 
+    def close(self) -> None:
+        """Let go of connections held open (a server's client); nothing for a store of files."""
+
+    def optimize(self) -> None:
+        """Compact what many small writes left behind and rebuild the search indexes where the backend keeps them
+        itself (a bulk load's end); nothing for a backend that does this on its own."""
+
     def purge_deleted(self) -> None:
         """Remove what deleted documents left behind (old table versions, index entries), so a forgotten document
         leaves no trace on disk. A store that removes deleted objects itself has nothing to do."""

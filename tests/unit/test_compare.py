@@ -188,6 +188,12 @@ class WordEmbedder:
     def __init__(self, fail: bool = False) -> None:
         self.fail, self.embedded = fail, []
 
+    def check(self) -> None:
+        """Always usable."""
+
+    def warm(self) -> None:
+        """Nothing to load."""
+
     def embed(self, texts):
         if self.fail:
             raise ConnectionError("embedder down")

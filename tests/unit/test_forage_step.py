@@ -993,6 +993,7 @@ class PhraseRelevance:
     name = "phrases"
     floors = (0.6, 0.2)
     confirmation = None  # its own scale, as a reranker's
+    curve = None  # not calibrated
 
     def __init__(self, table: dict[str, float]) -> None:
         self.table = table

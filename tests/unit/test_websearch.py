@@ -34,12 +34,18 @@ def paper(n: int, source: str = "openalex", **kw) -> Candidate:
 class PagedSource:
     def __init__(self, name: str, pages: list[list[Candidate]], fail: Exception | None = None) -> None:
         self.name, self.pages, self.fail, self.asked = name, list(pages), fail, []
+        self.last: list[Candidate] | None = None
 
     def search(self, query: SearchQuery, limit: int) -> list[Candidate]:
         self.asked.append((query.text, limit))
         if self.fail is not None:
             raise self.fail
-        return self.pages.pop(0) if self.pages else []
+        self.last = self.pages.pop(0) if self.pages else []
+        return self.last
+
+    def exhausted(self, query: SearchQuery) -> bool:
+        """Its end is the first empty page."""
+        return self.last == []
 
 
 class SnowballSource(PagedSource):

@@ -109,7 +109,7 @@ def measure_judge(settings: Settings, folder: Path, *, n_queries: int = 20, spli
         raise ConfigError(f"the model gave no valid verdict on the {'relevant' if not rates['judged_relevant'] else 'other'} "
                           f"passages of {len(qids)} queries ({unjudged} passages without a verdict): nothing to "
                           "measure; try more --queries or check the model answers the judging prompt")
-    return {"key": settings.judge_key(), "llm": getattr(llm, "name", type(llm).__name__),
+    return {"key": settings.judge_key(), "llm": llm.name,
             "tpr": rates["judge_tpr"], "fpr": rates["judge_fpr"],
             "relevant": int(rates["judged_relevant"]), "other": int(rates["judged_other"]),
             "unjudged": unjudged, "llm_calls": calls, "queries": len(qids),

@@ -254,9 +254,8 @@ def evaluate_evidence(settings: Settings, folder: Path, *, n_queries: int = 50, 
                     store.delete_document(record.doc_id)
         report = load_corpus(base, store, embedder, without(dataset, held_out), progress=loading)
         load_s = perf_counter() - started
-        optimize = getattr(store, "optimize", None)
-        if report.stored and callable(optimize):
-            optimize()
+        if report.stored:
+            store.optimize()
         corpus_ids = _corpus_ids(report)
         answerable = [q for q in qids if q not in unanswerable]
         signal = base.relevance_signal(store.keeps_windows)
@@ -264,7 +263,7 @@ def evaluate_evidence(settings: Settings, folder: Path, *, n_queries: int = 50, 
             "dataset": dataset.name, "split": split, "seed": seed, "n_queries": len(qids),
             "answerable": len(answerable), "unanswerable": len(unanswerable), "held_out_documents": len(held_out),
             "n_docs": len(dataset.corpus) - len(held_out), "embedder": embedder.name,
-            "llm": getattr(llm, "name", type(llm).__name__), "preset": settings.preset,
+            "llm": llm.name, "preset": settings.preset,
             "judge_rates_told": list(base.judge_rates()),
             "relevance_signal": signal,
             "similarity_floors": list(base.similarity_floors(signal)),

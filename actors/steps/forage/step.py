@@ -224,7 +224,7 @@ class ForageStep:
         # what the judge's 'answers' is worth beside the signal (its rates, the signal's calibration curve): the
         # topic, answer and confirmation floors move down by its relief (credit.py); the floor a related passage
         # must reach (supported) does not: the rates are those of its 'answers'
-        self.credit = JudgeCredit(*settings.judge_rates(), curve=getattr(self.relevance, "curve", None))
+        self.credit = JudgeCredit(*settings.judge_rates(), curve=self.relevance.curve)
         relief = self.credit.relief() if self.cfg.relevance_check else 0.0
         self._answer_floor = self._floors[0] - relief
         self._topic_floor = self._floors[1] - relief  # a reliable judge is shown more, as its answers count more
@@ -240,10 +240,8 @@ class ForageStep:
         where it has one to prepare (a slotted LLM's endpoint actors), and with ``requirement`` (this step's from
         now on) its embedding."""
         await self._thread(self.store.open)  # through the CPU gate: the gate is found (or made) now too
-        warm = getattr(self.llm, "warm", None)
-        if warm is not None:
-            await warm([batch_schema(self.cfg.judge_batch), batch_schema(self.cfg.judge_batch, deep=True),
-                        DocumentGist, RelevanceGate, SectionChoice, Reformulation])
+        await self.llm.warm([batch_schema(self.cfg.judge_batch), batch_schema(self.cfg.judge_batch, deep=True),
+                             DocumentGist, RelevanceGate, SectionChoice, Reformulation])
         if requirement is not None:
             await self._requirement_vector(self._bind(requirement))
 
@@ -271,7 +269,7 @@ class ForageStep:
                   iteration=it.number, requirement_id=req.id, retrieved=len(chunks),
                   failed=len(chunks) - len(it.judged), llm_calls_iteration=it.calls, **counts)
 
-        if getattr(self.llm, "queues_calls", False):
+        if self.llm.queues_calls:
             await self._summarize_dive_reformulate_at_once(req, it)
         else:
             # summarize every useful document (cached; a failed summary is tried again next iteration)
@@ -944,7 +942,7 @@ class ForageStep:
         (``queues_calls``, e.g. :class:`infra.llm.slotted.SlottedLLM`: a call waits for a Ray slot, so
         its timeout does not run while it waits), else one after another (a local server would
         queue them itself and the last ones could time out)."""
-        if getattr(self.llm, "queues_calls", False):
+        if self.llm.queues_calls:
             return list(await asyncio.gather(*calls))
         return [await call for call in calls]
 

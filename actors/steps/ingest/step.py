@@ -188,7 +188,7 @@ class IngestStep:
         self.emit = emit
         self.max_tokens, self.overlap = window_for(settings, embedder)
         # sentence windows only for a store that keeps them (their embedding would be wasted elsewhere)
-        self.window_sentences = settings.embed.window_sentences if getattr(store, "keeps_windows", False) else 0
+        self.window_sentences = settings.embed.window_sentences if store.keeps_windows else 0
         cache_dir = settings.ingest.cache_dir
         self.cache = IngestCache(cache_dir) if cache_dir is not None else None
         self.contextualizer: Contextualizer | None = None

@@ -43,6 +43,11 @@ class PaperSource(Protocol):
         """The next page of results for ``query`` ([] once exhausted)."""
         ...
 
+    def exhausted(self, query: SearchQuery) -> bool:
+        """Whether ``query`` has handed out everything the source has for it (a source that filters its pages, as
+        arXiv's years, may return an empty page before its end)."""
+        ...
+
 
 @dataclass
 class _Pending:
@@ -53,7 +58,7 @@ class _Pending:
 
 
 class WebSearch:
-    def __init__(self, settings: Settings, llm: LLM, sources: Sequence[Any], downloader: Any | None,
+    def __init__(self, settings: Settings, llm: LLM, sources: Sequence[PaperSource], downloader: Any | None,
                  *, zotero: Any | None = None, run_id: str = "", emit: Emit = null_emit) -> None:
         self.settings = settings
         self.llm = llm
@@ -100,10 +105,9 @@ class WebSearch:
                     if not exc.retryable:
                         self.exhausted_pairs.add(pair)
                     continue
-                exhausted = getattr(source, "exhausted", None)
-                if query.kind == "keywords" and exhausted is not None:
+                if query.kind == "keywords":
                     # a source that filters pages (arXiv's years) may return an empty page before its end
-                    if exhausted(query):
+                    if source.exhausted(query):
                         self.exhausted_pairs.add(pair)
                 elif not page:
                     self.exhausted_pairs.add(pair)
