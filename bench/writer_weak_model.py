@@ -22,7 +22,8 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "tests" / "
 from finished_run import fill_store  # noqa: E402
 from test_write_step import request  # noqa: E402
 
-from actors.steps.write.step import WriteStep, check_citations  # noqa: E402
+from actors.steps.write.citations import check_citations  # noqa: E402
+from actors.steps.write.step import WriteStep  # noqa: E402
 from infra.llm import build_llm  # noqa: E402
 from infra.settings import Settings  # noqa: E402
 

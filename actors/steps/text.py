@@ -2,7 +2,7 @@
 
 Small models loop, cut off at their length limit, label their sentences and echo JSON-repair feedback; these
 helpers turn what they wrote into plain sentences (or nothing) before it reaches a report, a comparison or an
-answer. Used by the Writer (actors.steps.write.step), the comparison (actors.steps.write.compare) and ``forage ask``.
+answer. Used by the Writer (actors.steps.write), the comparison (actors.steps.write.compare) and ``forage ask``.
 """
 
 from __future__ import annotations

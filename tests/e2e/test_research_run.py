@@ -202,7 +202,7 @@ def test_failed_forager_fails_only_its_requirement(finished_run) -> None:
 
 def test_every_citation_resolves_through_forage_chunk(finished_run) -> None:
     from gateway.cli import app
-    from actors.steps.write.step import check_citations  # noqa: F401  (the Writer's own check)
+    from actors.steps.write.citations import check_citations  # noqa: F401  (the Writer's own check)
 
     summary, state, _, settings = finished_run
     run_dir = Path(summary.run_dir)

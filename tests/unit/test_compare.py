@@ -232,7 +232,7 @@ def scripted_labels():
 
 
 def test_a_label_its_paper_does_not_support_is_recorded_and_marked_in_the_matrix(store):
-    from actors.steps.write.step import render_comparison
+    from actors.steps.write.render import render_comparison
 
     comparison = run_checked(store, scripted_labels(), WordEmbedder())
     first = comparison.records[0]
@@ -252,7 +252,7 @@ def test_a_label_its_paper_does_not_support_is_recorded_and_marked_in_the_matrix
 
 
 def test_without_an_embedder_or_with_the_check_off_the_labels_are_unchecked(store):
-    from actors.steps.write.step import render_comparison
+    from actors.steps.write.render import render_comparison
 
     for comparison in (run_compare(store, scripted_labels()), run_checked(store, scripted_labels(), WordEmbedder(), 0)):
         assert all(r.unsupported_labels == () and r.text_labels == () for r in comparison.records)
@@ -288,7 +288,7 @@ def test_minilm_gives_the_demo_reviews_own_labels_as_the_closest(minilm, shared_
 
 
 def test_the_label_check_line_names_only_disagreements_and_marks_only_unsupported_labels():
-    from actors.steps.write.step import label_check_lines
+    from actors.steps.write.render import label_check_lines
 
     agree = rec(1, "mechanism", "experiment", text_labels=("mechanism", "experiment"))
     assert label_check_lines([agree], 3)[0].startswith("Label check: each compared paper's labels are the ones")

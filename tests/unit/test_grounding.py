@@ -7,7 +7,8 @@ import asyncio
 import pytest
 
 from actors.steps.schemas import OverviewDraft, SectionDraft
-from actors.steps.write.step import WriteStep, check_citations
+from actors.steps.write.citations import check_citations
+from actors.steps.write.step import WriteStep
 from infra.errors import LLMOutputError
 from infra.llm.fakes import ScriptedLLM
 from messages.write import SectionSources, SourceRef

@@ -11,7 +11,10 @@ import pytest
 from actors.steps.events import RecordingEmit
 from actors.steps.schemas import OverviewDraft, SectionDraft
 from actors.steps.text import collapse_loop, plausible, trim_cut
-from actors.steps.write.step import NO_EVIDENCE, NO_MECHANISM, WriteStep, check_citations, first_sentence, harvard, query_title
+from actors.steps.write.citations import check_citations
+from actors.steps.write.quotes import first_sentence
+from actors.steps.write.render import harvard, query_title
+from actors.steps.write.step import NO_EVIDENCE, NO_MECHANISM, WriteStep
 from infra.errors import LLMOutputError, LLMTimeout
 from infra.llm.fakes import FunctionLLM, ScriptedLLM
 from messages.forage import Evidence, RequirementCoverage
@@ -445,7 +448,7 @@ def test_a_title_sharing_a_word_with_a_requirement_is_kept(store):
 
 def test_listed_evidence_tidies_the_foragers_motives() -> None:
     """The deterministic fallback lists Forager motives, which are model text: loops and cut words go."""
-    from actors.steps.write.step import WriteStep, _Source
+    from actors.steps.write.quotes import Quoter, Source
     from messages import Evidence
 
     loop = ("The document provides a summary of the topic's topic, and the document provides a summary of the "
@@ -456,8 +459,8 @@ def test_listed_evidence_tidies_the_foragers_motives() -> None:
            "hemostasis problems " * 4)[:MOTIVE_CHARS]  # cut by the schema's maxLength in the middle of a word
     assert cut[-1].isalpha() and cut[-2].isalpha()
     items = [(Evidence(doc_id="d1", title="Doc one", tag="answers", motive=m, chunk_ids=("c:1",)),
-              _Source("d1", "Doc one")) for m in (loop, cut, "2022-01-01T00:00:00Z")]
-    texts = [s.text for s in WriteStep._listed(items, 0)]
+              Source("d1", "Doc one")) for m in (loop, cut, "2022-01-01T00:00:00Z")]
+    texts = [s.text for s in Quoter.listed(items, 0)]
     assert "topic's topic, and the document provides a summary of the topic's topic, and" not in texts[0]
     assert not texts[1].endswith(cut[-6:]) and texts[1].startswith("The use of heparin is a common treatment")
     assert texts[2] == "Doc one has passages that answer this requirement"
@@ -618,7 +621,7 @@ def test_a_quote_states_a_finding_from_the_passage_that_earned_it(embedder, tmp_
 
 
 def test_what_a_quote_may_be():
-    from actors.steps.write.step import back_matter, states_something
+    from actors.steps.write.quotes import back_matter, states_something
 
     assert back_matter("Declarations > Competing interests") and back_matter("Acknowledgements")
     assert back_matter("References") and not back_matter("Results > Interest rates")

@@ -35,7 +35,7 @@ from typing import Any
 import yaml  # type: ignore[import-untyped]
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from actors.steps.write.step import SOURCES_HEADING
+from actors.steps.write.citations import SOURCES_HEADING
 from messages.run_state import RunState
 
 #: a requirement at or above this coverage on a query the library cannot answer is false coverage

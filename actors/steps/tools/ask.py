@@ -34,7 +34,7 @@ from actors.steps.prompts import ASK_ANSWER_SYSTEM, ASK_INTENT_SYSTEM
 from actors.steps.schemas import MOTIVE_CHARS, SENTENCE_CHARS, AskAnswer, AskIntent
 from actors.steps.search.library import file_key
 from actors.steps.text import prose_sentences, tidy
-from actors.steps.write.step import citation_numbers
+from actors.steps.write.citations import citation_numbers
 from infra.embed.base import Embedder
 from infra.errors import LLMOutputError, LLMTimeout
 from infra.llm.base import LLM

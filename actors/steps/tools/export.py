@@ -27,7 +27,7 @@ from markdown_it import MarkdownIt
 
 from actors.steps.run.rundir import RunDir
 from actors.steps.tools.verify import load_report
-from actors.steps.write.step import SOURCES_HEADING
+from actors.steps.write.citations import SOURCES_HEADING
 from messages.run_state import RunState
 from messages.write import Report, SourceRef
 

@@ -1,6 +1,6 @@
 """Re-checking a finished report against the store: `forage verify RUN`.
 
-A report is sound when its Markdown passes :func:`~actors.steps.write.step.check_citations` (every [n]
+A report is sound when its Markdown passes :func:`~actors.steps.write.citations.check_citations` (every [n]
 resolves, names a source with evidence for its section, every Evidence sentence is cited, every
 entry is listed once), every line of evidence.jsonl names a chunk that is still in the store with
 the same sha256 and a quote that occurs in it, under the source it claims, and every cited source
@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from actors.steps.run.rundir import RUN_ID, RunDir, find_run_dir
-from actors.steps.write.step import SOURCES_HEADING, check_citations, citation_numbers
+from actors.steps.write.citations import SOURCES_HEADING, check_citations, citation_numbers
 from infra.store.base import Store
 from messages.run_state import RunState
 from messages.write import CitedChunk, Report
