@@ -71,6 +71,19 @@ class Hit(_Record):
     score: float
 
 
+def search_text(title: str, chunk: ChunkRecord) -> str:
+    """What BM25 indexes for a chunk: '<title> — <section path>' (the path left out when it is the
+    title or empty), a newline, the chunk's LLM context and a newline when it has one (contextual
+    retrieval), then the chunk text. Mirrors what the embedder reads. Both stores index
+    it (Weaviate stemmed)."""
+    title = " ".join(title.split())
+    path = " ".join(chunk.section_path.split())
+    head = " — ".join(p for p in (title, "" if path == title else path) if p)
+    context = " ".join(chunk.context.split())
+    body = f"{context}\n{chunk.text}" if context else chunk.text
+    return f"{head}\n{body}" if head else body
+
+
 class ChunkFilter(_Record):
     """Which chunks a read or search may return. ``doc_ids``, ``year_min``/``year_max`` and
     ``sources`` are conditions on the chunk's document (read from the registry: chunks carry no

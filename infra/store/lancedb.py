@@ -4,7 +4,7 @@ Layout on disk: one LanceDB folder holding two tables.
 
 * ``chunks`` — one row per :class:`ChunkRecord` plus ``vector`` (``fixed_size_list<float32>[dim]``)
   and ``search_text``: the document's context line (title, and the section path when it says more)
-  above the chunk text (:func:`search_text`). A native (Lance) full-text index on ``search_text``
+  above the chunk text (:func:`~infra.store.base.search_text`). A native (Lance) full-text index on ``search_text``
   serves BM25, so a paper's title counts for every one of its chunks; ``text`` itself is stored
   unchanged (citations quote it). A store written before ``search_text`` existed keeps its BM25
   index on ``text``. Rows written after the index was
@@ -33,9 +33,9 @@ new table versions on every read (``read_consistency_interval=0``). The locks as
 file system (flock); a store on NFS or object storage needs another writer coordination.
 
 Search: BM25 and vector search run with prefiltering (SQL where-clauses built by
-:func:`filter_sql`); vector search is exact (flat) cosine, fine for tens of thousands of chunks.
+:func:`~infra.store.lance_sql.filter_sql`); vector search is exact (flat) cosine, fine for tens of thousands of chunks.
 Filters on the document (year range, source: the key's prefix) are answered by the registry
-first (:func:`document_sql`), then applied to the chunks as a doc-id list: chunks carry no year or
+first (:func:`~infra.store.lance_sql.document_sql`), then applied to the chunks as a doc-id list: chunks carry no year or
 key, so an older store needs no new columns.
 """
 
@@ -47,12 +47,12 @@ import logging
 import math
 import os
 import warnings
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager, ExitStack, contextmanager
 from datetime import timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, TypeVar
+from typing import Any, Literal, TypeVar
 
 import lancedb
 import numpy as np
@@ -65,16 +65,15 @@ from tenacity import before_sleep_log, retry, retry_if_exception, stop_after_att
 
 from infra.errors import StoreError
 from infra.private_files import private_dir
-from infra.store.base import RRF_K, ChunkFilter, ChunkRecord, DocumentRecord, Hit, Store, Upsert, documents_named
+from infra.store.base import (ChunkFilter, ChunkRecord, DocumentRecord, Hit, Store, Upsert, documents_named,
+                               search_text)
+from infra.store.fusion import Fusion, fuse
+from infra.store.lance_sql import document_sql, filter_sql, sql_list, sql_str
 from infra.store.meta import LibraryMeta, check_meta
-
-if TYPE_CHECKING:
-    from infra.store.meta import LibraryMeta
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
-Fusion = Literal["relative_score", "rrf"]
 
 CHUNKS = "chunks"
 DOCUMENTS = "documents"
@@ -125,18 +124,6 @@ def _missing_indexes(name: str, table: Table, indexed: set[tuple[str, str]]) -> 
     names = set(table.schema.names)
     return ([(c, "BTREE") for c in SCALAR_INDEXES[name] if ("BTREE", c) not in indexed]
             + [(c, "BITMAP") for c in BITMAP_INDEXES[name] if c in names and ("BITMAP", c) not in indexed])
-
-
-def search_text(title: str, chunk: ChunkRecord) -> str:
-    """What BM25 indexes for a chunk: '<title> — <section path>' (the path left out when it is the
-    title or empty), a newline, the chunk's LLM context and a newline when it has one (contextual
-    retrieval), then the chunk text. Mirrors what the embedder reads."""
-    title = " ".join(title.split())
-    path = " ".join(chunk.section_path.split())
-    head = " — ".join(p for p in (title, "" if path == title else path) if p)
-    context = " ".join(chunk.context.split())
-    body = f"{context}\n{chunk.text}" if context else chunk.text
-    return f"{head}\n{body}" if head else body
 
 
 def chunk_schema(dim: int) -> pa.Schema:
@@ -190,57 +177,6 @@ ADDED_COLUMNS: dict[str, tuple[pa.Field, ...]] = {
 }
 
 
-def sql_str(value: str) -> str:
-    """A SQL string literal for LanceDB filters: single quotes doubled, everything else verbatim
-    (backslashes are not escape characters in Lance's SQL dialect)."""
-    return "'" + value.replace("'", "''") + "'"
-
-
-def _sql_list(values: Iterable[str]) -> str:
-    return "(" + ", ".join(sql_str(v) for v in values) + ")"
-
-
-def filter_sql(flt: ChunkFilter) -> str | None:
-    """The SQL where-clause on the ``chunks`` table for a :class:`ChunkFilter` (None when it
-    filters nothing). Registry conditions (years, sources) must be resolved to doc ids first
-    (:meth:`ChunkFilter.narrowed`): chunks carry no year or key.
-
-    ``flt.doc_ids == ()`` matches nothing; callers short-circuit that case before querying.
-    """
-    if flt.by_document:
-        raise ValueError("resolve the filter's years and sources to doc ids before building chunk SQL")
-    parts: list[str] = []
-    if flt.doc_ids is not None:
-        parts.append(f"doc_id IN {_sql_list(flt.doc_ids)}" if flt.doc_ids else "FALSE")
-    if flt.section_path is not None:
-        if flt.section_path.endswith("*"):
-            parts.append(f"starts_with(section_path, {sql_str(flt.section_path[:-1])})")
-        else:
-            parts.append(f"section_path = {sql_str(flt.section_path)}")
-    if flt.exclude_chunk_ids:
-        parts.append(f"chunk_id NOT IN {_sql_list(flt.exclude_chunk_ids)}")
-    if flt.exclude_kinds:
-        parts.append(f"section_kind NOT IN {_sql_list(flt.exclude_kinds)}")
-    return " AND ".join(f"({p})" for p in parts) if parts else None
-
-
-def document_sql(flt: ChunkFilter) -> str | None:
-    """The SQL where-clause on the ``documents`` table for the document conditions of a
-    :class:`ChunkFilter` (doc_ids, years, sources); None when it has none. A document without a
-    year fails any year bound (SQL comparisons with NULL are not true)."""
-    parts: list[str] = []
-    if flt.doc_ids is not None:
-        parts.append(f"doc_id IN {_sql_list(flt.doc_ids)}" if flt.doc_ids else "FALSE")
-    if flt.year_min is not None:
-        parts.append(f"year >= {int(flt.year_min)}")
-    if flt.year_max is not None:
-        parts.append(f"year <= {int(flt.year_max)}")
-    prefixes = flt.key_prefixes()
-    if prefixes is not None:
-        parts.append(" OR ".join(f"starts_with(key, {sql_str(p)})" for p in prefixes) if prefixes else "FALSE")
-    return " AND ".join(f"({p})" for p in parts) if parts else None
-
-
 def _is_commit_conflict(exc: BaseException) -> bool:
     """Lance reports lost optimistic-commit races as errors mentioning a commit conflict."""
     text = str(exc).lower()
@@ -290,52 +226,6 @@ def window_similarity(windows: pa.ChunkedArray | pa.Array, query: np.ndarray) ->
     rows = np.flatnonzero(counts)
     best[rows] = np.maximum.reduceat(sims, offsets[:-1][rows] - offsets[0])
     return best
-
-
-def _normalize(scores: dict[str, float]) -> dict[str, float]:
-    """Min-max normalize to [0, 1]; a single score (or all equal) becomes 1."""
-    if not scores:
-        return {}
-    lo, hi = min(scores.values()), max(scores.values())
-    if hi - lo <= 1e-12:
-        return {key: 1.0 for key in scores}
-    return {key: (value - lo) / (hi - lo) for key, value in scores.items()}
-
-
-def fuse(bm25: Sequence[Hit], vector: Sequence[Hit], alpha: float, k: int,
-         fusion: Fusion = "relative_score") -> list[Hit]:
-    """Fuse two ranked hit lists (best first) into the top ``k``.
-
-    ``relative_score``: each side min-max normalized to [0, 1], fused = alpha*vec + (1-alpha)*bm25,
-    a hit missing on one side gets 0 there. ``rrf``: fused = alpha/(60+rank_vec) + (1-alpha)/(60+rank_bm25)
-    with 1-based ranks (alpha=0.5 is plain RRF scaled by 1/2). Hits found only by a side whose
-    weight is 0 are dropped, so alpha=0 is exactly BM25 and alpha=1 exactly vector search.
-    Ties break on the weighted rank, then (doc_id, ordinal): the result is deterministic.
-    """
-    weights = {"vec": alpha, "bm": 1.0 - alpha}
-    sides = {"vec": list(vector), "bm": list(bm25)}
-    chunks: dict[str, ChunkRecord] = {}
-    ranks: dict[str, dict[str, int]] = {"vec": {}, "bm": {}}
-    for side, hits in sides.items():
-        if weights[side] <= 0:
-            continue
-        for rank, hit in enumerate(hits):
-            chunks.setdefault(hit.chunk.chunk_id, hit.chunk)
-            ranks[side].setdefault(hit.chunk.chunk_id, rank)
-    if fusion == "relative_score":
-        norm = {side: _normalize({h.chunk.chunk_id: h.score for h in hits}) for side, hits in sides.items()}
-        fused = {cid: sum(weights[s] * norm[s].get(cid, 0.0) for s in sides) for cid in chunks}
-    elif fusion == "rrf":
-        fused = {cid: sum(weights[s] / (RRF_K + ranks[s][cid] + 1) for s in sides if cid in ranks[s])
-                 for cid in chunks}
-    else:
-        raise ValueError(f"unknown fusion {fusion!r}; use 'relative_score' or 'rrf'")
-
-    def tie_rank(cid: str) -> float:
-        return sum(weights[s] * ranks[s].get(cid, len(sides[s])) for s in sides)
-
-    order = sorted(chunks, key=lambda cid: (-fused[cid], tie_rank(cid), chunks[cid].doc_id, chunks[cid].ordinal))
-    return [Hit(chunk=chunks[cid], score=fused[cid]) for cid in order[:k]]
 
 
 def _reopen(path: Path, dim: int, options: dict[str, Any]) -> LanceStore:
@@ -687,8 +577,8 @@ class LanceStore(Store):
         doc_ids = [d.doc_id for d in docs]
         keys = [d.key for d in docs]
         what = docs[0].origin or docs[0].key if len(docs) == 1 else f"{len(docs)} documents"
-        mine = f"doc_id = {sql_str(doc_ids[0])}" if len(docs) == 1 else f"doc_id IN {_sql_list(doc_ids)}"
-        their_keys = f"key = {sql_str(keys[0])}" if len(docs) == 1 else f"key IN {_sql_list(keys)}"
+        mine = f"doc_id = {sql_str(doc_ids[0])}" if len(docs) == 1 else f"doc_id IN {sql_list(doc_ids)}"
+        their_keys = f"key = {sql_str(keys[0])}" if len(docs) == 1 else f"key IN {sql_list(keys)}"
         chunk_data = self._chunk_table(chunks, vectors, titles, windows, chunk_table.schema)
         doc_data = self._doc_table(docs)
         try:
@@ -712,11 +602,11 @@ class LanceStore(Store):
                 .when_not_matched_by_source_delete(their_keys).execute(doc_data))()
         except Exception as exc:  # noqa: BLE001
             if new:
-                self._cleanup(chunk_table, f"doc_id IN {_sql_list(new)}")
+                self._cleanup(chunk_table, f"doc_id IN {sql_list(new)}")
             raise StoreError(f"registering {what} failed; its chunks were removed: {exc}") from exc
         # 3. chunks of replaced older versions (same key, other bytes)
         if replaced:
-            self._cleanup(chunk_table, f"doc_id IN {_sql_list(replaced)}")
+            self._cleanup(chunk_table, f"doc_id IN {sql_list(replaced)}")
 
     @staticmethod
     def _write_chunks(table: Table, data: pa.Table, mine: str) -> None:
@@ -759,7 +649,7 @@ class LanceStore(Store):
         wanted = list(dict.fromkeys(doc_ids))
         if not wanted:
             return []
-        where = f"doc_id IN {_sql_list(wanted)}"
+        where = f"doc_id IN {sql_list(wanted)}"
         rows = self._read(DOCUMENTS, where, lambda t: t.search().where(where).limit(len(wanted)).to_list(), [])
         found = {d.doc_id: d for d in map(self._to_doc, rows)}
         return [found[d] for d in wanted if d in found]
@@ -859,7 +749,7 @@ class LanceStore(Store):
         if chunk_table is None:
             return 0
         registered = [d.doc_id for d in self.list_documents()]
-        where = f"doc_id NOT IN {_sql_list(registered)}" if registered else None
+        where = f"doc_id NOT IN {sql_list(registered)}" if registered else None
         n = chunk_table.count_rows(where)
         if n:
             _retry_conflicts(lambda: chunk_table.delete(where or "TRUE"))()
@@ -1084,7 +974,7 @@ class LanceStore(Store):
 
         def run(t: Table) -> dict[str, float]:
             windows = [WINDOWS] if WINDOWS in t.schema.names else []
-            found = (t.search().where(f"chunk_id IN {_sql_list(wanted)}").select(["chunk_id", "vector", *windows])
+            found = (t.search().where(f"chunk_id IN {sql_list(wanted)}").select(["chunk_id", "vector", *windows])
                      .limit(len(wanted)).to_arrow())
             if found.num_rows == 0:
                 return {}

@@ -26,7 +26,7 @@ Weaviate's English stop words. Filters on the document (year range, source: the 
 are answered by the registry collection first and reach the chunks as a doc-id list (chunks carry
 no year or key, so an older library needs no new properties). Hybrid search
 (``weaviate_hybrid``): ``"forage"`` fuses Weaviate's BM25 and vector results with
-:func:`infra.store.lancedb.fuse`, so scores and order are the same as on LanceDB and a migrated
+:func:`infra.store.fusion.fuse`, so scores and order are the same as on LanceDB and a migrated
 library ranks alike; ``"weaviate"`` runs Weaviate's own hybrid query (one round trip; its own
 score normalisation). ``skip_init_checks=True``: the client makes no
 version or health call when it connects; the first request says whether the server is there.
@@ -52,13 +52,14 @@ from weaviate.util import generate_uuid5
 
 from infra.errors import StoreError
 from infra.store.base import ChunkFilter, ChunkRecord, DocumentRecord, Hit, Store, Upsert, documents_named
+from infra.store.base import search_text as context_text
+from infra.store.fusion import Fusion, fuse
 from infra.store.meta import LibraryMeta, check_meta
 
 if TYPE_CHECKING:
     from weaviate import WeaviateClient
 
 T = TypeVar("T")
-Fusion = Literal["relative_score", "rrf"]
 MAX_RESULTS = 10_000  # Weaviate's default QUERY_MAXIMUM_RESULTS
 _STEM = snowballstemmer.stemmer("english")
 _CHUNK_FIELDS = list(ChunkRecord.model_fields)
@@ -94,9 +95,7 @@ def stem_text(text: str) -> str:
 
 
 def search_text(title: str, chunk: ChunkRecord) -> str:
-    """The stemmed context line and chunk text (see :func:`infra.store.lancedb.search_text`)."""
-    from infra.store.lancedb import search_text as context_text
-
+    """The stemmed context line and chunk text (see :func:`infra.store.base.search_text`)."""
     return stem_text(context_text(title, chunk))
 
 
@@ -618,7 +617,6 @@ class WeaviateStore(Store):
         flt = self._resolve(flt or ChunkFilter())  # once for both sides
         if self.hybrid_mode == "weaviate":
             return self._native_hybrid(query, query_vector, k, alpha, flt, fusion)
-        from infra.store.lancedb import fuse
 
         pool = k * self.hybrid_candidates
         lexical = self.bm25(query, pool, flt) if alpha < 1.0 else []

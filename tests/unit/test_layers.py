@@ -42,7 +42,7 @@ LAZY_IMPORTS = {
     # a backend's dependencies (torch, lancedb, weaviate-client, marker, ollama, openai, matplotlib) load only
     # when it is chosen
     "infra/embed/__init__.py": "backend", "infra/llm/__init__.py": "backend", "infra/pdf/__init__.py": "backend",
-    "infra/store/__init__.py": "backend", "infra/store/weaviate.py": "backend", "infra/pdf/marker.py": "backend",
+    "infra/store/__init__.py": "backend", "infra/pdf/marker.py": "backend",
     "actors/steps/ingest/step.py": "backend", "actors/steps/write/step.py": "backend",
     "actors/steps/evaluation/evidence.py": "backend", "actors/steps/evaluation/retrieval.py": "backend",
 }

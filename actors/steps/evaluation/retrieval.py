@@ -36,7 +36,8 @@ from infra.embed.base import Embedder
 from infra.errors import ConfigError, ForageError
 from infra.settings import Settings
 from infra.store.base import DocumentRecord, Hit, Store
-from infra.store.lancedb import Fusion, LanceStore, fuse
+from infra.store.fusion import Fusion, fuse
+from infra.store.lancedb import LanceStore
 from messages.status import Stage
 
 Mode = Literal["bm25", "dense", "hybrid"]
@@ -433,7 +434,7 @@ def tune_fusion(store: LanceStore, embedder: Embedder, dataset: BeirDataset, qre
 
     Each query's BM25 and vector candidate lists are fetched once (the sizes ``store.hybrid`` uses:
     ``n_chunks * store.hybrid_candidates`` per side) and fused for every grid point with the
-    store's own :func:`~infra.store.lancedb.fuse` — the same result ``store.hybrid`` returns.
+    store's own :func:`~infra.store.fusion.fuse` — the same result ``store.hybrid`` returns.
     """
     qids = select_queries(qrels, limit_queries)
     if not qids:
