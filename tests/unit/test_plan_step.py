@@ -7,6 +7,7 @@ import asyncio
 import pytest
 
 from actors.steps.plan.requirements import (
+    clean_requirement,
     derive_requirements,
     normalize,
     requirements_from_text,
@@ -352,7 +353,7 @@ def test_the_held_out_runs_plan_gives_each_question_its_own_requirement():
                                 "requirement of its own")
     # with room for one requirement only, the merged one is the plan (the query's questions do not fit)
     capped = asyncio.run(derive_requirements(HELD_OUT, ScriptedLLM([RequirementList(requirements=[merged])]), 1))
-    assert [r.text for r in capped.requirements] == [merged]
+    assert [r.text for r in capped.requirements] == ["T" + merged[1:]]  # as a sentence: with its capital
 
 
 def test_asks_several_needs_a_share_of_each_questions_own_words():
@@ -482,3 +483,14 @@ def test_one_shared_word_does_not_ask_a_question_of_several():
         "How do LLM agents search for academic papers?",
         "How should humans evaluate the faithfulness of long-form summaries?"]
     assert unasked(TWO.text, ["How LLM agents search for papers", "Human evaluation of summary faithfulness"]) == []
+
+
+def test_a_requirement_starts_with_a_capital_unless_its_first_word_is_written_otherwise() -> None:
+    """Seen in the varied run suite: the embedded model echoed "How large are QED (radiative) corrections …" as
+    "how large are QED …", and the report's Scope showed it so."""
+    assert clean_requirement("how large are QED corrections beyond the first Born approximation?") == (
+        "How large are QED corrections beyond the first Born approximation?")
+    assert clean_requirement("1. compare constrained and plain molecular dynamics") == (
+        "Compare constrained and plain molecular dynamics")
+    for kept in ("mRNA vaccine uptake in older adults", "p53 mutations in colorectal tumours", "eBay auction prices"):
+        assert clean_requirement(kept) == kept

@@ -85,7 +85,11 @@ def clean_requirement(text: str) -> str:
     stripped = _META.sub("", text, count=1).strip()
     if stripped and stripped != text:
         text = stripped[0].upper() + stripped[1:]
-    return text.strip(" \t\"'")
+    text = text.strip(" \t\"'")
+    # a sentence starts with a capital (a weak model echoes the query lower-cased); a first word written with a
+    # capital or a digit inside ("mRNA", "p53", "eBay") is kept as it is
+    first = text.split(" ", 1)[0]
+    return text[0].upper() + text[1:] if first.isalpha() and first.islower() else text
 
 
 def echoes_feedback(text: str) -> bool:
