@@ -55,13 +55,17 @@ from infra.errors import PDFError
 from infra.pdf.base import ParsedDocument
 from messages.search import VenueKind
 
-REVISION = "4"  # bump when what parse() derives from the same pymupdf4llm output changes (metadata, ids)
+REVISION = "5"  # bump when what parse() derives from the same pymupdf4llm output changes (metadata, ids, line numbers)
 PDF_MAGIC = b"%PDF-"
 MAGIC_WINDOW = 1024  # readers accept the header anywhere in the first KiB
 EOF_WINDOW = 2048  # %%EOF must sit near the end of a complete file
 FURNITURE_CLASSES = frozenset({"page-header", "page-footer"})
 RUNNING_BOX_MAX_CHARS = 120
 MARGIN_SHARE = 0.12  # headers and footers live in the top and bottom 12 % of a page
+LINE_NUMBER_MARGIN = 0.15  # a manuscript's line numbers sit in the outer 15 % of the page's width, left or right
+LINE_NUMBER_RUN = 5  # consecutive line numbers on a page before they count as a manuscript's
+LINE_NUMBER_SPACING = 2.5  # one number per text line: their spacing is at most this many times their height
+LINE_NUMBER_ALIGN = 2.0  # points: the numbers of one run share their right (or left) edge
 _MD = MarkdownIt("commonmark")
 _WS = re.compile(r"\s+")
 _PICTURE_TEXT = re.compile(r"<!--\s*(?:Start|End) of picture text\s*-->")
@@ -215,6 +219,8 @@ class PyMuPDFParser:
         """pymupdf4llm page chunks for the first ``keep`` pages; page by page if the whole run fails."""
         import pymupdf4llm
 
+        for pno in range(keep):  # a line-numbered manuscript's numbers would run through its sentences
+            remove_line_numbers(doc[pno])
         options: dict[str, Any] = {"page_chunks": True, "show_progress": False}
         if self.layout:  # header/footer kept here and dropped in _assemble, where a page-1 title can be rescued
             options.update(header=True, footer=True, use_ocr=False)
@@ -342,6 +348,51 @@ def _describe_start(data: bytes) -> str:
     text = head.decode("latin-1")
     printable = "".join(ch if ch.isprintable() else "." for ch in text)
     return repr(printable[:12]) if printable else f"{len(data)} non-text bytes"
+
+
+def line_number_boxes(page: Any) -> list[tuple[float, float, float, float]]:
+    """The boxes of a line-numbered manuscript's line numbers on ``page`` (a preprint or a journal submission: a
+    number in the margin beside every line, which text extraction runs into the sentences: "… measurements 628
+    indicate that …"): words alone on their line, all digits, in the page's outer :data:`LINE_NUMBER_MARGIN`,
+    counting up by 1 or 2 down the page in one aligned column, one per text line (:data:`LINE_NUMBER_SPACING`), at
+    least :data:`LINE_NUMBER_RUN` in a run. Numbered paragraphs and reference lists are spaced wider than their
+    lines, a page number stands alone: neither is taken. [] on a page without line numbers."""
+    width = page.rect.width
+    lines: dict[tuple[int, int], list[tuple[float, float, float, float, str]]] = {}
+    for x0, y0, x1, y1, word, block, line, _ in page.get_text("words"):
+        lines.setdefault((block, line), []).append((x0, y0, x1, y1, word))
+    numbers = sorted((y0, int(word), x0, x1, y1) for (x0, y0, x1, y1, word), *more in lines.values()
+                     if not more and word.isdigit() and len(word) <= 5
+                     and (x1 <= LINE_NUMBER_MARGIN * width or x0 >= (1 - LINE_NUMBER_MARGIN) * width))
+    best: list[tuple[float, int, float, float, float]] = []
+    run: list[tuple[float, int, float, float, float]] = []
+    for number in numbers:
+        prev = run[-1] if run else None
+        aligned = prev is not None and (abs(number[3] - prev[3]) <= LINE_NUMBER_ALIGN
+                                        or abs(number[2] - prev[2]) <= LINE_NUMBER_ALIGN)
+        run = [*run, number] if prev is not None and aligned and 1 <= number[1] - prev[1] <= 2 else [number]
+        if len(run) > len(best):
+            best = run
+    if len(best) < LINE_NUMBER_RUN:
+        return []
+    gaps = sorted(b[0] - a[0] for a, b in zip(best, best[1:]))
+    heights = sorted(n[4] - n[0] for n in best)
+    if gaps[len(gaps) // 2] > LINE_NUMBER_SPACING * heights[len(heights) // 2]:
+        return []
+    return [(x0, y0, x1, y1) for y0, _, x0, x1, y1 in best]
+
+
+def remove_line_numbers(page: Any) -> int:
+    """Take a line-numbered manuscript's line numbers (:func:`line_number_boxes`) out of ``page``'s text (of the
+    document in memory; images and drawings stay); how many."""
+    import pymupdf
+
+    boxes = line_number_boxes(page)
+    for box in boxes:
+        page.add_redact_annot(pymupdf.Rect(*box))
+    if boxes:
+        page.apply_redactions(images=pymupdf.PDF_REDACT_IMAGE_NONE, graphics=pymupdf.PDF_REDACT_LINE_ART_NONE)
+    return len(boxes)
 
 
 def _page_no(chunk: dict[str, Any]) -> int:

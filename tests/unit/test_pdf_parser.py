@@ -254,3 +254,72 @@ def test_without_layout_mode_still_parses(without_layout: None, paper: Path) -> 
     assert outline(doc.markdown, doc.title).paths == (
         "Heat Stress in Wheat Crops", "Abstract", "1 Introduction", "2 Methods", "2 Methods > 2.1 Field trials",
         "References")
+
+
+# ---------------------------------------------------------------- line-numbered manuscripts
+
+MANUSCRIPT_LINES = ["Residues next to the binding motif change how strongly the two proteins bind in cells.",
+                    "We measured binding for 628 variants of the motif in living yeast cells.",
+                    "Variants outside the canonical motif changed the strength of the interaction.",
+                    "A structural model predicts contacts between these residues and the domain.",
+                    "The model explains why residues beyond the motif modulate binding affinity.",
+                    "Together these results show that the motif alone does not set the affinity.",
+                    "We propose that an additional pocket on the domain binds the flanking residues."]
+
+
+def line_numbered_pdf(path: Path, first: int = 41, spacing: float = 15.0) -> Path:
+    """A manuscript page as a journal submission sets it: a number in the left margin beside every line, and below
+    the body a numbered list whose numbers stand far apart (paragraph numbers, not line numbers)."""
+    doc = pymupdf.open()
+    page = doc.new_page(width=595, height=842)
+    y = 100.0
+    for n, line in enumerate(MANUSCRIPT_LINES, start=first):
+        page.insert_text((40 - pymupdf.get_text_length(str(n), fontsize=10), y), str(n), fontsize=10)
+        page.insert_text((90, y), line, fontsize=10)
+        y += spacing
+    for n in range(1, 6):  # numbered paragraphs: one number per paragraph, 60 points apart
+        page.insert_text((40, 420 + 60 * n), str(n), fontsize=10)
+        page.insert_text((90, 420 + 60 * n), f"Paragraph {n} states one more finding about the motif.", fontsize=10)
+    doc.save(path)
+    return path
+
+
+def test_a_manuscripts_line_numbers_are_not_run_into_its_sentences(parser: PyMuPDFParser, tmp_path: Path) -> None:
+    """Seen on the varied run suite: the bioRxiv SH3 paper's quote read "… our structural predictions and 628
+    interaction measurements indicate that …" (its line numbers, parsed into the sentence)."""
+    from infra.pdf.pymupdf import line_number_boxes
+
+    path = line_numbered_pdf(tmp_path / "manuscript.pdf")
+    with pymupdf.open(path) as doc:
+        assert len(line_number_boxes(doc[0])) == len(MANUSCRIPT_LINES)  # the paragraph numbers are not taken
+    text = " ".join(parser.parse(path).markdown.split())
+    for line in MANUSCRIPT_LINES:
+        assert line in text  # not one line number inside or between the lines
+    for number in range(41, 41 + len(MANUSCRIPT_LINES)):
+        assert f" {number} " not in f" {text} "
+    assert "628 variants" in text  # a number of the body stays
+    assert "1 Paragraph 1 states" in text and "3 Paragraph 3 states" in text  # the paragraph numbers stay
+
+
+def test_numbers_spaced_wider_than_lines_or_out_of_order_are_not_line_numbers(tmp_path: Path) -> None:
+    from infra.pdf.pymupdf import line_number_boxes
+
+    with pymupdf.open(line_numbered_pdf(tmp_path / "wide.pdf", spacing=40.0)) as doc:
+        assert line_number_boxes(doc[0]) == []  # a reference list's numbers: wider apart than its lines
+    doc = pymupdf.open()
+    page = doc.new_page(width=595, height=842)
+    for k, n in enumerate((7, 3, 12, 5, 9, 1)):  # a column of figures in the margin, not counting up
+        page.insert_text((30, 100 + 15 * k), str(n), fontsize=10)
+    assert line_number_boxes(page) == []
+
+
+@pytest.mark.slow
+def test_the_shared_line_numbered_preprint_reads_as_prose(parser: PyMuPDFParser, shared_data: Path) -> None:
+    """The bioRxiv preprint of pdfs-extra (a number beside each of its 1,144 lines): the sentence the run suite
+    quoted reads whole."""
+    path = shared_data / "pdfs-extra" / "biorxiv_sh3_motif_linenumbers.pdf"
+    if not path.exists():
+        pytest.skip(f"the shared extra papers are not here: {path}")
+    text = " ".join(parser.parse(path).markdown.split())
+    assert ("our structural predictions and interaction measurements indicate that residues outside the canonical "
+            "Pbs2 motif could directly interact") in text
