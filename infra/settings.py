@@ -285,10 +285,13 @@ _ANSWER_CURVE: dict[tuple[str, str], tuple[float, float, float]] = {("store", "m
 # The judge's rates (true positive, false positive: the share of answering passages it calls answers, and of other
 # passages) when forage.judge_tpr / judge_fpr are not set. An uncalibrated model's "answers" is taken to carry no
 # information (the rates of a judge that calls every passage an answer): the check then asks of it what the floors
-# ask of the signal alone. The embedded model's own rates are printed by `forage eval evidence --llm embedded`; until
-# they are measured on enough passages it keeps the uncalibrated default (docs/evidence.md, section 6).
+# ask of the signal alone.
 _UNCALIBRATED_JUDGE = (1.0, 1.0)
-_EMBEDDED_JUDGE = (1.0, 1.0)
+# The packaged embedded model's rates as `forage calibrate --llm embedded --queries 20` measured them (BEIR SciFact
+# train: it called all 20 relevant passages and all 60 near others answers; docs/evidence.md, section 6): its runs
+# use them unless the researcher's own `forage calibrate` of it is kept.
+_PACKAGED_JUDGE = {"tpr": 1.0, "fpr": 1.0, "calibrated": "2026-11-29",
+                   "labelled_set": "beir-scifact:train (20 queries: 20 relevant passages, 60 others)"}
 
 
 class ForageSettings(Section):
@@ -550,14 +553,18 @@ class Settings(BaseSettings):
         return judges.judge_key(self.llm.backend, self.llm.model, self.llm.gguf_path)
 
     def judge_calibration(self) -> dict[str, Any] | None:
-        """What `forage calibrate` measured for the configured model (infra/judges.py; None: not calibrated)."""
-        return judges.calibrated_rates(self.judge_key())
+        """What `forage calibrate` measured for the configured model (infra/judges.py), else, for the packaged
+        embedded model, what was measured of it before it shipped; None: not calibrated."""
+        kept = judges.calibrated_rates(self.judge_key())
+        if kept is None and self.llm.backend == "embedded" and self.llm.gguf_path is None:
+            return dict(_PACKAGED_JUDGE)
+        return kept
 
     def judge_rates(self) -> tuple[float, float]:
         """(true positive, false positive) rate of the judge's 'answers' (forage.judge_tpr / judge_fpr, else the
-        rates `forage calibrate` kept for the configured model, else the embedded model's measured rates or an
-        uncalibrated model's)."""
-        default = _EMBEDDED_JUDGE if self.llm.backend == "embedded" else _UNCALIBRATED_JUDGE
+        rates `forage calibrate` kept for the configured model or those measured of the packaged embedded model,
+        else an uncalibrated model's)."""
+        default = _UNCALIBRATED_JUDGE
         if self.forage.judge_tpr is None or self.forage.judge_fpr is None:
             kept = self.judge_calibration()
             if kept is not None:
@@ -579,7 +586,11 @@ class Settings(BaseSettings):
         else:  # no rates to state: the check trusts none of its 'answers' on their own
             return (f"{self.judge_key()}, not calibrated (forage calibrate measures it): its 'answers' count only "
                     "where the retrieval signals confirm them")
-        return f"{self.judge_key()}, {how}: TPR {tpr:.2f}, FPR {fpr:.2f}"
+        said = f"{self.judge_key()}, {how}: TPR {tpr:.2f}, FPR {fpr:.2f}"
+        if tpr <= fpr:  # its 'answers' tells an answer from another passage no better than chance
+            said += ("; it calls other passages answers as often as answering ones, so its 'answers' count only "
+                     "where the retrieval signals confirm them")
+        return said
 
     def answer_curve(self, signal: Literal["store", "text"] = "text") -> tuple[float, float, float] | None:
         """(intercept, slope, penalty) of the signal's calibration curve for this embedder (None: not calibrated)."""

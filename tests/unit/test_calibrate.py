@@ -94,6 +94,17 @@ def test_kept_rates_are_the_models_own_and_a_bad_file_is_an_error() -> None:
     assert Settings.load(llm={"backend": "ollama", "model": "c"}).judge_summary() == (
         "ollama:c, not calibrated (forage calibrate measures it): its 'answers' count only where the retrieval "
         "signals confirm them")
+    # the packaged embedded model comes measured (it called every passage an answer); another GGUF does not
+    packaged = Settings.load(llm={"backend": "embedded"})
+    assert packaged.judge_rates() == (1.0, 1.0)
+    assert packaged.judge_summary() == (
+        "embedded:smollm2-135m, calibrated 2026-11-29 on beir-scifact:train (20 queries: 20 relevant passages, 60 "
+        "others): TPR 1.00, FPR 1.00; it calls other passages answers as often as answering ones, so its 'answers' "
+        "count only where the retrieval signals confirm them")
+    other = Settings.load(llm={"backend": "embedded", "gguf_path": "/models/qwen2.5-0.5b-instruct-q4.gguf"})
+    assert other.judge_calibration() is None and "not calibrated" in other.judge_summary()
+    keep_rates("embedded:smollm2-135m", {"tpr": 0.8, "fpr": 0.5, "calibrated": "2026-12-01"})
+    assert packaged.judge_rates() == (0.8, 0.5)  # the researcher's own calibration of it wins
     kept = path.read_text()
     try:
         path.write_text("{not json")
