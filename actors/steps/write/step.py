@@ -110,6 +110,8 @@ class WriteStep:
         self.llm_calls = 0
 
     async def write(self, request: WriteRequest) -> Report:
+        """The report for ``request``: a section per requirement, the overview, the comparison and figures, the
+        chunks its citations rest on; its citations checked once more (a failure is recorded, never raised)."""
         failed: list[str] = []
         removed = {"citations": 0, "sentences": 0}
         calls_before = self.llm_calls
