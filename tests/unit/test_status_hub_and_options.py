@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from actors.reservation import Reservation, waiting_message
+from actors.reservation import Reservation, RunReservation, waiting_message
 from actors.options import (
     bundle_of,
     fitted_share,
@@ -253,3 +253,30 @@ def test_a_waiting_run_says_who_is_in_the_way_and_what_to_change() -> None:
     assert "more room than the whole Ray cluster has (192 CPU asked, 2 in the cluster" in alone
     assert "ray.actor_cpus" in alone and "ray.num_cpus" in alone and "other runs" not in alone
 
+
+
+def test_a_waiting_reservation_looks_again_until_the_cluster_shows_what_it_lacks() -> None:
+    """CI, 2026-11-29: just after another run's reservation was made, Ray's free resources did not show it yet;
+    looked at once, nothing seemed lacking and the waiting run never said it waited. Now it looks every
+    ``ray.room_wait_s`` until something is lacking, or it is placed."""
+    reservation = RunReservation(Settings.load(ray={"room_wait_s": 0.01}), "run-wait", lambda *a, **k: None,
+                                 reserve=(), ingestors=lambda: 1)
+    seen = iter(["", "", "0.75 CPU asked, 0 free"])
+    looked: list[int] = []
+
+    def short_of() -> str:
+        looked.append(1)
+        return next(seen)
+
+    async def waiting() -> str:
+        never: asyncio.Future[None] = asyncio.get_running_loop().create_future()  # not placed while it looks
+        return await reservation._short_while_waiting(never, short_of)
+
+    assert asyncio.run(waiting()) == "0.75 CPU asked, 0 free" and len(looked) == 3
+
+    async def placed() -> str:
+        ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        ready.set_result(None)
+        return await reservation._short_while_waiting(ready, short_of)
+
+    assert asyncio.run(placed()) == "" and len(looked) == 3  # placed: nothing looked at, nothing said
