@@ -31,7 +31,8 @@ from actors.steps.evaluation.retrieval import (
 )
 from infra.embed.minilm import MiniLMEmbedder
 from infra.store.base import ChunkFilter, Hit
-from infra.store.lancedb import LanceStore, fuse
+from infra.store.fusion import fuse
+from infra.store.lancedb import LanceStore
 
 REPO = Path(__file__).resolve().parents[1]
 ALPHAS = (0.3, 0.4, 0.5, 0.6, 0.7, 0.75, 0.8, 0.9)

@@ -36,38 +36,39 @@ Search: BM25 and vector search run with prefiltering (SQL where-clauses built by
 :func:`~infra.store.lance_sql.filter_sql`); vector search is exact (flat) cosine, fine for tens of thousands of chunks.
 Filters on the document (year range, source: the key's prefix) are answered by the registry
 first (:func:`~infra.store.lance_sql.document_sql`), then applied to the chunks as a doc-id list: chunks carry no year or
-key, so an older store needs no new columns.
+key, so an older store needs no new columns. Hits of both sides are fused by :func:`infra.store.fusion.fuse`.
+
+The indexes' upkeep (the BM25, B-tree, bitmap and ANN indexes, folding new rows in, compaction, physical deletes) is
+:class:`~infra.store.lance_index.LanceUpkeep`, part of :class:`LanceStore`.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import math
 import os
-import warnings
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager, ExitStack, contextmanager
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Any, TypeVar
 
 import lancedb
 import numpy as np
 import pyarrow as pa
 from filelock import FileLock, Timeout
-from lancedb.index import FTS, Bitmap, BTree, HnswSq, IvfPq
 from lancedb.query import ColumnOrdering
 from lancedb.table import Table
-from tenacity import before_sleep_log, retry, retry_if_exception, stop_after_attempt, wait_random_exponential
 
 from infra.errors import StoreError
 from infra.private_files import private_dir
 from infra.store.base import (ChunkFilter, ChunkRecord, DocumentRecord, Hit, Store, Upsert, documents_named,
                                search_text)
 from infra.store.fusion import Fusion, fuse
+from infra.store.lance_index import (CHUNKS, DOCUMENTS, SEARCH_TEXT, LanceUpkeep, VectorIndexType, has_fts,
+                                     missing_indexes, retry_conflicts, table_indexes)
 from infra.store.lance_sql import document_sql, filter_sql, sql_list, sql_str
 from infra.store.meta import LibraryMeta, check_meta
 
@@ -75,37 +76,17 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-CHUNKS = "chunks"
-DOCUMENTS = "documents"
 LOCK_DIR = "_locks"
-OPTIMIZE_LOCK = "optimize.lock"  # held by whoever optimizes; others leave it to them
-VECTOR_INDEX_LOCK = "vector-index.lock"  # held by whoever trains the ANN index; others leave it to them
 LOCK_STRIPES = 64
 LIBRARY_META = "library.json"  # the embedding model and size (infra.store.meta)
-VECTOR_INDEX_META = "vector-index.json"  # rows and settings the ANN index was trained with
 VECTOR_INDEX_ROWS = 50_000  # below this many chunks an exact (flat) vector scan is fast enough (bench/search_scale.py)
-VectorIndexType = Literal["IVF_HNSW_SQ", "IVF_PQ"]
 
 _CHUNK_COLUMNS = list(ChunkRecord.model_fields)
 _DOC_COLUMNS = list(DocumentRecord.model_fields)
-SEARCH_TEXT = "search_text"
 # each chunk's sentence-window vectors (a list of vectors, maybe empty): vector search re-scores its candidates by the
 # best of the chunk's own and its windows' similarity (docs/retrieval.md, "Sentence windows"). A store written before
 # this column existed has none: its chunks are scored by their own vector, as they were.
 WINDOWS = "windows"
-SCALAR_INDEXES = {CHUNKS: ("chunk_id", "doc_id"), DOCUMENTS: ("doc_id", "key")}
-# a bitmap index on the section kind: every search's default filter (references left out) is answered from it; as a
-# scan of the column it cost ~30 ms per search side at 1M chunks, more than the indexed search itself
-BITMAP_INDEXES = {CHUNKS: ("section_kind",), DOCUMENTS: ()}
-
-
-def _indexed(table: Table) -> set[tuple[str, str]]:
-    """(index type, column) of every index the table has, types upper-case (``BTREE``, ``BITMAP``, ``FTS``, ...)."""
-    return {(ix.index_type.upper(), col) for ix in table.list_indices() for col in ix.columns}
-
-
-def _has_fts(indexed: set[tuple[str, str]]) -> bool:
-    return any(kind == "FTS" for kind, _ in indexed)
 
 
 def _missing_columns(name: str, table: Table) -> list[pa.Field]:
@@ -116,14 +97,6 @@ def _missing_columns(name: str, table: Table) -> list[pa.Field]:
     if dim:  # (a table of another layout is refused by the dimension check, not changed here)
         added = (*added, chunk_schema(int(dim)).field(WINDOWS))
     return [f for f in added if f.name not in table.schema.names]
-
-
-def _missing_indexes(name: str, table: Table, indexed: set[tuple[str, str]]) -> list[tuple[str, str]]:
-    """(column, ``BTREE`` | ``BITMAP``) of the scalar indexes (:data:`SCALAR_INDEXES`, :data:`BITMAP_INDEXES`) the
-    table lacks; a bitmap only on a column the table has."""
-    names = set(table.schema.names)
-    return ([(c, "BTREE") for c in SCALAR_INDEXES[name] if ("BTREE", c) not in indexed]
-            + [(c, "BITMAP") for c in BITMAP_INDEXES[name] if c in names and ("BITMAP", c) not in indexed])
 
 
 def chunk_schema(dim: int) -> pa.Schema:
@@ -175,21 +148,6 @@ ADDED_COLUMNS: dict[str, tuple[pa.Field, ...]] = {
     "documents": (pa.field("references", pa.list_(pa.string())), pa.field("venue", pa.string()),
                   pa.field("venue_kind", pa.string()), *WEIGHT_COLUMNS),
 }
-
-
-def _is_commit_conflict(exc: BaseException) -> bool:
-    """Lance reports lost optimistic-commit races as errors mentioning a commit conflict."""
-    text = str(exc).lower()
-    return "conflict" in text and ("commit" in text or "concurrent" in text or "retry" in text)
-
-
-_retry_conflicts = retry(
-    retry=retry_if_exception(_is_commit_conflict),
-    wait=wait_random_exponential(multiplier=0.05, max=2.0),
-    stop=stop_after_attempt(8),
-    before_sleep=before_sleep_log(log, logging.WARNING),
-    reraise=True,
-)
 
 
 def window_column(windows: Sequence[np.ndarray], dim: int) -> pa.ListArray:
@@ -245,7 +203,7 @@ def _owner_only(path: Path) -> None:
         pass
 
 
-class LanceStore(Store):
+class LanceStore(LanceUpkeep, Store):
     """The :class:`~infra.store.base.Store` contract on an embedded LanceDB folder.
 
     Tables are created lazily on the first write; reads on a fresh folder return nothing.
@@ -351,13 +309,13 @@ class LanceStore(Store):
             return None
         try:
             table = self._db.open_table(name)
-            indexed = _indexed(table)
+            indexed = table_indexes(table)
         except Exception:  # noqa: BLE001 - the locked path opens it again and says what failed
             return None
-        if _missing_columns(name, table) or _missing_indexes(name, table, indexed):
+        if _missing_columns(name, table) or missing_indexes(name, table, indexed):
             return None
         if name == CHUNKS:
-            if not _has_fts(indexed):
+            if not has_fts(indexed):
                 return None
             recorded = self.library_meta()
             if recorded is None or self._unrecorded(recorded):
@@ -437,30 +395,6 @@ class LanceStore(Store):
         none: list[dict[str, Any]] = []
         rows = sorted(self._read(CHUNKS, where, run, none), key=lambda r: r["ordinal"])
         return [[[float(x) for x in w] for w in (r.get(WINDOWS) or [])] for r in rows]
-
-    def _ensure_fts(self, table: Table) -> None:
-        """Create the native BM25 index on ``search_text`` (``text`` in a store written before that
-        column existed) unless it exists (caller holds the tables lock)."""
-        try:
-            if not _has_fts(_indexed(table)):
-                table.create_index(self._fts_column(table), config=FTS())
-        except Exception as exc:  # noqa: BLE001
-            raise StoreError(f"cannot create the full-text index at {self.path}: {exc}") from exc
-
-    @staticmethod
-    def _fts_column(table: Table) -> str:
-        return SEARCH_TEXT if SEARCH_TEXT in table.schema.names else "text"
-
-    def _ensure_scalar_indexes(self, name: str, table: Table) -> None:
-        """B-tree indexes on the look-up columns (:data:`SCALAR_INDEXES`) and bitmap indexes on the filter columns
-        (:data:`BITMAP_INDEXES`), created when missing. A failure only makes look-ups and filters slower: it is
-        logged, never raised."""
-        try:
-            for column, kind in _missing_indexes(name, table, _indexed(table)):
-                table.create_index(column, config=BTree() if kind == "BTREE" else Bitmap())
-        except Exception:  # noqa: BLE001
-            log.warning("could not create the scalar indexes of %s in %s; look-ups scan the table",
-                        name, self.path, exc_info=True)
 
     def _locked(self, *names: str) -> AbstractContextManager[None]:
         """Hold the cross-process write locks of ``names`` (doc ids, keys)."""
@@ -597,7 +531,7 @@ class LanceStore(Store):
                              f"nothing was registered: {exc}") from exc
         # 2. the registry rows, last: each replaces rows with the same doc_id or the same key
         try:
-            _retry_conflicts(
+            retry_conflicts(
                 lambda: doc_table.merge_insert("doc_id").when_matched_update_all().when_not_matched_insert_all()
                 .when_not_matched_by_source_delete(their_keys).execute(doc_data))()
         except Exception as exc:  # noqa: BLE001
@@ -611,16 +545,16 @@ class LanceStore(Store):
     @staticmethod
     def _write_chunks(table: Table, data: pa.Table, mine: str) -> None:
         if data.num_rows == 0:
-            _retry_conflicts(lambda: table.delete(mine))()
+            retry_conflicts(lambda: table.delete(mine))()
             return
-        _retry_conflicts(
+        retry_conflicts(
             lambda: table.merge_insert("chunk_id").when_matched_update_all().when_not_matched_insert_all()
             .when_not_matched_by_source_delete(mine).execute(data))()
 
     def _cleanup(self, table: Table, where: str) -> None:
         """Delete chunks; a failure here leaves orphans (never a registered document without chunks)."""
         try:
-            _retry_conflicts(lambda: table.delete(where))()
+            retry_conflicts(lambda: table.delete(where))()
         except Exception:  # noqa: BLE001
             log.exception("could not delete chunks where %s in %s; remove_orphans() cleans them up", where, self.path)
 
@@ -698,7 +632,7 @@ class LanceStore(Store):
             if table is None:
                 continue
             try:
-                _retry_conflicts(lambda t=table: t.delete(where))()
+                retry_conflicts(lambda t=table: t.delete(where))()
             except Exception as exc:  # noqa: BLE001
                 raise StoreError(f"deleting document {doc_id[:16]} from {name} failed: {exc}") from exc
 
@@ -741,167 +675,6 @@ class LanceStore(Store):
             return query.order_by(order).select(_CHUNK_COLUMNS).limit(limit).to_list()
 
         return [self._to_chunk(r) for r in self._read(CHUNKS, "list chunks", run, [])]
-
-    def remove_orphans(self) -> int:
-        """Delete chunks whose document is not registered (left by a crash between commits).
-        Run only while no writer is active: an upsert in flight has chunks but no registry row yet."""
-        chunk_table = self._table(CHUNKS, create=False)
-        if chunk_table is None:
-            return 0
-        registered = [d.doc_id for d in self.list_documents()]
-        where = f"doc_id NOT IN {sql_list(registered)}" if registered else None
-        n = chunk_table.count_rows(where)
-        if n:
-            _retry_conflicts(lambda: chunk_table.delete(where or "TRUE"))()
-        return n
-
-    def unindexed_chunks(self) -> int:
-        """Chunks not yet in the BM25 index (found by a slower flat scan until :meth:`optimize`)."""
-        def count(t: Table) -> int:
-            fts = next((ix for ix in t.list_indices() if ix.index_type == "FTS"), None)
-            return t.count_rows() if fts is None else t.index_stats(fts.name).num_unindexed_rows
-        return self._read(CHUNKS, "index statistics", count, 0)
-
-    def optimize(self, cleanup_older_than: timedelta = timedelta(hours=1)) -> None:
-        """Fold unindexed chunks into the BM25 index, compact small files, drop table versions
-        older than ``cleanup_older_than``. Search is correct without it; it keeps search fast.
-        Safe while other processes read and write (only old versions are removed)."""
-        for name in (CHUNKS, DOCUMENTS):
-            table = self._table(name, create=False)
-            if table is not None:
-                try:
-                    _retry_conflicts(lambda t=table: t.optimize(cleanup_older_than=cleanup_older_than))()
-                except Exception as exc:  # noqa: BLE001
-                    raise StoreError(f"optimizing {name} at {self.path} failed: {exc}") from exc
-        self.build_vector_index()
-
-    # ------------------------------------------------------------------ the ANN vector index
-
-    def vector_index(self) -> dict[str, Any] | None:
-        """What the ANN index was trained with (type, partitions, rows), or None when the vectors have none."""
-        table = self._table(CHUNKS, create=False)
-        if table is None or not any(ix.columns == ["vector"] for ix in table.list_indices()):
-            return None
-        try:
-            return json.loads((self.path / VECTOR_INDEX_META).read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            return {"type": "unknown"}  # trained by another tool: used, never retrained by the size rule
-
-    def build_vector_index(self, *, force: bool = False) -> dict[str, Any] | None:
-        """Train the ANN index when the table has reached ``vector_index_rows`` chunks and has none, or has grown
-        fourfold since it was trained (or always, ``force``); returns what it was trained with, None when nothing
-        was done. Another process training it at the same time: this one leaves it (a file lock)."""
-        table = self._table(CHUNKS, create=False)
-        if table is None:
-            return None
-        rows = table.count_rows()
-        current = self.vector_index()
-        if not force:
-            if self.vector_index_rows is None or rows < self.vector_index_rows:
-                return None
-            if current is not None and rows < 4 * int(current.get("rows") or rows):
-                return None
-        if rows < 256:  # IVF training needs some rows; below that a scan is instant anyway
-            return None
-        kind = self.vector_index_type
-        if kind == "IVF_HNSW_SQ":  # few partitions: each one HNSW graph (fewer only cost training memory)
-            options: dict[str, Any] = {"num_partitions": max(1, rows // 500_000)}
-        else:
-            options = {"num_partitions": max(1, int(math.sqrt(rows))), "num_sub_vectors": max(1, self.dim // 8)}
-        try:
-            with self._lock_now(VECTOR_INDEX_LOCK):
-                config = (HnswSq if kind == "IVF_HNSW_SQ" else IvfPq)(distance_type="cosine", **options)
-                table.create_index("vector", config=config, replace=True)
-                info = {"type": kind, "rows": rows, **options}
-                meta = self.path / VECTOR_INDEX_META
-                tmp = meta.with_suffix(".tmp")
-                tmp.write_text(json.dumps(info) + "\n", encoding="utf-8")
-                tmp.replace(meta)
-        except Timeout:
-            return None
-        except Exception as exc:  # noqa: BLE001 - search stays exact (a scan) without it
-            log.warning("could not build the vector index of %s (%s); vector search scans every row", self.path,
-                        exc)
-            return None
-        return info
-
-    def purge_deleted(self) -> None:
-        """Make deletions physical, in the indexes too (``forage forget``): LanceDB keeps deleted rows in older table
-        versions, and an index folded forward by :meth:`optimize` keeps the values of rows deleted since it was built
-        (a deleted paper's key in the B-tree pages, its words in the BM25 postings, its vector in the ANN index). So
-        every index is built again from the rows left, then every older version and the files only they used are
-        removed. Costs a full index build: for a forget, not for routine upkeep."""
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", UserWarning)  # "removes every version except the latest": wanted here
-            self.optimize(cleanup_older_than=timedelta(0))
-            for name in (CHUNKS, DOCUMENTS):
-                table = self._table(name, create=False)
-                if table is None:
-                    continue
-                for ix in table.list_indices():
-                    kind = ix.index_type.upper()
-                    config = {"FTS": FTS, "BTREE": BTree, "BITMAP": Bitmap}.get(kind)
-                    if config is None or len(ix.columns) != 1:
-                        continue  # the ANN vector index: trained again below
-                    try:
-                        _retry_conflicts(lambda t=table, c=ix.columns[0], k=config: t.create_index(
-                            c, config=k(), replace=True))()
-                    except Exception as exc:  # noqa: BLE001
-                        raise StoreError(f"rebuilding the {kind} index on {name}.{ix.columns[0]} at {self.path} "
-                                         f"failed: {exc}") from exc
-            if self.vector_index() is not None and self.build_vector_index(force=True) is None:
-                self._drop_vector_index()  # too few rows left to train one, or training failed: exact scans
-            self.optimize(cleanup_older_than=timedelta(0))
-
-    def _drop_vector_index(self) -> None:
-        """Remove the ANN index (and its record): vector search scans every row until one is trained again."""
-        table = self._table(CHUNKS, create=False)
-        if table is None:
-            return
-        for ix in table.list_indices():
-            if ix.columns == ["vector"]:
-                try:
-                    _retry_conflicts(lambda n=ix.name: table.drop_index(n))()
-                except Exception as exc:  # noqa: BLE001
-                    raise StoreError(f"dropping the vector index at {self.path} failed: {exc}") from exc
-        (self.path / VECTOR_INDEX_META).unlink(missing_ok=True)
-
-    def index_new_chunks(self) -> int:
-        """Fold the chunks written since the last optimize into the BM25 index now (:meth:`optimize`), so the searches
-        that follow stop flat-scanning them: each unindexed chunk costs every BM25 query about 0.05 ms on a 2-core
-        machine (1,063 unindexed chunks: BM25 p50 54.7 ms against 5.1 ms folded in), and folding them in took
-        0.03-0.18 s for 156-1,079 new chunks beside 0 or 3,202 indexed ones (bench/store_index.py). How many chunks
-        were waiting; 0 when none were, or when another process is optimizing right now (it folds them in)."""
-        waiting = self.unindexed_chunks()
-        if waiting == 0:
-            return 0
-        try:
-            with self._lock_now(OPTIMIZE_LOCK):
-                self.optimize()
-        except Timeout:
-            return 0
-        return waiting
-
-    def _maybe_optimize(self) -> None:
-        """After a write: optimize once ``auto_optimize_rows`` chunks are unindexed, unless another
-        process is already at it. Never fails the write that triggered it."""
-        if self.auto_optimize_rows is None:
-            return
-        try:
-            if self.unindexed_chunks() < self.auto_optimize_rows:
-                return
-            with self._lock_now(OPTIMIZE_LOCK):
-                # a writer that found this lock taken left its rows to the holder: they were committed before it
-                # tried the lock, so the holder's check after optimizing sees them and folds them in too
-                for _ in range(5):
-                    self.optimize()
-                    if self.unindexed_chunks() < self.auto_optimize_rows:
-                        break
-        except Timeout:
-            return  # someone else is optimizing right now
-        except Exception:  # noqa: BLE001 - the data is written; a slow index is not an error
-            log.warning("automatic optimize of %s failed; search stays correct but slower", self.path,
-                        exc_info=True)
 
     # ------------------------------------------------------------------ search
 
