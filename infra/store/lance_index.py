@@ -9,11 +9,10 @@ import json
 import logging
 import math
 import warnings
-from abc import abstractmethod
 from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from filelock import FileLock, Timeout
 from lancedb.index import FTS, Bitmap, BTree, HnswSq, IvfPq
@@ -84,17 +83,15 @@ class LanceUpkeep:
     vector_index_type: VectorIndexType
     auto_optimize_rows: int | None
 
-    @abstractmethod
-    def _table(self, name: str, *, create: bool) -> Table | None: ...
+    if TYPE_CHECKING:  # the rest of LanceStore provides these; declared for the type checker only, so that nothing
+        # here shadows them at run time
+        def _table(self, name: str, *, create: bool) -> Table | None: ...
 
-    @abstractmethod
-    def _read(self, name: str, what: str, fn: Callable[[Table], T], empty: T) -> T: ...
+        def _read(self, name: str, what: str, fn: Callable[[Table], T], empty: T) -> T: ...
 
-    @abstractmethod
-    def _lock_now(self, name: str) -> FileLock: ...
+        def _lock_now(self, name: str) -> FileLock: ...
 
-    @abstractmethod
-    def list_documents(self) -> list[DocumentRecord]: ...
+        def list_documents(self) -> list[DocumentRecord]: ...
 
     def _ensure_fts(self, table: Table) -> None:
         """Create the native BM25 index on ``search_text`` (``text`` in a store written before that

@@ -46,7 +46,6 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import math
 import os
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -64,11 +63,13 @@ from lancedb.table import Table
 
 from infra.errors import StoreError
 from infra.private_files import private_dir
-from infra.store.base import (ChunkFilter, ChunkRecord, DocumentRecord, Hit, Store, Upsert, documents_named,
-                               search_text)
-from infra.store.fusion import Fusion, fuse
+from infra.store.base import ChunkFilter, ChunkRecord, DocumentRecord, Store, Upsert, documents_named, search_text
+from infra.store.fusion import Fusion
 from infra.store.lance_index import (CHUNKS, DOCUMENTS, SEARCH_TEXT, LanceUpkeep, VectorIndexType, has_fts,
                                      missing_indexes, retry_conflicts, table_indexes)
+from infra.store.lance_schema import (CHUNK_COLUMNS, DOCUMENT_SCHEMA, WINDOWS, chunk_schema, missing_columns,
+                                      window_column)
+from infra.store.lance_search import LanceSearch
 from infra.store.lance_sql import document_sql, filter_sql, sql_list, sql_str
 from infra.store.meta import LibraryMeta, check_meta
 
@@ -81,111 +82,7 @@ LOCK_STRIPES = 64
 LIBRARY_META = "library.json"  # the embedding model and size (infra.store.meta)
 VECTOR_INDEX_ROWS = 50_000  # below this many chunks an exact (flat) vector scan is fast enough (bench/search_scale.py)
 
-_CHUNK_COLUMNS = list(ChunkRecord.model_fields)
 _DOC_COLUMNS = list(DocumentRecord.model_fields)
-# each chunk's sentence-window vectors (a list of vectors, maybe empty): vector search re-scores its candidates by the
-# best of the chunk's own and its windows' similarity (docs/retrieval.md, "Sentence windows"). A store written before
-# this column existed has none: its chunks are scored by their own vector, as they were.
-WINDOWS = "windows"
-
-
-def _missing_columns(name: str, table: Table) -> list[pa.Field]:
-    """The fields of :data:`ADDED_COLUMNS` (and, for the chunks, :data:`WINDOWS`) a table written by an older Forage
-    lacks."""
-    added = ADDED_COLUMNS.get(name, ())
-    dim = getattr(table.schema.field("vector").type, "list_size", None) if name == CHUNKS else None
-    if dim:  # (a table of another layout is refused by the dimension check, not changed here)
-        added = (*added, chunk_schema(int(dim)).field(WINDOWS))
-    return [f for f in added if f.name not in table.schema.names]
-
-
-def chunk_schema(dim: int) -> pa.Schema:
-    """Arrow schema of the ``chunks`` table for vectors of ``dim`` floats."""
-    return pa.schema([
-        pa.field("chunk_id", pa.string(), nullable=False),
-        pa.field("doc_id", pa.string(), nullable=False),
-        pa.field("ordinal", pa.int32(), nullable=False),
-        pa.field("text", pa.string(), nullable=False),
-        pa.field("section_path", pa.string(), nullable=False),
-        pa.field("section_kind", pa.string(), nullable=False),
-        pa.field("char_start", pa.int64(), nullable=False),
-        pa.field("char_end", pa.int64(), nullable=False),
-        pa.field("token_count", pa.int32(), nullable=False),
-        pa.field("pages", pa.list_(pa.int32())),
-        pa.field("vector", pa.list_(pa.float32(), dim)),
-        pa.field(SEARCH_TEXT, pa.string(), nullable=False),
-        pa.field("context", pa.string()),
-        # half precision: the windows are most of a store's bytes (about 4 per chunk) and only re-score candidates;
-        # SciFact nDCG@10 is the same to four decimals as with float32 (docs/retrieval.md)
-        pa.field(WINDOWS, pa.list_(pa.list_(pa.float16(), dim))),
-    ])
-
-
-# what a reader weighs a paper by (messages.search.WEIGHT_FIELDS); null in a table written before them
-WEIGHT_COLUMNS = (pa.field("is_retracted", pa.bool_()), pa.field("cited_by_count", pa.int64()),
-                  pa.field("oa_status", pa.string()), pa.field("preprint_only", pa.bool_()))
-DOCUMENT_SCHEMA = pa.schema([
-    pa.field("doc_id", pa.string(), nullable=False),
-    pa.field("key", pa.string(), nullable=False),
-    pa.field("title", pa.string(), nullable=False),
-    pa.field("authors", pa.list_(pa.string())),
-    pa.field("year", pa.int32()),
-    pa.field("abstract", pa.string()),
-    pa.field("sections", pa.list_(pa.string())),
-    pa.field("markdown", pa.string()),
-    pa.field("parser", pa.string()),
-    pa.field("flags", pa.list_(pa.string())),
-    pa.field("n_chunks", pa.int32()),
-    pa.field("origin", pa.string()),
-    pa.field("references", pa.list_(pa.string())),
-    pa.field("venue", pa.string()),
-    pa.field("venue_kind", pa.string()),
-    *WEIGHT_COLUMNS,
-])
-# columns added after the first release: an older table gains them (all null) when opened
-ADDED_COLUMNS: dict[str, tuple[pa.Field, ...]] = {
-    "chunks": (pa.field("context", pa.string()),),
-    "documents": (pa.field("references", pa.list_(pa.string())), pa.field("venue", pa.string()),
-                  pa.field("venue_kind", pa.string()), *WEIGHT_COLUMNS),
-}
-
-
-def window_column(windows: Sequence[np.ndarray], dim: int) -> pa.ListArray:
-    """The :data:`WINDOWS` column of rows whose window vectors are ``windows[i]`` (an ``(n, dim)`` array each, n may
-    be 0; none zero: :meth:`Store.checked_windows`), straight from the arrays: each vector scaled to unit length
-    (they are only compared by cosine; no value then overflows half precision), in half precision."""
-    counts = np.fromiter((len(w) for w in windows), dtype=np.int32, count=len(windows))
-    offsets = np.concatenate([np.zeros(1, dtype=np.int32), np.cumsum(counts, dtype=np.int32)])
-    filled = [np.asarray(w, dtype=np.float32).reshape(-1, dim) for w in windows if len(w)]
-    flat = np.concatenate(filled) if filled else np.zeros((0, dim), dtype=np.float32)
-    flat = (flat / np.linalg.norm(flat, axis=1, keepdims=True)).astype(np.float16) if len(flat) else flat
-    values = pa.FixedSizeListArray.from_arrays(pa.array(flat.reshape(-1), type=pa.float16()), dim)
-    return pa.ListArray.from_arrays(pa.array(offsets, type=pa.int32()), values)
-
-
-def window_similarity(windows: pa.ChunkedArray | pa.Array, query: np.ndarray) -> np.ndarray:
-    """Per row of a ``windows`` column (a list of vectors each), the best cosine similarity of one of them to
-    ``query``; -inf for a row without windows (null or empty)."""
-    column = windows.combine_chunks() if isinstance(windows, pa.ChunkedArray) else windows
-    n = len(column)
-    best = np.full(n, -np.inf)
-    if n == 0:
-        return best
-    column = column.fill_null([])
-    offsets = np.asarray(column.offsets)
-    flat = column.flatten()  # FixedSizeList of every window, in row order
-    if len(flat) == 0:
-        return best
-    dim = flat.type.list_size
-    vectors = np.asarray(flat.flatten()).astype(np.float32, copy=False).reshape(len(flat), dim)
-    norms = np.linalg.norm(vectors, axis=1)
-    sims = (vectors @ query) / (np.where(norms > 0, norms, 1.0) * (np.linalg.norm(query) or 1.0))
-    counts = np.diff(offsets)
-    rows = np.flatnonzero(counts)
-    best[rows] = np.maximum.reduceat(sims, offsets[:-1][rows] - offsets[0])
-    return best
-
-
 def _reopen(path: Path, dim: int, options: dict[str, Any]) -> LanceStore:
     return LanceStore(path, dim, **options)
 
@@ -203,7 +100,7 @@ def _owner_only(path: Path) -> None:
         pass
 
 
-class LanceStore(LanceUpkeep, Store):
+class LanceStore(LanceSearch, LanceUpkeep, Store):
     """The :class:`~infra.store.base.Store` contract on an embedded LanceDB folder.
 
     Tables are created lazily on the first write; reads on a fresh folder return nothing.
@@ -312,7 +209,7 @@ class LanceStore(LanceUpkeep, Store):
             indexed = table_indexes(table)
         except Exception:  # noqa: BLE001 - the locked path opens it again and says what failed
             return None
-        if _missing_columns(name, table) or missing_indexes(name, table, indexed):
+        if missing_columns(name, table) or missing_indexes(name, table, indexed):
             return None
         if name == CHUNKS:
             if not has_fts(indexed):
@@ -328,7 +225,7 @@ class LanceStore(LanceUpkeep, Store):
         """Columns of :data:`ADDED_COLUMNS` (and the chunks' :data:`WINDOWS`) a table written by an older Forage
         lacks, added as nulls (read back as the field's default; a chunk without windows is scored by its own
         vector). Caller holds the tables lock."""
-        missing = _missing_columns(name, table)
+        missing = missing_columns(name, table)
         if not missing:
             return
         try:
@@ -379,7 +276,7 @@ class LanceStore(LanceUpkeep, Store):
         for doc in documents_named(self, doc_ids):
             where = f"doc_id = {sql_str(doc.doc_id)}"
             rows = self._read(CHUNKS, where, lambda t, w=where: t.search().where(w)
-                              .select([*_CHUNK_COLUMNS, "vector"]).to_list(), [])
+                              .select([*CHUNK_COLUMNS, "vector"]).to_list(), [])
             rows.sort(key=lambda r: r["ordinal"])
             yield doc, [self._to_chunk(r) for r in rows], [[float(x) for x in r["vector"]] for r in rows]
 
@@ -442,7 +339,7 @@ class LanceStore(LanceUpkeep, Store):
         vectors); with ``target`` (the table's own schema) only the columns it has, in its types (a store written
         before some of them existed, or with float32 windows)."""
         schema = chunk_schema(self.dim)
-        columns: dict[str, Any] = {name: [getattr(c, name) for c in chunks] for name in _CHUNK_COLUMNS}
+        columns: dict[str, Any] = {name: [getattr(c, name) for c in chunks] for name in CHUNK_COLUMNS}
         columns["pages"] = [list(c.pages) for c in chunks]
         columns[SEARCH_TEXT] = [search_text(title, c) for title, c in zip(titles, chunks, strict=True)]
         arrays = [pa.FixedSizeListArray.from_arrays(pa.array(vectors.reshape(-1), pa.float32()), self.dim)
@@ -468,7 +365,7 @@ class LanceStore(LanceUpkeep, Store):
 
     @staticmethod
     def _to_chunk(row: dict[str, Any]) -> ChunkRecord:
-        data = {name: row[name] for name in _CHUNK_COLUMNS}
+        data = {name: row[name] for name in CHUNK_COLUMNS}
         data["context"] = data["context"] or ""
         return ChunkRecord(**data)
 
@@ -641,7 +538,7 @@ class LanceStore(LanceUpkeep, Store):
     def get_chunk(self, chunk_id: str) -> ChunkRecord | None:
         where = f"chunk_id = {sql_str(chunk_id)}"
         rows = self._read(CHUNKS, where,
-                          lambda t: t.search().where(where).select(_CHUNK_COLUMNS).limit(1).to_list(), [])
+                          lambda t: t.search().where(where).select(CHUNK_COLUMNS).limit(1).to_list(), [])
         return self._to_chunk(rows[0]) if rows else None
 
     def count_chunks(self, doc_id: str | None = None) -> int:
@@ -672,119 +569,7 @@ class LanceStore(LanceUpkeep, Store):
             query = t.search()
             if where:
                 query = query.where(where)
-            return query.order_by(order).select(_CHUNK_COLUMNS).limit(limit).to_list()
+            return query.order_by(order).select(CHUNK_COLUMNS).limit(limit).to_list()
 
         return [self._to_chunk(r) for r in self._read(CHUNKS, "list chunks", run, [])]
 
-    # ------------------------------------------------------------------ search
-
-    def bm25(self, query: str, k: int, flt: ChunkFilter | None = None) -> list[Hit]:
-        """BM25 over chunk text (Lance native full-text search: stemmed, stop words removed).
-        Scores are BM25 scores (higher is better); ties break in document order.
-        ``flt=None`` means the default :class:`ChunkFilter` (references excluded)."""
-        flt = flt or ChunkFilter()
-        if k <= 0 or not query.strip():
-            return []
-        flt = self._resolve(flt)
-        if flt.doc_ids == ():
-            return []
-        where = filter_sql(flt)
-
-        def run(t: Table) -> list[dict[str, Any]]:
-            q = t.search(query, query_type="fts", fts_columns=self._fts_column(t))
-            if where:
-                q = q.where(where, prefilter=True)
-            return q.select([*_CHUNK_COLUMNS, "_score"]).limit(k).to_list()
-
-        rows = self._read(CHUNKS, "bm25", run, [])
-        hits = [Hit(chunk=self._to_chunk(r), score=float(r["_score"])) for r in rows]
-        return sorted(hits, key=lambda h: (-h.score, h.chunk.doc_id, h.chunk.ordinal))
-
-    def vector(self, vector: Sequence[float], k: int, flt: ChunkFilter | None = None) -> list[Hit]:
-        """Nearest chunks by cosine similarity (score = 1 - cosine distance, in [-1, 1]): the ``k`` chunks whose own
-        vectors are nearest, each then scored by the best of its own and its sentence windows' similarity
-        (:data:`WINDOWS`; a chunk without windows keeps its own) and re-ordered by that. ``flt=None`` means the
-        default :class:`ChunkFilter` (references excluded)."""
-        query_vector = self.checked_vector(vector)
-        flt = flt or ChunkFilter()
-        if k <= 0:
-            return []
-        flt = self._resolve(flt)
-        if flt.doc_ids == ():
-            return []
-        where = filter_sql(flt)
-
-        def run(t: Table) -> list[dict[str, Any]]:
-            q = t.search(query_vector, query_type="vector", vector_column_name="vector").distance_type("cosine")
-            if self.exact_vector:
-                q = q.bypass_vector_index()
-            q = q.nprobes(self.ann_nprobes)  # ignored without an ANN index (an exact scan)
-            if self.ann_refine:
-                q = q.refine_factor(self.ann_refine)
-            if self.ann_ef:  # Lance refuses a list shorter than the candidates it must return (k × refine)
-                q = q.ef(max(self.ann_ef, k * (self.ann_refine or 1)))
-            if where:
-                q = q.where(where, prefilter=True)
-            windows = [WINDOWS] if WINDOWS in t.schema.names else []
-            found = q.select([*_CHUNK_COLUMNS, "_distance", *windows]).limit(k).to_arrow()
-            best = window_similarity(found.column(WINDOWS), query_vector) if windows else None
-            rows = found.drop_columns(windows).to_pylist()
-            if best is not None:
-                for row, b in zip(rows, best.tolist(), strict=True):
-                    row["_window"] = b
-            return rows
-
-        rows = self._read(CHUNKS, "vector search", run, [])
-        hits = [Hit(chunk=self._to_chunk(r), score=max(1.0 - float(r["_distance"]), r.get("_window", -math.inf)))
-                for r in rows if not math.isnan(r["_distance"])]
-        return sorted(hits, key=lambda h: (-h.score, h.chunk.doc_id, h.chunk.ordinal))
-
-    def similarity(self, vector: Sequence[float], chunk_ids: Sequence[str]) -> dict[str, float]:
-        query_vector = self.checked_vector(vector)
-        wanted = list(dict.fromkeys(chunk_ids))
-        if not wanted:
-            return {}
-
-        def run(t: Table) -> dict[str, float]:
-            windows = [WINDOWS] if WINDOWS in t.schema.names else []
-            found = (t.search().where(f"chunk_id IN {sql_list(wanted)}").select(["chunk_id", "vector", *windows])
-                     .limit(len(wanted)).to_arrow())
-            if found.num_rows == 0:
-                return {}
-            own = np.asarray(found.column("vector").combine_chunks().flatten(), dtype=np.float32)
-            own = own.reshape(found.num_rows, -1)
-            norms = np.linalg.norm(own, axis=1) * (np.linalg.norm(query_vector) or 1.0)
-            scores = (own @ query_vector) / np.where(norms > 0, norms, 1.0)
-            if windows:
-                scores = np.maximum(scores, window_similarity(found.column(WINDOWS), query_vector))
-            return dict(zip(found.column("chunk_id").to_pylist(), scores.tolist(), strict=True))
-
-        return self._read(CHUNKS, "similarity", run, {})
-
-    def hybrid(self, query: str, vector: Sequence[float], k: int, alpha: float = 0.5,
-               flt: ChunkFilter | None = None, *, fusion: Fusion | None = None) -> list[Hit]:
-        """BM25 and vector search fused (see :func:`fuse`, by ``fusion`` or the store's); alpha=1 pure vector,
-        alpha=0 pure BM25.
-
-        Each side contributes its top ``k * hybrid_candidates`` hits to the fusion.
-        """
-        fusion = fusion or self.fusion
-        self.check_hybrid(alpha, fusion, vector)
-        if k <= 0:
-            return []
-        pool = k * self.hybrid_candidates
-        flt = self._resolve(flt or ChunkFilter())  # once for both sides
-        if 0.0 < alpha < 1.0:  # both sides at once: LanceDB searches outside the GIL (bench/search_scale.py)
-            lexical_future = self._side_pool().submit(self.bm25, query, pool, flt)
-            semantic = self.vector(vector, pool, flt)
-            lexical = lexical_future.result()
-        else:
-            lexical = self.bm25(query, pool, flt) if alpha < 1.0 else []
-            semantic = self.vector(vector, pool, flt) if alpha > 0.0 else []
-        return fuse(lexical, semantic, alpha, k, fusion)
-
-    def _side_pool(self) -> ThreadPoolExecutor:
-        """The thread that runs the BM25 side of a hybrid search while this one runs the vector side."""
-        if self._sides is None:
-            self._sides = ThreadPoolExecutor(max_workers=2, thread_name_prefix="lance-hybrid")
-        return self._sides

@@ -76,7 +76,9 @@ def test_lance_store_written_before_search_text_still_works(tmp_path: Path) -> N
     import lancedb
     from lancedb.index import FTS
 
-    from infra.store.lancedb import SEARCH_TEXT, LanceStore, chunk_schema
+    from infra.store.lance_index import SEARCH_TEXT
+    from infra.store.lance_schema import chunk_schema
+    from infra.store.lancedb import LanceStore
 
     path = tmp_path / "old"
     lancedb.connect(str(path)).create_table("chunks", schema=chunk_schema(384).remove(

@@ -54,7 +54,8 @@ def test_lance_store_written_before_context_and_references_gains_them(tmp_path: 
     Forage) read back their rows with the defaults and take new writes with those fields."""
     import lancedb
 
-    from infra.store.lancedb import DOCUMENT_SCHEMA, LanceStore, chunk_schema
+    from infra.store.lance_schema import DOCUMENT_SCHEMA, chunk_schema
+    from infra.store.lancedb import LanceStore
 
     path = tmp_path / "old"
     old_chunks = chunk_schema(384)
@@ -103,7 +104,8 @@ def test_lance_windows_are_stored_in_half_precision_and_a_float32_store_keeps_it
     import lancedb
     import pyarrow as pa
 
-    from infra.store.lancedb import WINDOWS, LanceStore, chunk_schema
+    from infra.store.lance_schema import WINDOWS, chunk_schema
+    from infra.store.lancedb import LanceStore
 
     window = [0.0] * 384
     window[3] = 1.0

@@ -30,7 +30,7 @@ def test_window_similarity_takes_each_rows_best_window_and_skips_rows_without() 
     import numpy as np
     import pyarrow as pa
 
-    from infra.store.lancedb import window_similarity
+    from infra.store.lance_schema import window_similarity
 
     column = pa.array([[[1, 0], [0, 1]], None, [], [[1, 1]], [[-1, 0], [0, -2]]],
                       type=pa.list_(pa.list_(pa.float32(), 2)))
