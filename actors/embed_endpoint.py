@@ -25,7 +25,7 @@ from typing import Any
 
 from actors.options import method_options, options_for
 from infra.embed import build_embedder
-from infra.embed.base import Embedder
+from infra.embed.base import Embedder, Windowed
 from infra.embed.minilm import DIM, MODEL_NAME, MiniLMEmbedder, load_tokenizer, model_path, spans_from_tokenizer
 from infra.errors import ForageError
 from infra.settings import Settings
@@ -47,6 +47,12 @@ class EmbedEndpoint:
 
         return np.asarray(self.embedder.embed(list(texts)), dtype=np.float32).reshape(len(texts), -1)
 
+    def embed_windowed(self, items: Sequence[Windowed]) -> Any:
+        """:meth:`Embedder.embed_windowed` as one float32 array (rows in order)."""
+        import numpy as np
+
+        return np.asarray(self.embedder.embed_windowed(list(items)), dtype=np.float32)
+
     def warm(self) -> int:
         """Load the model now; the endpoint's pid."""
         import os
@@ -59,7 +65,7 @@ def endpoint_key(settings: Settings) -> str:
     """What makes two endpoints' vectors differ: backend, device and precision (batch sizes change no vector but
     are kept so a setting changed between runs takes effect)."""
     embed = settings.embed
-    raw = f"{embed.backend}|{embed.device}|{embed.precision}|{embed.batch_size}"
+    raw = f"{embed.backend}|{embed.device}|{embed.precision}|{embed.batch_size}|{embed.window_vectors}"
     return hashlib.sha256(raw.encode()).hexdigest()[:10]
 
 
@@ -98,6 +104,7 @@ class NodeEmbedder:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self.max_tokens = MiniLMEmbedder._max_seq_length(model_path())
+        self.windows_pooled = settings.embed.window_vectors == "pooled"
         self._tokenizer: Any = None
         self._handle: Any = None
 
@@ -142,6 +149,11 @@ class NodeEmbedder:
         if not texts:
             return []
         return self._call("embed", list(texts)).tolist()
+
+    def embed_windowed(self, items: Sequence[Windowed]) -> list[list[float]]:
+        if not items:
+            return []
+        return self._call("embed_windowed", list(items)).tolist()
 
     def _ensure_tokenizer(self) -> Any:
         if self._tokenizer is None:

@@ -10,8 +10,8 @@ For each number of workers, in a fresh LanceDB folder with the configured embedd
 
 * **parse**: the files through the worker processes alone (pages/s; the speed-up over one worker);
 * **ingest**: the whole add — parse in the workers, chunk, embed several documents per call, store — pages/s,
-  chunks/s, and the embedder's inputs per chunk (forward passes per chunk: a chunk, plus its sentence windows
-  where the store keeps them).
+  chunks/s, and the model's inputs per chunk (forward-pass rows per chunk: 1.0 where MiniLM pools each sentence
+  window from its chunk's own pass; a chunk plus each of its windows for a model behind a server).
 
 Then a projection for a workstation of ``--cores`` cores and a GPU embedding ``--gpu-texts-per-s`` (1,361 at batch
 64 on an H200, issue 48): parse pages/s per core times the cores, against the GPU's texts/s over inputs per page.
@@ -37,6 +37,7 @@ from actors.steps.ingest.parallel import ParallelIngest, parse_file  # noqa: E40
 from actors.steps.ingest.step import IngestStep  # noqa: E402
 from actors.steps.search.library import file_key  # noqa: E402
 from infra.embed import build_embedder  # noqa: E402
+from infra.embed.minilm import MiniLMEmbedder  # noqa: E402
 from infra.pdf import build_parser  # noqa: E402
 from infra.settings import Settings  # noqa: E402
 from infra.store.lancedb import LanceStore  # noqa: E402
@@ -64,19 +65,33 @@ def make_library(folder: Path, n: int, sources: list[Path]) -> list[Path]:
 
 
 class CountingEmbedder:
-    """The configured embedder, counting the texts it embeds."""
+    """The configured embedder, counting the texts its model reads (forward-pass rows): MiniLM counts them itself (a
+    window pooled from its chunk's pass reads nothing); a server reads every chunk and every window."""
 
     def __init__(self, inner) -> None:
         self.inner = inner
         self.name, self.dim = inner.name, inner.dim
-        self.texts = 0
+        self._counted = 0
 
     def __getattr__(self, name):
         return getattr(self.inner, name)
 
+    @property
+    def texts(self) -> int:
+        return self.inner.inputs_read if isinstance(self.inner, MiniLMEmbedder) else self._counted
+
+    def reset(self) -> None:
+        if isinstance(self.inner, MiniLMEmbedder):
+            self.inner.inputs_read = 0
+        self._counted = 0
+
     def embed(self, texts):
-        self.texts += len(texts)
+        self._counted += len(texts)
         return self.inner.embed(texts)
+
+    def embed_windowed(self, items):
+        self._counted += len(items) + sum(len(item.windows) for item in items)
+        return self.inner.embed_windowed(items)
 
 
 def parse_only(parser, paths: list[Path], workers: int, timeout_s: float) -> tuple[float, int]:
@@ -97,7 +112,7 @@ def ingest(settings: Settings, paths: list[Path], workers: int, store_dir: Path)
     parser = build_parser(settings)
     embedder = CountingEmbedder(build_embedder(settings))
     embedder.embed(["warm up"])  # the model's load is not the library's time
-    embedder.texts = 0
+    embedder.reset()
     store = LanceStore(store_dir, dim=embedder.dim)
     step = IngestStep(settings, store, embedder, parser)
     candidates = [Candidate(key=file_key(p), source="library", path=str(p), found_by="bench") for p in paths]
@@ -142,7 +157,7 @@ def main() -> None:
                 inputs_per_page = r["texts"] / r["pages"] if r["pages"] else None
                 print(f"ingest workers={workers}: {r['stored']} stored, {r['failed']} failed; {r['pages']} pages, "
                       f"{r['chunks']} chunks in {r['seconds']:.1f} s = {r['pages'] / r['seconds']:.2f} pages/s, "
-                      f"{r['chunks'] / r['seconds']:.2f} chunks/s; embedder inputs per chunk "
+                      f"{r['chunks'] / r['seconds']:.2f} chunks/s; forward passes per chunk "
                       f"{r['texts'] / max(r['chunks'], 1):.2f}")
         print(f"projection, {args.cores} cores: parsing {per_core * args.cores:.1f} pages/s "
               f"({per_core:.2f} per core, one worker's rate)", end="")

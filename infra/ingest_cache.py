@@ -7,7 +7,8 @@ pure functions of their input. With ``ingest.cache_dir`` set, :class:`IngestCach
   the parser's name (which carries its version), Forage's revision of what it reads from that output
   (`revision`) and its page limit;
 * ``vectors/<key>.npy``: the vectors of one document's chunks (float64, exactly what the embedder gave),
-  keyed by the embedder's name and the exact strings it read (context line + chunk text, in order);
+  keyed by the embedder's name and the exact strings it read (context line + chunk text, in order) with their
+  sentence windows (character spans);
 * ``first-pages/<key>.txt``: the text of a library file's first pages, keyed by its sha256, which a library
   run reads to rank the library before ingesting it (actors/steps/search/library.py);
 
@@ -31,6 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
+from infra.embed.base import Windowed
 from infra.pdf.base import ParsedDocument, PDFParser
 from infra.private_files import private_dir
 
@@ -59,8 +61,15 @@ class IngestCache:
                        str(getattr(parser, "max_pages", "")))
 
     @staticmethod
-    def vectors_key(embedder_name: str, inputs: Sequence[str]) -> str:
-        return _digest("vectors", embedder_name, str(len(inputs)), *inputs)
+    def vectors_key(embedder_name: str, items: Sequence[Windowed], pooled: bool = False) -> str:
+        """The embedder's name and what it reads: each chunk's string, then each window's as a text of its own, or,
+        where the windows are pooled from their chunk's pass, the chunks' strings and the windows' spans."""
+        if not pooled:
+            inputs = [item.text for item in items] + [text for item in items for text in item.window_texts()]
+            return _digest("vectors", embedder_name, str(len(inputs)), *inputs)
+        windows = [f"windows {n} {item.lead} {item.windows}" for n, item in enumerate(items) if item.windows]
+        return _digest("vectors", embedder_name, str(len(items)), *(item.text for item in items), *windows,
+                       "pooled")
 
     # ------------------------------------------------------------------ parsed PDFs
 

@@ -110,6 +110,12 @@ class EmbedSettings(Section):
                     "nDCG@10 0.661 -> 0.693, hybrid 0.727 -> 0.739; 2.2x the embedding time, +38% ingest wall time "
                     "on a 2-core CPU (docs/retrieval.md, docs/ingestion.md). The LanceDB store keeps windows; "
                     "Weaviate does not.")
+    window_vectors: Literal["separate", "pooled"] = Field(
+        default="separate",
+        description="How MiniLM gets the sentence windows' vectors: 'separate' embeds each window as a text of its own "
+                    "(about 4 model inputs per chunk); 'pooled' pools them from the chunk's own forward pass (late "
+                    "chunking: 1 input per chunk, the SciFact load 4.6x faster on a 2-core CPU, but hybrid nDCG@10 "
+                    "0.717 against 0.739: docs/retrieval.md). A model behind a server always embeds them separately.")
     shared: bool = Field(
         default=True, description="MiniLM in a Ray run: one model per node (an embedding endpoint actor, "
                                   "actors/embed_endpoint.py) serves every Forager and Ingestor there and is kept "

@@ -96,12 +96,26 @@ def sentences(text: str) -> list[str]:
 def sentence_windows(text: str, size: int) -> list[str]:
     """Every run of ``size`` consecutive sentences of ``text`` (whitespace normalised), in order; none when the text
     has ``size`` sentences or fewer (it is its own window) or ``size`` is 0."""
+    return [" ".join(text[start:end].split()) for start, end in sentence_window_spans(text, size)]
+
+
+def sentence_window_spans(text: str, size: int) -> list[tuple[int, int]]:
+    """Where in ``text`` each of :func:`sentence_windows` lies: (start, end) character offsets from the first
+    character of its first sentence to the last of its last (an in-process embedder pools these spans of one
+    forward pass over the whole text)."""
     if size < 1:
         return []
-    parts = [s for s in sentences(" ".join(text.split())) if s]
-    if len(parts) <= size:
+    words = [(m.start(), m.end()) for m in re.finditer(r"\S+", text)]
+    bounds: list[tuple[int, int]] = []  # each sentence's first and last word (sentences split between words)
+    first = 0
+    for part in sentences(" ".join(text[start:end] for start, end in words)):
+        count = len(part.split())
+        if count:
+            bounds.append((first, first + count - 1))
+        first += count
+    if len(bounds) <= size:
         return []
-    return [" ".join(parts[i:i + size]) for i in range(len(parts) - size + 1)]
+    return [(words[bounds[i][0]][0], words[bounds[i + size - 1][1]][1]) for i in range(len(bounds) - size + 1)]
 
 
 def prose_sentences(text: str) -> list[str]:

@@ -23,7 +23,8 @@ def build_embedder(settings: Settings) -> Embedder:
     if embed.backend == "minilm":
         from infra.embed.minilm import MiniLMEmbedder
 
-        return MiniLMEmbedder(batch_size=embed.batch_size, device=embed.device, precision=embed.precision)
+        return MiniLMEmbedder(batch_size=embed.batch_size, device=embed.device, precision=embed.precision,
+                              pool_windows=embed.window_vectors == "pooled")
     if embed.backend == "ollama":
         from infra.embed.ollama import OllamaEmbedder
 

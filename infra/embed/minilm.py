@@ -16,6 +16,7 @@ from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import Any, Literal
 
+from infra.embed.base import Windowed, embed_each
 from infra.errors import ConfigError
 
 MODEL_NAME = "all-MiniLM-L6-v2"
@@ -90,14 +91,17 @@ class MiniLMEmbedder:
     dim = DIM
 
     def __init__(self, batch_size: int = 64, device: str = "cpu", threads: int | None = None,
-                 path: Path | None = None, precision: Precision = "auto", model_batch: int | None = None) -> None:
+                 path: Path | None = None, precision: Precision = "auto", model_batch: int | None = None,
+                 pool_windows: bool = False) -> None:
         """``device``: 'auto' (:func:`resolve_device`), 'cpu' or 'cuda'. ``threads``: torch intra-op threads set
         when the model loads (default: up to 4 cores). ``precision``: what the model computes in
         (:func:`resolve_precision`; the vectors are float32 either way). ``model_batch``: texts per forward pass
-        (default: ``CPU_BATCH`` on a CPU, at least ``GPU_BATCH`` on a GPU)."""
+        (default: ``CPU_BATCH`` on a CPU, at least ``GPU_BATCH`` on a GPU). ``pool_windows``: sentence windows'
+        vectors pooled from their chunk's forward pass (:meth:`embed_windowed`) instead of embedded as texts."""
         if precision not in PRECISIONS:
             raise ConfigError(f"embed precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
         self.batch_size = batch_size
+        self.windows_pooled = pool_windows
         self.device = device
         self.precision = precision
         self._bf16 = False  # the resolved precision, once the model is loaded
@@ -109,6 +113,9 @@ class MiniLMEmbedder:
         self._model: Any = None
         self._tokenizer: Any = None
         self._lock = threading.Lock()
+        #: texts the model has read since it was built, one forward pass's row each (a pooled window reads none):
+        #: what bench/library_scale.py reports as forward passes per chunk
+        self.inputs_read = 0
 
     @staticmethod
     def _max_seq_length(path: Path) -> int:
@@ -167,10 +174,74 @@ class MiniLMEmbedder:
         if not texts:
             return []
         model = self._ensure_model()
+        self.inputs_read += len(texts)
         with self._autocast():
             vectors = model.encode(list(texts), batch_size=self._model_batch, normalize_embeddings=True,
                                    convert_to_numpy=True, show_progress_bar=False)
         return vectors.astype("float32").tolist()
+
+    def embed_windowed(self, items: Sequence[Windowed]) -> list[list[float]]:
+        """Each item's vector (as :meth:`embed` gives it), then each window's: embedded as a text of its own, or, with
+        ``windows_pooled``, from one forward pass per item ("late chunking"): a window's vector is then the mean of
+        the contextual token embeddings of the item's [CLS], its lead, the window's tokens and [SEP] — the tokens
+        the window would have as a text of its own, read in the context of the whole chunk — normalised. A window
+        the model's 256 tokens do not reach is embedded on its own."""
+        if not self.windows_pooled:
+            return embed_each(self, items)
+        if not any(item.windows for item in items):
+            return self.embed([item.text for item in items])
+        self.inputs_read += len(items)
+        own: list[list[float]] = []
+        pooled: list[list[list[float]]] = []
+        for item, (tokens, offsets) in zip(items, self.token_states([item.text for item in items]), strict=True):
+            own.append(_unit(tokens.mean(dim=0)))
+            pooled.append(self._pool_windows(item, tokens, offsets))
+        late: list[list[float]] = []
+        alone: list[tuple[int, str]] = []  # (position in ``late``, text) of windows past the model's reach
+        for item, vectors in zip(items, pooled, strict=True):
+            for text, vector in zip(item.window_texts(), vectors, strict=True):
+                if not vector:
+                    alone.append((len(late), text))
+                late.append(vector)
+        for (at, _), vector in zip(alone, self.embed([text for _, text in alone]), strict=True):
+            late[at] = vector
+        return own + late
+
+    def token_states(self, texts: Sequence[str]) -> list[tuple[Any, list[tuple[int, int]]]]:
+        """Each text's contextual token embeddings (a float32 torch tensor, one row per token read, [CLS] and [SEP]
+        included; the mean of the rows is what :meth:`embed` normalises) and each row's character span in the
+        text ((0, 0) for [CLS] and [SEP]): one forward pass per text, like lengths batched together."""
+        import torch
+
+        model = self._ensure_model()
+        transformer = model[0].auto_model
+        device = next(transformer.parameters()).device
+        out: list[tuple[Any, list[tuple[int, int]]]] = [(None, [])] * len(texts)
+        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+        for start in range(0, len(order), self._model_batch):
+            batch = order[start:start + self._model_batch]
+            encoded = model.tokenizer([texts[i] for i in batch], padding=True, truncation=True,
+                                      max_length=self.max_tokens, return_offsets_mapping=True, return_tensors="pt")
+            offsets = encoded.pop("offset_mapping").tolist()
+            with torch.inference_mode(), self._autocast():
+                hidden = transformer(**{k: v.to(device) for k, v in encoded.items()}).last_hidden_state.float()
+            lengths = encoded["attention_mask"].sum(dim=1).tolist()
+            for row, i in enumerate(batch):
+                n = int(lengths[row])
+                out[i] = (hidden[row, :n].cpu(), [(a, b) for a, b in offsets[row][:n]])
+        return out
+
+    @staticmethod
+    def _pool_windows(item: Windowed, tokens: Any, offsets: list[tuple[int, int]]) -> list[list[float]]:
+        """Each window's normalised mean of [CLS], the lead's tokens, its own tokens and [SEP] (``[]``: none of its
+        tokens was read)."""
+        special = [k for k, (a, b) in enumerate(offsets) if a == b]  # [CLS], [SEP]
+        lead = [k for k, (a, b) in enumerate(offsets) if a < b and b <= item.lead]
+        out: list[list[float]] = []
+        for first, last in item.windows:
+            inside = [k for k, (a, b) in enumerate(offsets) if a < b and a < last and b > first and a >= item.lead]
+            out.append(_unit(tokens[special + lead + inside].mean(dim=0)) if inside else [])
+        return out
 
     def _autocast(self) -> AbstractContextManager[Any]:
         """bfloat16 autocast when the resolved precision is bf16 (the weights stay float32), else nothing."""
@@ -183,3 +254,10 @@ class MiniLMEmbedder:
     def token_spans(self, text: str) -> list[tuple[int, int]]:
         """Character spans of the model's own WordPiece tokens of ``text`` (no [CLS]/[SEP])."""
         return spans_from_tokenizer(self._ensure_tokenizer(), text)
+
+
+def _unit(vector: Any) -> list[float]:
+    """A torch vector scaled to length 1, as a list of floats."""
+    import torch
+
+    return torch.nn.functional.normalize(vector, dim=0).tolist()

@@ -12,7 +12,7 @@ from typing import Any
 
 from tenacity import retry, retry_if_exception, stop_after_attempt, wait_exponential
 
-from infra.embed.base import unit_vector
+from infra.embed.base import Windowed, embed_each, unit_vector
 from infra.embed.minilm import load_tokenizer, spans_from_tokenizer
 from infra.errors import ForageError, LLMUnavailable
 
@@ -25,6 +25,7 @@ class RemoteEmbedder(ABC):
 
     name: str
     model: str
+    windows_pooled = False  # a server returns no token embeddings
     batch_size: int
     max_tokens: int
     retries: int
@@ -82,6 +83,10 @@ class RemoteEmbedder(ABC):
                                      f"expected {self._dim}", retryable=False)
             self._dim = self._dim or sizes.pop()
         return out
+
+    def embed_windowed(self, items: Sequence[Windowed]) -> list[list[float]]:
+        """The server gives no token embeddings: each window is embedded as a text of its own."""
+        return embed_each(self, items)
 
     def token_spans(self, text: str) -> list[tuple[int, int]]:
         """Approximate token spans (BERT uncased WordPiece, see the module docstring)."""

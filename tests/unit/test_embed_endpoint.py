@@ -9,6 +9,7 @@ import pytest
 
 from actors.embed_endpoint import ENDPOINT_PREFIX, actor_embedder, endpoint_name, shares_node_model
 from actors.options import options_for
+from infra.embed.base import Windowed
 from infra.embed.minilm import MiniLMEmbedder
 from infra.settings import Settings
 
@@ -26,6 +27,9 @@ class Probe:
 
     def embed(self, texts: list[str]) -> list[list[float]]:
         return self.embedder.embed(texts)
+
+    def embed_windowed(self, items: list[Windowed]) -> list[list[float]]:
+        return self.embedder.embed_windowed(items)
 
     def spans(self, text: str) -> list[tuple[int, int]]:
         return self.embedder.token_spans(text)
@@ -76,6 +80,13 @@ def test_actors_on_a_node_share_one_model_with_the_same_vectors(ray_cluster, min
     assert ray.get(second.embed.remote(TEXTS)) == vectors
     assert ray.get(first.spans.remote(TEXTS[0])) == minilm.token_spans(TEXTS[0])  # cut in the actor itself
     assert ray.get(first.embed.remote([])) == []
+    # a chunk and its sentence windows, pooled in the endpoint from the chunk's one pass
+    text = TEXTS[0] + " " + TEXTS[1] + " Both are true."
+    item = Windowed(text, 0, ((0, len(TEXTS[0]) + 1 + len(TEXTS[1])), (len(TEXTS[0]) + 1, len(text))))
+    pooled = ray.get(first.embed_windowed.remote([item]))
+    assert len(pooled) == 3
+    for got, want in zip(pooled, minilm.embed_windowed([item]), strict=True):
+        assert max(abs(a - b) for a, b in zip(got, want, strict=True)) < 1e-4
 
     node = ray.get_runtime_context().get_node_id()
     endpoint = ray.get_actor(endpoint_name(settings, node), namespace="forage")

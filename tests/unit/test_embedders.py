@@ -9,6 +9,7 @@ import pickle
 import pytest
 
 from infra.embed import build_embedder
+from infra.embed.base import Windowed
 from infra.embed.minilm import MiniLMEmbedder
 from infra.embed.ollama import OllamaEmbedder
 from infra.errors import LLMTimeout, LLMUnavailable
@@ -92,6 +93,72 @@ def test_minilm_embeds_unit_vectors_offline() -> None:
     assert embedder.embed(texts[:1])[0] == pytest.approx(vectors[0], abs=score_tolerance(embedder))
     assert embedder.embed([]) == []
     assert embedder.max_tokens == 256
+
+
+def dot(a: list[float], b: list[float]) -> float:
+    return sum(x * y for x, y in zip(a, b, strict=True))
+
+
+@pytest.fixture(scope="module")
+def pooling():
+    """MiniLM with ``embed.window_vectors = 'pooled'`` (late chunking), in the suite's precision."""
+    from tests.minilm import configured_precision
+
+    return MiniLMEmbedder(precision=configured_precision(), pool_windows=True)  # type: ignore[arg-type]
+
+
+@pytest.mark.slow
+def test_minilm_embeds_each_window_as_a_text_by_default(minilm) -> None:
+    """``embed.window_vectors = 'separate'`` (the default): a window is the lead and its sentences, read alone."""
+    text = "Notes — Results\nHeat cuts yield. Drought makes it worse. Shade helps."
+    item = Windowed(text, len("Notes — Results\n"), ((16, text.index(" Shade")), (text.index("Drought"), len(text))))
+    assert item.window_texts() == ["Notes — Results\nHeat cuts yield. Drought makes it worse.",
+                                   "Notes — Results\nDrought makes it worse. Shade helps."]
+    before = minilm.inputs_read
+    vectors = minilm.embed_windowed([item])
+    assert minilm.inputs_read - before == 3 and not minilm.windows_pooled
+    for got, alone in zip(vectors, minilm.embed([text, *item.window_texts()]), strict=True):
+        assert got == pytest.approx(alone, abs=score_tolerance(minilm))
+
+
+@pytest.mark.slow
+def test_minilm_pools_sentence_windows_from_the_chunks_own_forward_pass(pooling) -> None:
+    """Late chunking: a chunk's vector as :meth:`embed` gives it and each window's from the same pass (one model input
+    per chunk), each window's vector about its own sentences."""
+    minilm = pooling
+    lead = "Field notes — Results\n"
+    body = ("Heat stress reduces wheat yield in dry summers. Drought makes the loss worse. "
+            "Sourdough fermentation relies on lactic acid bacteria. Yeast releases carbon dioxide that raises bread.")
+    text = lead + body
+    sentences = [body.index(s) for s in ("Heat", "Drought", "Sourdough", "Yeast")] + [len(body)]
+    windows = tuple((len(lead) + sentences[i], len(lead) + sentences[i + 2] - (i + 2 < 4)) for i in range(3))
+    items = [Windowed(text, len(lead), windows), Windowed("A chunk without windows.")]
+    before = minilm.inputs_read
+    vectors = minilm.embed_windowed(items)
+    assert minilm.inputs_read - before == 2  # the windows cost no forward pass of their own
+    assert len(vectors) == 2 + 3 and all(abs(math.sqrt(dot(v, v)) - 1) < 1e-4 for v in vectors)
+    alone = minilm.embed([item.text for item in items])
+    for late, own in zip(vectors[:2], alone, strict=True):
+        assert late == pytest.approx(own, abs=score_tolerance(minilm))
+    wheat, bread = minilm.embed(["wheat yield losses under heat and drought", "bread fermentation by bacteria"])
+    first, _, last = vectors[2:]
+    assert dot(first, wheat) > dot(last, wheat) + 0.1 and dot(last, bread) > dot(first, bread) + 0.1
+    assert items[0].window_texts()[0] == lead + body[:sentences[2] - 1]
+
+
+@pytest.mark.slow
+def test_minilm_embeds_a_window_its_pass_did_not_reach_on_its_own(pooling) -> None:
+    """A window past the model's 256 tokens (none of its tokens read in the chunk's pass) is embedded as a text."""
+    minilm = pooling
+    head = "Filler words about nothing in particular. " * 60  # well past 256 tokens
+    tail = "Coral bleaching follows marine heat waves."
+    text = head + tail
+    item = Windowed(text, 0, ((len(head), len(text)),))
+    before = minilm.inputs_read
+    own, window = minilm.embed_windowed([item])
+    assert minilm.inputs_read - before == 2  # the chunk's pass, then the window's own
+    assert window == pytest.approx(minilm.embed([tail])[0], abs=score_tolerance(minilm))
+    assert own == pytest.approx(minilm.embed([text])[0], abs=score_tolerance(minilm))
 
 
 # ---------------------------------------------------------------- Ollama (loopback server)
@@ -192,3 +259,15 @@ def test_build_embedder_follows_settings() -> None:
     embedder = build_embedder(settings)
     assert isinstance(embedder, OllamaEmbedder)
     assert (embedder.host, embedder.model, embedder.batch_size) == ("http://127.0.0.1:1", NOMIC, 7)
+
+
+def test_a_server_embeds_each_window_as_a_text_behind_the_lead(server: LoopbackOllama) -> None:
+    embedder = OllamaEmbedder(host=server.url, model=NOMIC, timeout_s=10)
+    text = "Title — Abstract\nOne.  Two.\nThree."
+    one, two, three = (text.index(s) for s in ("One.", "Two.", "Three."))
+    item = Windowed(text, len("Title — Abstract\n"), ((one, two + 4), (two, three + 6)))
+    vectors = embedder.embed_windowed([item, Windowed("Plain.")])
+    inputs = [text for body in embed_bodies(server) for text in body["input"]]
+    assert inputs == ["Title — Abstract\nOne.  Two.\nThree.", "Plain.", "Title — Abstract\nOne. Two.",
+                      "Title — Abstract\nTwo. Three."]
+    assert len(vectors) == 4

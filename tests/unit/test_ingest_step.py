@@ -12,6 +12,8 @@ import pytest
 from actors.steps.events import RecordingEmit
 from actors.steps.ingest.step import IngestStep
 from actors.steps.text import sentence_windows
+from infra.embed.base import Windowed
+from infra.ingest_cache import IngestCache
 from infra.embed.minilm import MiniLMEmbedder
 from infra.embed.ollama import OllamaEmbedder
 from infra.pdf.base import ParsedDocument
@@ -352,3 +354,15 @@ def test_a_broken_file_is_not_cached(server: LoopbackOllama, tmp_path: Path) -> 
         result = step.ingest(request(bad))
         assert result.status == "failed" and "not a PDF" in (result.reason or "")
     assert parser.calls == 2 and not list(cache.rglob("*.json"))
+
+
+def test_vector_cache_keys_tell_pooled_windows_from_windows_embedded_alone() -> None:
+    """Windows embedded alone are keyed as the texts they are (so caches written before pooling existed still
+    hit); pooled ones by their chunk and spans, never sharing a key with the former."""
+    text = "Notes — Results\nHeat cuts yield. Drought makes it worse. Shade helps."
+    item = Windowed(text, 16, ((16, 49), (33, len(text))))
+    alone = IngestCache.vectors_key("all-MiniLM-L6-v2", [item])
+    assert alone == IngestCache.vectors_key("all-MiniLM-L6-v2", [Windowed(t) for t in [text, *item.window_texts()]])
+    pooled = IngestCache.vectors_key("all-MiniLM-L6-v2", [item], pooled=True)
+    assert pooled != alone and pooled != IngestCache.vectors_key("all-MiniLM-L6-v2", [Windowed(text)], pooled=True)
+    assert IngestCache.vectors_key("other-model", [item]) != alone

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from actors.steps.text import sentence_windows
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from actors.steps.text import sentence_window_spans, sentence_windows
 
 
 def test_every_run_of_consecutive_sentences_in_order() -> None:
@@ -42,3 +45,16 @@ def test_window_similarity_takes_each_rows_best_window_and_skips_rows_without() 
     assert window_similarity(column.slice(1), query).tolist() == best[1:]
     assert window_similarity(pa.chunked_array([column.slice(0, 2), column.slice(2)]), query).tolist() == best
     assert window_similarity(pa.array([None, []], type=column.type), query).tolist() == [-math.inf, -math.inf]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.sampled_from(["Heat", "cuts", "yield.", "Dr.", "Smith", "found", "3.5", "t/ha!", "Why?", "e.g.",
+                                 "(2020).", "no"]), max_size=40),
+       st.lists(st.sampled_from([" ", "  ", "\n", " \n\t"]), min_size=40, max_size=40), st.integers(1, 3))
+def test_window_spans_hold_exactly_the_windows_sentences(words, gaps, size) -> None:
+    """Each span, read from the original text and whitespace-normalised, is its window: what an embedder pooling the
+    span reads is what the window says (whatever the spacing and line breaks between the words)."""
+    text = "".join(word + gap for word, gap in zip(words, gaps))
+    spans = sentence_window_spans(text, size)
+    assert [" ".join(text[start:end].split()) for start, end in spans] == sentence_windows(text, size)
+    assert all(not text[start].isspace() and not text[end - 1].isspace() for start, end in spans)

@@ -35,8 +35,8 @@ from actors.steps.ingest.chunking import chunk_context_line, chunk_sections, con
 from actors.steps.ingest.contextual import Contextualizer
 from actors.steps.events import Emit, null_emit
 from actors.steps.ingest.sections import outline
-from actors.steps.text import sentence_windows
-from infra.embed.base import Embedder
+from actors.steps.text import sentence_window_spans
+from infra.embed.base import Embedder, Windowed
 from infra.errors import ForageError, PDFError
 from infra.ingest_cache import IngestCache
 from infra.llm.base import LLM
@@ -141,22 +141,32 @@ class TextDocument:
 
 @dataclass(slots=True)
 class _Prepared:
-    """A document cut into chunks, with the exact strings the embedder will read (context line + chunk)."""
+    """A document cut into chunks, with what the embedder will read: each chunk's string (context line + chunk text)
+    and its sentence windows as spans of that string."""
 
     doc: DocumentRecord
     chunks: list[ChunkRecord]
-    inputs: list[str]
+    items: list[Windowed]
     timings: dict[str, float] = field(default_factory=dict)
-    #: the chunk each sentence window belongs to: ``inputs`` holds the chunks' strings, then the windows' in this order
-    window_of: list[int] = field(default_factory=list)
+
+    @property
+    def inputs(self) -> list[str]:
+        """Every string a model behind a server reads for this document: the chunks', then their windows'."""
+        return [item.text for item in self.items] + [text for item in self.items for text in item.window_texts()]
+
+    @property
+    def n_vectors(self) -> int:
+        """How many vectors the embedder returns for it: one per chunk and one per window."""
+        return len(self.items) + sum(len(item.windows) for item in self.items)
 
     def upsert(self, vectors: Sequence[Sequence[float]]) -> Upsert:
-        """The store write of this document from the vectors of all its inputs (chunks', then windows')."""
+        """The store write of this document from its vectors (chunks', then windows', as the embedder returns them)."""
         n = len(self.chunks)
-        if not self.window_of:
+        if n == len(vectors):
             return (self.doc, self.chunks, vectors[:n])
         windows: list[list[Sequence[float]]] = [[] for _ in range(n)]
-        for owner, vector in zip(self.window_of, vectors[n:], strict=True):
+        owners = [owner for owner, item in enumerate(self.items) for _ in item.windows]
+        for owner, vector in zip(owners, vectors[n:], strict=True):
             windows[owner].append(vector)
         return (self.doc, self.chunks, vectors[:n], windows)
 
@@ -475,20 +485,18 @@ class IngestStep:
             if chunk.section_path not in contexts:
                 contexts[chunk.section_path] = context_line(title, chunk.section_path, self.embedder.token_spans)
             leads.append(contexts[chunk.section_path] + chunk_context_line(chunk.context, self.embedder.token_spans))
-        inputs = [lead + chunk.text for lead, chunk in zip(leads, chunks, strict=True)]
-        window_of: list[int] = []
-        if self.window_sentences:
-            for n, (lead, chunk) in enumerate(zip(leads, chunks, strict=True)):
-                if chunk.section_kind == "references":
-                    continue  # never searched by default: its windows would be embedding work for nothing
-                for text in sentence_windows(chunk.text, self.window_sentences):
-                    inputs.append(lead + text)
-                    window_of.append(n)
+        items = []
+        for lead, chunk in zip(leads, chunks, strict=True):
+            # references are never searched by default: their windows would be embedding work for nothing
+            spans = (sentence_window_spans(chunk.text, self.window_sentences)
+                     if self.window_sentences and chunk.section_kind != "references" else [])
+            items.append(Windowed(lead + chunk.text, len(lead),
+                                  tuple((len(lead) + start, len(lead) + end) for start, end in spans)))
         doc = DocumentRecord(
             doc_id=doc_id, key=key, title=title, authors=tuple(authors), year=year, abstract=tree.abstract,
             sections=tree.paths, markdown=markdown, parser=parser, flags=flags, n_chunks=len(chunks),
             origin=origin, references=tree.references, venue=venue, venue_kind=venue_kind, **(weight or {}))
-        return _Prepared(doc, chunks, inputs, timings, window_of)
+        return _Prepared(doc, chunks, items, timings)
 
     def _contextualize(self, title: str, abstract: str, chunks: list[ChunkRecord], flags: tuple[str, ...],
                        origin: str, timings: dict[str, float]) -> tuple[list[ChunkRecord], tuple[str, ...]]:
@@ -508,37 +516,40 @@ class IngestStep:
                 for c in chunks], flags
 
     def _embed(self, items: Sequence[_Prepared]) -> list[list[list[float]]]:
-        """One embedder call for the chunks of all ``items`` (those whose vectors the ingest cache does not
-        hold); the vectors of each item, in order."""
+        """One embedder call for the chunks (and sentence windows) of all ``items`` whose vectors the ingest cache
+        does not hold; the vectors of each item, in order."""
         cached: dict[int, list[list[float]]] = {}
         keys: dict[int, str] = {}
         if self.cache is not None:
             for i, item in enumerate(items):
-                keys[i] = self.cache.vectors_key(self.embedder.name, item.inputs)
-                hit = self.cache.get_vectors(keys[i], len(item.inputs))
+                keys[i] = self.cache.vectors_key(self.embedder.name, item.items, self.embedder.windows_pooled)
+                hit = self.cache.get_vectors(keys[i], item.n_vectors)
                 if hit is not None:
                     cached[i] = hit
                     item.timings["embed_cached"] = 1.0
         todo = [item for i, item in enumerate(items) if i not in cached]
-        inputs = [text for item in todo for text in item.inputs]
         vectors: list[list[float]] = []
-        if inputs:
+        if todo:
             t = perf_counter()
-            vectors = self.embedder.embed(inputs)
+            vectors = self.embedder.embed_windowed([windowed for item in todo for windowed in item.items])
             seconds = perf_counter() - t
-            if len(vectors) != len(inputs):
+            expected = sum(item.n_vectors for item in todo)
+            if len(vectors) != expected:
                 raise ForageError(f"embedder {self.embedder.name} returned {len(vectors)} vectors for "
-                                  f"{len(inputs)} chunks", retryable=False)
+                                  f"{expected} chunks and windows", retryable=False)
             for item in todo:
-                item.timings["embed_s"] = seconds * len(item.inputs) / len(inputs)  # the item's share of the call
+                item.timings["embed_s"] = seconds * item.n_vectors / expected  # the item's share of the call
+        # the embedder returns all chunks' vectors, then all windows': each item's share of both
+        chunk_at, window_at = 0, sum(len(item.items) for item in todo)
         out: list[list[list[float]]] = []
-        start = 0
         for i, item in enumerate(items):
             if i in cached:
                 out.append(cached[i])
                 continue
-            mine = vectors[start:start + len(item.inputs)]
-            start += len(item.inputs)
+            n_windows = item.n_vectors - len(item.items)
+            mine = vectors[chunk_at:chunk_at + len(item.items)] + vectors[window_at:window_at + n_windows]
+            chunk_at += len(item.items)
+            window_at += n_windows
             if self.cache is not None and mine:
                 self.cache.put_vectors(keys[i], mine)
             out.append(mine)
