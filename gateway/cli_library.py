@@ -118,19 +118,38 @@ def ingest_candidates(settings: Settings, run_id: str, candidates: Sequence[Cand
 
 @contextmanager
 def ingest_progress(total: int) -> Iterator[Callable[[Any, Any], None]]:
-    """A progress bar on stderr for a library add of ``total`` files: files done, pages/s, time left; each file's
+    """Progress on stderr for a library add of ``total`` files — files done, pages/s, time left: a bar on a
+    terminal, else one line per finished file (a log of a long add run under nohup or a scheduler); each file's
     outcome is listed in the table afterwards."""
+    if not err.is_terminal:
+        def line(state: Any, result: Any) -> None:
+            parts = [f"ingesting {state.done}/{total} files"]
+            if state.pages:
+                parts.append(f"{state.pages_per_s():.1f} pages/s")
+            if (eta := _eta(state)) is not None:
+                parts.append(f"about {eta:.0f} s left")
+            name = Path(result.path).name if result.path else result.key
+            err.print(" · ".join([*parts, f"{result.status} {name}"]), highlight=False, soft_wrap=True)
+
+        yield line
+        return
     columns = (TextColumn("ingesting"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[rate]}"),
                TimeElapsedColumn(), TextColumn("{task.fields[eta]}"))
     with Progress(*columns, console=err, transient=True) as bar:
         task = bar.add_task("files", total=total, rate="", eta="")
 
         def update(state: Any, result: Any) -> None:
-            eta = state.eta_s()
+            eta = _eta(state)
             bar.update(task, completed=state.done, rate=f"{state.pages_per_s():.1f} pages/s" if state.pages else "",
-                       eta=f"about {eta:.0f} s left" if eta is not None and state.parsed < state.to_parse else "")
+                       eta=f"about {eta:.0f} s left" if eta is not None else "")
 
         yield update
+
+
+def _eta(state: Any) -> float | None:
+    """Seconds left while files are still to parse, else None."""
+    eta = state.eta_s()
+    return eta if eta is not None and state.parsed < state.to_parse else None
 
 
 def _status(result: Any, pulled: str = "new") -> tuple[str, str]:
