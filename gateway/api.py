@@ -219,6 +219,8 @@ class AskCited(_Model):
     doc_id: str
     title: str
     section_path: str
+    sha256: str = Field(default="", description="Of the passage's text when it was cited ('' in asks recorded "
+                                                "before it was kept); `forage verify` checks it.")
 
 
 class AskOut(_Model):

@@ -71,3 +71,25 @@ def test_demo_makes_no_non_loopback_connection(demo_run) -> None:
     destinations = inet_destinations(trace)
     assert destinations, "the trace saw no connection at all: strace did not follow the process tree"
     assert non_loopback(destinations) == []
+
+
+def test_asking_the_demo_run_gets_an_answer_from_its_evidence_that_verify_accepts(demo_run) -> None:
+    """The README's question asked of the finished demo run (`forage ask --run`, the embedded model): an answer
+    citing the run's own passages, kept in its asks.jsonl, and `forage verify` accepts the report and the answer."""
+    _, _, tmp = demo_run
+    (run_dir,) = (tmp / "runs").iterdir()
+    runs = ["--runs-dir", str(run_dir.parent)]
+    asked = subprocess.run([str(FORAGE), "ask", "--run", run_dir.name, "--llm", "embedded",
+                            "What limits heparin use after trauma?", "--json", *runs],
+                           capture_output=True, text=True, timeout=600, env=child_env())
+    assert asked.returncode == 0, asked.stdout + asked.stderr
+    answer = json.loads(asked.stdout)
+    assert answer["kind"] == "answer" and answer["cited"], answer
+    state = json.loads((run_dir / "run.json").read_text())
+    read = {d["doc_id"] for d in state["documents"].values()} | {s["doc_id"] for s in state["sources"]}
+    assert {c["doc_id"] for c in answer["cited"]} <= read
+    assert re.search(r"\[\d+\]", answer["text"])
+    verified = subprocess.run([str(FORAGE), "verify", run_dir.name, *runs], capture_output=True, text=True,
+                              timeout=300, env=child_env(COLUMNS="300"))
+    assert verified.returncode == 0, verified.stdout + verified.stderr
+    assert f"ask 1: [1] chunk {answer['cited'][0]['chunk_id']}" in verified.stdout

@@ -302,6 +302,18 @@ def test_ask_run_answers_from_the_runs_documents_records_the_ask_and_forget_remo
     assert lines[0]["cited"] == data["cited"] and lines[0]["asked_at"]
     assert stat.S_IMODE(asks.stat().st_mode) == 0o600
 
+    # `forage verify` checks the answer with the report: its passages are the run's, unchanged since cited
+    verified = CliRunner().invoke(app, ["verify", RUN, *runs], env={"COLUMNS": "300"})
+    assert verified.exit_code == 0, verified.output
+    assert f"ask 1: [1] chunk {data['cited'][0]['chunk_id']}" in verified.output
+    record = asks.read_text()
+    tampered = json.loads(record.splitlines()[0])
+    tampered["cited"][0].update(chunk_id=chunks[0].chunk_id, doc_id=outside.doc_id)  # a passage the run never read
+    asks.write_text(json.dumps(tampered) + "\n" + record.split("\n", 1)[1])
+    refused = CliRunner().invoke(app, ["verify", RUN, *runs], env={"COLUMNS": "300"})
+    assert refused.exit_code == 1 and "not a document of this run" in refused.output
+    asks.write_text(record)
+
     both = CliRunner().invoke(app, ["ask", "--run", RUN, "--library", str(tmp_path), QUESTION, *runs])
     assert both.exit_code == 2 and "not both" in both.output
     unknown = CliRunner().invoke(app, ["ask", "--run", "nosuchrun", QUESTION, *runs])

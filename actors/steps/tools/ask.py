@@ -22,8 +22,9 @@ with it.
 
 from __future__ import annotations
 
-import os
+import hashlib
 import json
+import os
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -60,6 +61,12 @@ class Cited:
     doc_id: str
     title: str
     section_path: str
+    sha256: str = ""  # of the chunk's text when it was cited: `forage verify` finds a changed chunk by it
+
+    @classmethod
+    def of(cls, n: int, chunk: ChunkRecord, title: str) -> Cited:
+        return cls(n, chunk.chunk_id, chunk.doc_id, title, chunk.section_path,
+                   hashlib.sha256(chunk.text.encode("utf-8")).hexdigest())
 
 
 @dataclass
@@ -80,7 +87,7 @@ class AskResult:
         the REST API and a run's asks.jsonl)."""
         return {"kind": self.kind, "text": self.text,
                 "cited": [{"n": c.n, "chunk_id": c.chunk_id, "doc_id": c.doc_id, "title": c.title,
-                           "section_path": c.section_path} for c in self.cited]}
+                           "section_path": c.section_path, "sha256": c.sha256} for c in self.cited]}
 
 
 def library_filter(folder: Path | str) -> ChunkFilter:
@@ -198,8 +205,7 @@ class AskStep:
             for label in labels:
                 order.setdefault(label, len(order) + 1)
         text = " ".join(f"{t} {''.join(f'[{order[n]}]' for n in labels)}." for t, labels in sentences)
-        cited = [Cited(order[label], chunks[label - 1].chunk_id, chunks[label - 1].doc_id,
-                       titles[chunks[label - 1].doc_id], chunks[label - 1].section_path) for label in order]
+        cited = [Cited.of(order[label], chunks[label - 1], titles[chunks[label - 1].doc_id]) for label in order]
         return AskResult("answer", text, cited, llm_calls=calls, removed_citations=removed)
 
     def _quoted(self, question: str, chunks: list[ChunkRecord], titles: dict[str, str], calls: int,
@@ -221,8 +227,7 @@ class AskStep:
             return AskResult("insufficient", self.insufficient + searched, llm_calls=calls)
         text = "Quoted from the library: " + " ".join(f"“{q.rstrip('.;:, ')}” [{n}]." for n, (q, _) in
                                                       enumerate(quotes, start=1))
-        cited = [Cited(n, c.chunk_id, c.doc_id, titles[c.doc_id], c.section_path)
-                 for n, (_, c) in enumerate(quotes, start=1)]
+        cited = [Cited.of(n, c, titles[c.doc_id]) for n, (_, c) in enumerate(quotes, start=1)]
         return AskResult("answer", text, cited, llm_calls=calls)
 
 

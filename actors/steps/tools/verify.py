@@ -4,16 +4,21 @@ A report is sound when its Markdown passes :func:`~actors.steps.write.citations.
 resolves, names a source with evidence for its section, every Evidence sentence is cited, every
 entry is listed once), every line of evidence.jsonl names a chunk that is still in the store with
 the same sha256 and a quote that occurs in it, under the source it claims, and every cited source
-has at least one such chunk. Nothing here calls a model.
+has at least one such chunk. The answers of the run's asks.jsonl (`forage ask --run`) are checked alike: every
+[n] of an answer is one of its cited passages, each a chunk of one of the run's documents still in the store with
+the sha256 it had when cited, and each quoted sentence (“…” [n]) occurs in passage n. Nothing here calls a model.
 """
 
 from __future__ import annotations
 
 import hashlib
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
 from actors.steps.run.rundir import RUN_ID, RunDir, find_run_dir
+from actors.steps.text import prose_sentences
+from actors.steps.tools.ask import read_asks, run_filter
 from actors.steps.write.citations import SOURCES_HEADING, check_citations, citation_numbers
 from infra.store.base import Store
 from messages.run_state import RunState
@@ -102,9 +107,51 @@ def verify_report(report: Report, cited: list[CitedChunk], store: Store) -> list
     return checks
 
 
+_QUOTE = re.compile(r"“([^”]+)” \[(\d+)\]")
+
+
+def verify_asks(asks: list[dict[str, object]], state: RunState, store: Store) -> list[Check]:
+    """Every check of the run's answered asks; see the module docstring."""
+    run_docs = set(run_filter(state).doc_ids or ())
+    checks: list[Check] = []
+    for i, ask in enumerate(asks, start=1):
+        if ask.get("kind") != "answer":
+            continue
+        text = str(ask.get("text", ""))
+        listed = ask.get("cited")
+        cited = {int(c["n"]): c for c in (listed if isinstance(listed, list) else []) if isinstance(c, dict)}
+        unknown = sorted(set(citation_numbers(text)) - set(cited))
+        checks.append(Check(f"ask {i}: citations ({len(cited)} passages)", not unknown,
+                            f"[{', '.join(map(str, unknown))}] not among its cited passages" if unknown else
+                            str(ask.get("question", ""))[:60]))
+        quotes: dict[int, list[str]] = {}
+        for quote, n in _QUOTE.findall(text):
+            quotes.setdefault(int(n), []).append(" ".join(quote.split()))
+        for n, c in sorted(cited.items()):
+            label = f"ask {i}: [{n}] chunk {c.get('chunk_id')}"
+            chunk = store.get_chunk(str(c.get("chunk_id")))
+            if chunk is None:
+                checks.append(Check(label, False, "not in the store"))
+                continue
+            faults = []
+            if c.get("sha256") and hashlib.sha256(chunk.text.encode("utf-8")).hexdigest() != c["sha256"]:
+                faults.append("text changed (sha256 differs)")
+            if chunk.doc_id != c.get("doc_id"):
+                faults.append(f"belongs to document {chunk.doc_id[:12]}, not {str(c.get('doc_id'))[:12]}")
+            if chunk.doc_id not in run_docs:
+                faults.append("not a document of this run")
+            prose = " ".join(prose_sentences(chunk.text))
+            faults += [f"quote “{q[:40]}…” not in the chunk" for q in quotes.get(n, []) if q not in prose]
+            checks.append(Check(label, not faults, "; ".join(faults) or str(c.get("title", ""))[:60]))
+    return checks
+
+
 def verify_run(rundir: RunDir, store: Store) -> list[Check]:
+    """The report's checks, then those of the answers asked of the run."""
     report = load_report(rundir)
-    return verify_report(report, load_cited_chunks(rundir), store)
+    checks = verify_report(report, load_cited_chunks(rundir), store)
+    asks = read_asks(rundir.asks_jsonl)
+    return checks + (verify_asks(asks, rundir.require_state(), store) if asks else [])
 
 
 def store_path(rundir: RunDir) -> Path:
