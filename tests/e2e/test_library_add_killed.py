@@ -19,7 +19,7 @@ from infra.store.lancedb import LanceStore
 from tests.factories import html_pdf
 from tests.processes import LIMIT_S, REPO, child_env, end_group
 
-N_FILES = 16  # two store writes of 8 (BATCH_DOCUMENTS): the kill falls after the first
+N_FILES = 24  # three store writes of 8 (BATCH_DOCUMENTS): killed after the first, the rest show the time left
 TOPICS = ("zebrafish fin regeneration", "heat stress in wheat", "sourdough fermentation", "coral bleaching",
           "glacier retreat", "bat echolocation")
 LINE = re.compile(r"ingesting (\d+)/(\d+) files(?: · ([\d.]+) pages/s)?(?: · about (\d+) s left)? · (\w+) (\S+)$")
