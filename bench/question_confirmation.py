@@ -3,7 +3,7 @@
     FORAGE_INGEST__CACHE_DIR=/tmp/fcache .venv/bin/python bench/question_confirmation.py
     .venv/bin/python bench/question_confirmation.py --k 12 --floors 0.75 0.8 0.85 0.9 0.95
 
-A Forager counts an "answers" for coverage only when retrieval signals confirm it (``ForageStep.confirms``): the
+A Forager counts an "answers" for coverage only when retrieval signals confirm it (``RelevanceCheck.confirms``): the
 passage's embedding similarity to the requirement plus 0.4 x the share of the requirement's content words it holds
 reaches ``forage.answer_confirmation`` (MiniLM: 1.00 for the store's score, the check's default signal, and 0.95 for
 the text embedded again; chosen on BEIR SciFact train, whose queries are claims). The run's signal is what is
@@ -22,7 +22,7 @@ A weak judge that calls every passage an answer is the case the check is for, so
 
 Then, for related evidence (an 'interesting' verdict, coverage 0.5): how many questions keep a passage that stands
 with a judge that calls everything interesting, when a related passage must reach the topic floor (before) or the
-answer floor (``ForageStep.supported``).
+answer floor (``Ledger.supported``).
 
 The questions are split in two halves (even and odd positions) so that a floor read off one half can be checked on
 the other.
@@ -125,7 +125,7 @@ def main() -> int:
             print(f"{value:>6.2f} {'all' if half is None else half:>5} {answered:>4}/{len(a):<5} "
                   f"{false_absent:>7}/{len(u):<6} {false_left:>9}/{len(a):<6}"
                   + ("  <- the check's floor" if value == floor and half is None else ""))
-    # related evidence (ForageStep.supported): an 'interesting' passage counts (coverage 0.5, cited) only at or above
+    # related evidence (Ledger.supported): an 'interesting' passage counts (coverage 0.5, cited) only at or above
     # the answer floor; before 2026-11-26 every passage the judge was shown (from the topic floor on) could
     answer_floor, topic_floor = similarity.floors
     print("\nrelated evidence with a judge that calls every passage interesting: the questions left with some "

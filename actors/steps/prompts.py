@@ -83,7 +83,7 @@ CONTEXTUAL_SYSTEM = (
 )
 
 # -- forage (actors/steps/forage/) --------------------------------------------------------------------------
-# step.ForageStep._judge_batch -> BatchVerdict, DeepDiveBatchVerdict in a deep dive (schemas.batch_schema);
+# forage.judging.BatchJudge -> BatchVerdict, DeepDiveBatchVerdict in a deep dive (schemas.batch_schema);
 # format(interesting=JUDGE_INTERESTING, or "" in a deep dive, where no passage is merely interesting)
 JUDGE_SYSTEM = (
     "You judge whether numbered passages from scientific documents help with a research requirement. "

@@ -211,3 +211,15 @@ def tidy(raw: str, limit: int, *, drop_unfinished: bool = False) -> str:
         text = whole_sentences(text)
     sentences = dict.fromkeys(collapse_loop(s) for s in SENTENCE_SPLIT.split(text))
     return " ".join(s for s in sentences if plausible(s))
+
+
+def block(name: str, text: str) -> str:
+    """Untrusted text between clearly marked delimiters (delimiter look-alikes inside are removed): how every prompt
+    shows the LLM a passage, a title list or a query, as data and never as instructions."""
+    clean = text.replace("<<<", "‹‹‹").replace(">>>", "›››")
+    return f"<<<{name}\n{clean}\n{name}>>>"
+
+
+def clip(text: str, limit: int) -> str:
+    """``text`` cut to ``limit`` characters, marked with an ellipsis where it was cut."""
+    return text if len(text) <= limit else text[:limit].rstrip() + " …"

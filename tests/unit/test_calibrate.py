@@ -153,12 +153,12 @@ def test_the_cli_keeps_the_rates_and_a_run_of_that_model_credits_by_them(tiny: P
         return ForageStep(settings, store=None, embedder=None, llm=FunctionLLM(yes_man), relevance=signal)  # type: ignore[arg-type]
 
     calibrated, uncalibrated = step("perfect-m"), step("never-calibrated")
-    assert (calibrated.credit.tpr, calibrated.credit.fpr) == (1.0, 0.0)
-    assert calibrated._answer_floor < uncalibrated._answer_floor
-    between = (calibrated._answer_floor + uncalibrated._answer_floor) / 2
+    assert (calibrated.check.credit.tpr, calibrated.check.credit.fpr) == (1.0, 0.0)
+    assert calibrated.check.answer_floor < uncalibrated.check.answer_floor
+    between = (calibrated.check.answer_floor + uncalibrated.check.answer_floor) / 2
     chunk = ChunkRecord(chunk_id="d:0", doc_id="d", ordinal=0, text="aspirin heart attack", section_path="Results",
                         char_start=0, char_end=20, token_count=3)
     verdict = ChunkJudgement(chunk_id="d:0", doc_id="d", tag="answers", stage="start", kind="result", motive="Yes.")
     requirement = Requirement(id="R1", text="Does aspirin prevent heart attacks?")
-    assert calibrated._checked(verdict, between, chunk, requirement).tag == "answers"
-    assert uncalibrated._checked(verdict, between, chunk, requirement).tag == "interesting"
+    assert calibrated.check.checked(verdict, between, chunk, requirement).tag == "answers"
+    assert uncalibrated.check.checked(verdict, between, chunk, requirement).tag == "interesting"

@@ -120,8 +120,8 @@ def test_cli_prints_the_table_and_writes_json(tiny: Path, tmp_path: Path, monkey
 
 
 def judge_prompt(requirement: str, passages: list[tuple[str, str]]) -> list[dict]:
-    """The Forager's judging prompt for these (title, text) passages, as ForageStep._judge_batch words it."""
-    from actors.steps.forage.step import block
+    """The Forager's judging prompt for these (title, text) passages, as judging.BatchJudge words it."""
+    from actors.steps.text import block
 
     shown = [f"[{n}] Document: {title}\nSection: Abstract\n{block(f'PASSAGE {n}', text)}"
              for n, (title, text) in enumerate(passages, start=1)]

@@ -561,13 +561,14 @@ def test_each_top_paper_gives_its_best_chunks_from_one_search(tmp_path, embedder
     for doc in (many, few, single):
         add(store, embedder, doc)
     step = ForageStep(settings(paper_k=3, paper_chunks=2), store, embedder, FunctionLLM(Oracle({})))
+    step.retrieval.alpha = 0.4
     query = "electron transport in leaves"
     vector = embedder.embed([query])[0]
     papers = [many[0].doc_id, few[0].doc_id, single[0].doc_id]
     alone = {d: [h.chunk.chunk_id for h in store.hybrid(query, vector, 2, 0.4, ChunkFilter(doc_ids=(d,)))]
              for d in papers}
     CountingStore.searches = 0
-    got = step._chunks_of_papers(query, vector, papers, ChunkFilter(), 0.4)
+    got = step.retrieval.chunks_of_papers(query, vector, papers, ChunkFilter())
     assert [h.chunk.doc_id for h in got] == [many[0].doc_id] * 2 + [few[0].doc_id] * 2 + [single[0].doc_id]
     by_paper = {d: [h.chunk.chunk_id for h in got if h.chunk.doc_id == d] for d in papers}
     assert by_paper[few[0].doc_id] == alone[few[0].doc_id]  # crowded out of the joint search: searched alone
@@ -576,10 +577,10 @@ def test_each_top_paper_gives_its_best_chunks_from_one_search(tmp_path, embedder
     assert CountingStore.searches == 3  # the joint search, then each crowded-out paper's own
     # when every paper fits, one search
     CountingStore.searches = 0
-    assert [h.chunk.doc_id for h in step._chunks_of_papers(query, vector, papers[1:], ChunkFilter(), 0.4)] == (
+    assert [h.chunk.doc_id for h in step.retrieval.chunks_of_papers(query, vector, papers[1:], ChunkFilter())] == (
         [few[0].doc_id] * 2 + [single[0].doc_id])
     assert CountingStore.searches == 1
-    assert step._chunks_of_papers(query, vector, [], ChunkFilter(), 0.4) == []
+    assert step.retrieval.chunks_of_papers(query, vector, [], ChunkFilter()) == []
 
 
 def test_warm_opens_the_store_before_the_first_iteration(tmp_path, embedder):
@@ -612,7 +613,7 @@ class CountingEmbedder:
 
 
 def test_paper_rankings_fuse_by_reciprocal_rank():
-    from actors.steps.forage.step import fuse_papers
+    from actors.steps.forage.retrieval import fuse_papers
 
     # A: 1/61; B: 1/62 + 1/61; C: 1/63 + 1/62; D: 1/63 (only summarized)
     assert fuse_papers(["A", "B", "C"], ["B", "C", "D"], 4) == ["B", "C", "A", "D"]
@@ -839,7 +840,7 @@ def test_calls_carry_their_chains_rounds_ahead_and_summaries_nobody_waits_for_ar
 
 
 def test_a_summary_being_made_is_waited_for_not_asked_again(store, embedder):
-    from actors.steps.forage.step import _Iteration
+    from actors.steps.forage.ledger import Iteration
 
     gists: list[str] = []
     release = asyncio.Event()
@@ -855,7 +856,7 @@ def test_a_summary_being_made_is_waited_for_not_asked_again(store, embedder):
     step._bind(REQ)
 
     async def two_steps_at_once() -> None:
-        it = _Iteration(1)
+        it = Iteration(1)
         first = asyncio.ensure_future(step._summary(REQ, PHOTO[0].doc_id, it))
         second = asyncio.ensure_future(step._summary(REQ, PHOTO[0].doc_id, it))
         await asyncio.sleep(0)  # one turn of the loop: both run to their first wait, the second finds it being made
@@ -971,11 +972,11 @@ def test_an_anchored_requirement_is_confirmed_on_the_words_of_its_own_question(s
     req = Requirement(id="R2", text=anchored("How is it evaluated?", query))
     step = ForageStep(settings(relevance_check=True), store, embedder, FunctionLLM(Oracle({})))
     on_subject = "Complications of thromboprophylaxis in trauma patients include bleeding."
-    assert not step.confirms(req, on_subject, relevance=0.7)
-    assert step.confirms(req, "Thromboprophylaxis was evaluated by duplex ultrasound in trauma patients.", 0.7)
+    assert not step.check.confirms(req, on_subject, relevance=0.7)
+    assert step.check.confirms(req, "Thromboprophylaxis was evaluated by duplex ultrasound in trauma patients.", 0.7)
     # the same words asked without brackets count whole
     plain = Requirement(id="R1", text="What complications are associated with thromboprophylaxis in trauma patients?")
-    assert step.confirms(plain, on_subject, relevance=0.7)
+    assert step.check.confirms(plain, on_subject, relevance=0.7)
 
 
 def test_a_reranker_signal_is_not_held_to_the_embedding_confirmation(store, embedder):
@@ -1038,7 +1039,7 @@ def test_a_method_or_result_from_an_introduction_counts_as_background(store, emb
 
 
 def test_background_sections_are_told_by_their_top_heading():
-    from actors.steps.forage.step import background_section
+    from actors.steps.forage.judging import background_section
 
     for path in ("Introduction", "1 Introduction > 1.2 Contributions", "2. Related Work", "II. BACKGROUND",
                  "Motivation and goals", "3.1 Prior work on tracing"):
@@ -1059,7 +1060,7 @@ def test_an_interesting_passage_stands_only_as_close_to_the_requirement_as_an_an
     assert weak.chunk_id == cid(FOREST, 0) and 0.33 <= weak.relevance < 0.43
     assert cov.coverage == 0.0 and cov.evidence == ()
     assert "DocumentGist" not in far_llm.schemas_asked()  # no summary of a paper nothing stands for
-    assert FOREST[0].doc_id in far._deep_dive_queue()  # the verdict still steers where to read
+    assert FOREST[0].doc_id in far.ledger.deep_dive_queue(far._dived)  # the verdict still steers where to read
 
     near_llm = FunctionLLM(Oracle({"Sun leaves": "interesting"}))
     near = forage(ForageStep(settings(relevance_check=True, vector_k=N_BODY_CHUNKS), store, embedder, near_llm))
@@ -1245,12 +1246,12 @@ def test_a_calibrated_judges_rates_change_what_the_check_credits(store, embedder
         return ForageStep(cfg, store, embedder, FunctionLLM(YesMan()), relevance=signal)
 
     unreliable = step()
-    assert unreliable.credit.relief() == 0.0
+    assert unreliable.check.credit.relief() == 0.0
     before = forage_req(unreliable, ON_TOPIC_UNANSWERED)
     assert before.coverage == 0.5 and before.answering_papers == 0 and before.unconfirmed > 0
 
     reliable = step(judge_tpr=0.95, judge_fpr=0.05)
-    assert reliable.credit.relief() == pytest.approx(math.log(19) / 8.0)
+    assert reliable.check.credit.relief() == pytest.approx(math.log(19) / 8.0)
     after = forage_req(reliable, ON_TOPIC_UNANSWERED)
     assert after.coverage == 1.0 and after.answering_papers >= 1
     confirmed = {j.chunk_id for j in after.judgements if j.tag == "answers" and j.confirmed}

@@ -4,8 +4,8 @@ The relevance check weighs the judge's "answers" by its true and false positive 
 (actors/steps/forage/credit.py); this measures them for the model a researcher runs. Each chosen query of a BEIR
 folder (default: SciFact's train split, so nothing is measured on the test queries the benches report on) becomes
 a requirement, and the model judges, with the Forager's own judging prompt and batches
-(``ForageStep._judge_batch``), the passages of its relevant documents and of as many *near* documents the qrels do
-not call relevant — those sharing the most of the query's content words, the kind of passage retrieval puts before
+(``actors.steps.forage.judging.BatchJudge``), the passages of its relevant documents and of as many *near*
+documents the qrels do not call relevant — those sharing the most of the query's content words, the kind of passage retrieval puts before
 the judge (a random document would make any judge look precise). The verdicts are scored against the qrels as the
 evidence bench scores a run's (:func:`~actors.steps.evaluation.evidence.judge_rates`): TPR is the share of relevant
 passages called "answers", FPR the share of the others. A passage left without a valid verdict counts as neither
@@ -23,10 +23,12 @@ from typing import Any
 
 from actors.steps.evaluation.evidence import judge_rates
 from actors.steps.evaluation.retrieval import BeirDataset, load_beir, select_queries
-from actors.steps.forage.step import ForageStep, _Doc, _Iteration
+from actors.steps.forage.judging import BatchJudge
+from actors.steps.forage.ledger import Iteration
 from actors.steps.plan.requirements import content_words
-from infra.errors import ConfigError
+from infra.errors import ConfigError, LLMOutputError, LLMTimeout
 from infra.llm import build_llm
+from infra.llm.base import ChatMessage
 from infra.settings import Settings
 from infra.store.base import ChunkRecord
 from messages.plan import Requirement
@@ -59,22 +61,31 @@ async def _judge(settings: Settings, llm: Any, dataset: BeirDataset, qid: str,
                  passages: Sequence[tuple[str, bool]]) -> tuple[list[tuple[str, bool]], int, int]:
     """The model's tags for one query's passages with the Forager's judging prompt: ``(tag, relevant)`` pairs,
     the passages left without a verdict and the LLM calls made."""
-    step = ForageStep(settings, store=None, embedder=None, llm=llm)  # type: ignore[arg-type]  # judging reads neither
+    titles: dict[str, str] = {}
     chunks = []
     relevant: dict[str, bool] = {}
-    for n, (cid, rel) in enumerate(passages):
+    for cid, rel in passages:
         title, text = dataset.corpus[cid]
-        step._docs[cid] = _Doc(cid, title or cid, text)
+        titles[cid] = title or cid
         chunks.append(ChunkRecord(chunk_id=f"{cid}:0", doc_id=cid, ordinal=0, text=text, section_path="Abstract",
                                   section_kind="abstract", char_start=0, char_end=len(text),
                                   token_count=len(text.split())))
         relevant[cid] = rel
+
+    async def ask(messages: list[ChatMessage], schema: type[Any], step: str, it: Iteration) -> Any:
+        it.calls += 1
+        try:
+            return await llm.structured(messages, schema)
+        except (LLMOutputError, LLMTimeout):
+            return None  # a failed call leaves its passages without a verdict
+
+    judge = BatchJudge(ask, lambda *_, **__: None, titles.__getitem__)
     requirement = Requirement(id="R1", text=dataset.queries[qid])
-    it = _Iteration(1)
+    it = Iteration(1)
     size = settings.forage.judge_batch
     judged = []
     for start in range(0, len(chunks), size):
-        judged += await step._judge_batch(requirement, chunks[start:start + size], "start", it, retry=True)
+        judged += await judge.judge(requirement, chunks[start:start + size], "start", it)
     return [(j.tag, relevant[j.doc_id]) for j in judged], it.unjudged, it.calls
 
 

@@ -307,7 +307,7 @@ def coverage_at(verdicts: Sequence[tuple[Any, ...]], floor: float) -> float:
     """The Forager's coverage rule over the judge's verdicts ``(tag, kind, relevance[, confirmed])`` with ``floor``
     as the answer floor: 1.0 an answer with a method or result at or above it (and not left unconfirmed by the
     run's retrieval-signal confirmation), 0.75 only background answers, 0.5 any other answer or interesting passage
-    at or above it (``ForageStep.supported``: a related passage must be as close as an answer), else 0."""
+    at or above it (``Ledger.supported``: a related passage must be as close as an answer), else 0."""
     answers = [kind for tag, kind, rel, *confirmed in verdicts
                if tag == "answers" and rel is not None and rel >= floor and (confirmed or [None])[0] is not False]
     if any(kind != "background" for kind in answers):

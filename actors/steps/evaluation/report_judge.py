@@ -15,7 +15,7 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from actors.steps.forage.step import block
+from actors.steps.text import block
 from actors.steps.prompts import REPORT_JUDGE_SYSTEM
 from actors.steps.run.rundir import RunDir
 from actors.steps.schemas import JudgeVerdict

@@ -3,20 +3,15 @@
 A :class:`ForageStep` belongs to one requirement and lives for the whole run (inside a Forager
 actor). Each iteration it runs these nodes:
 
-* **start** — two-stage retrieval, new chunks only (never reference sections), deduplicated:
-  papers first (hybrid search over title and abstract chunks — BM25 there also reads each chunk's
-  title line — topped up by the best-scoring chunks' papers when few papers have an abstract
-  chunk; fused by reciprocal rank with the papers this requirement has summarized, ranked by their
-  summary's similarity to the query: the top ``forage.paper_k`` papers),
-  then ``forage.paper_chunks`` chunks of each of those papers (hybrid search inside the paper),
-  plus the chunk search over the whole store (BM25 top ``forage.bm25_k`` and vector top
-  ``forage.vector_k``).
-* **classify** — the new chunks are judged in batches of ``forage.judge_batch``: ONE structured
-  LLM call judges several numbered passages for the requirement, each *answers* / *interesting* /
+* **start** — two-stage retrieval (papers, then their chunks, plus the chunk search over the whole store:
+  :mod:`actors.steps.forage.retrieval`), new chunks only (never reference sections), deduplicated.
+* **classify** — the new chunks are judged in batches of ``forage.judge_batch`` (:mod:`actors.steps.forage.judging`):
+  ONE structured LLM call judges several numbered passages for the requirement, each *answers* / *interesting* /
   *unrelated* with a motive and a kind (*method* or mechanism, quantitative *result*, or
   *background*). Passages left without a valid verdict (missing, unknown number, bad tag) are
   re-judged once in one smaller call; still missing, they are recorded in ``failed_steps`` and
-  tried again next iteration. A whole call that fails leaves its passages for the next iteration.
+  tried again next iteration. A whole call that fails leaves its passages for the next iteration. The relevance
+  check (:class:`~actors.steps.forage.judging.RelevanceCheck`) weighs each verdict.
 * **summarize** — every document with an answers/interesting chunk gets a short summary, once,
   from its title, abstract (else its introduction's first chunk) and its list of sections.
   Independent calls (the judging batches of one round, the summaries, the deep dives of different
@@ -34,8 +29,9 @@ actor). Each iteration it runs these nodes:
 * **reformulate** — when fewer than ``forage.min_papers`` distinct papers answer, the LLM writes
   another query and retrieval + classify run once more with it (at most once per iteration;
   recorded as a ``reformulated`` event).
-* **end** — coverage 1.0 if a confirmed answer (the relevance check's floors, then similarity plus the
-  requirement's words it holds: :meth:`ForageStep.confirms`) is a method or a result, 0.75 if the
+* **end** — from the judgement ledger (:mod:`actors.steps.forage.ledger`): coverage 1.0 if a confirmed answer (the
+  relevance check's floors, then similarity plus the requirement's words it holds:
+  :meth:`~actors.steps.forage.judging.RelevanceCheck.confirms`) is a method or a result, 0.75 if the
   confirmed answers are background only (background alone never gives full coverage), 0.5 if there are
   only unconfirmed answers or interesting chunks, else 0.0; one :class:`Evidence` per useful document,
   confirmed answers first (methods and results above background), each group in the store's hybrid ranking of
@@ -56,38 +52,36 @@ iteration. Any other exception propagates; the Forager actor marks the requireme
 from __future__ import annotations
 
 import asyncio
-import math
 import re
 import time
 from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, nullcontext
 from contextvars import ContextVar
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from actors.steps.events import Emit, null_emit
-from actors.steps.forage.credit import JudgeCredit
-from actors.steps.plan.requirements import content_words, own_question, word_share
-from actors.steps.prompts import (DIVE_GATE_SYSTEM, DIVE_SECTIONS_SYSTEM, JUDGE_INTERESTING, JUDGE_SYSTEM,
-                                  REFORMULATE_SYSTEM, SUMMARIZE_SYSTEM)
+from actors.steps.forage.judging import BatchJudge, RelevanceCheck
+from actors.steps.forage.ledger import Iteration, Ledger
+from actors.steps.forage.retrieval import Retrieval
+from actors.steps.prompts import DIVE_GATE_SYSTEM, DIVE_SECTIONS_SYSTEM, REFORMULATE_SYSTEM, SUMMARIZE_SYSTEM
 from actors.steps.schemas import (
     MAX_SECTIONS_CHOSEN,
     SECTION_PATH_CHARS,
     DocumentGist,
-    PassageVerdict,
     Reformulation,
     RelevanceGate,
     SectionChoice,
     batch_schema,
 )
-from actors.steps.text import search_query
-from infra.embed.base import Embedder, cosine
+from actors.steps.text import block, clip, search_query
+from infra.embed.base import Embedder
 from infra.errors import LLMOutputError, LLMTimeout, StoreError
 from infra.llm.base import LLM, ChatMessage, T
 from infra.llm.slotted import background_calls, rounds_ahead
 from infra.rerank import EmbeddingSimilarity, Relevance
-from infra.settings import CONFIRM_WORD_WEIGHT, Settings
-from infra.store.base import RRF_K, ChunkFilter, ChunkRecord, Hit, Store
+from infra.settings import Settings
+from infra.store.base import ChunkFilter, ChunkRecord, Store
 from messages.forage import ChunkJudgement, Evidence, ForageRequest, RequirementCoverage
 from messages.plan import Requirement
 from messages.status import Stage
@@ -95,66 +89,17 @@ from messages.status import Stage
 R = TypeVar("R")
 _HOLDING: ContextVar[bool] = ContextVar("forage_cpu_place", default=False)  # this task holds a CPU gate place
 
-PASSAGE_CHARS = 3000  # chunk text shown to the LLM
 CONTEXT_CHARS = 2500  # abstract / introduction shown when summarizing
 MAX_SECTIONS_SHOWN = 80
 _INTRO = re.compile(r"\bintroduction\b", re.IGNORECASE)
-
-PAPER_KINDS = ("body", "references", "caption")  # excluded when retrieving papers: title and abstract remain
-_KIND_RANK = {"method": 0, "result": 0, None: 0, "background": 1}
-RANK_CHUNKS_PER_DOC = 4  # chunks per evidence document the ranking search fetches (ForageStep._rank_evidence)
-
-
-def block(name: str, text: str) -> str:
-    """Untrusted text between clearly marked delimiters (delimiter look-alikes inside are removed)."""
-    clean = text.replace("<<<", "‹‹‹").replace(">>>", "›››")
-    return f"<<<{name}\n{clean}\n{name}>>>"
-
-
-def _clip(text: str, limit: int) -> str:
-    return text if len(text) <= limit else text[:limit].rstrip() + " …"
 
 
 def _norm_path(path: str) -> str:
     return " ".join(path.casefold().split())
 
 
-_BACKGROUND_SECTION = re.compile(
-    r"^\W*(?:(?:\d+|[ivxlc]+|[a-h])[.)]?\s+)*(?:\d+(?:\.\d+)*\.?\s+)?"
-    r"(?:introduction|background|related\s+work|prior\s+work|previous\s+work|motivation|preliminaries|"
-    r"literature\s+review|state\s+of\s+the\s+art)\b", re.IGNORECASE)
-
-
-def background_section(section_path: str) -> bool:
-    """Whether a chunk sits in a paper's introduction, background, related-work or motivation section (by its
-    top-level heading: "1 Introduction > 1.2 Contributions" is; "Results > Background noise" is not)."""
-    top = section_path.split(">", 1)[0].strip()
-    return bool(_BACKGROUND_SECTION.match(top))
-
-
-def _counts(judgement: ChunkJudgement) -> bool:
-    """Whether a verdict counts as an answer: 'answers', and confirmed by retrieval signals where that is checked."""
-    return judgement.tag == "answers" and judgement.confirmed is not False
-
-
-def _rel(judgement: ChunkJudgement) -> float:
-    return judgement.relevance if judgement.relevance is not None else 0.0
-
-
-def fuse_papers(by_text: Sequence[str], by_summary: Sequence[str], k: int, c: int = RRF_K) -> list[str]:
-    """The top ``k`` papers of two rankings — by title and abstract (the store's hybrid search) and by the
-    summaries this requirement made — fused by reciprocal rank (score 1/(c + rank) summed over both lists);
-    ties keep the title-and-abstract order."""
-    score: dict[str, float] = {}
-    for ranking in (by_text, by_summary):
-        for rank, doc_id in enumerate(ranking, start=1):
-            score[doc_id] = score.get(doc_id, 0.0) + 1.0 / (c + rank)
-    order = {d: i for i, d in enumerate(dict.fromkeys([*by_text, *by_summary]))}
-    return sorted(score, key=lambda d: (-score[d], order[d]))[:k]
-
-
 def _failure(exc: Exception) -> str:
-    return f"{type(exc).__name__}: {_clip(' '.join(str(exc).split()), 200)}"
+    return f"{type(exc).__name__}: {clip(' '.join(str(exc).split()), 200)}"
 
 
 @dataclass
@@ -173,17 +118,6 @@ class _Doc:
 DIVE_ROUNDS = 4
 REFORMULATE_ROUNDS = 3
 START_ROUNDS = 1 + DIVE_ROUNDS + REFORMULATE_ROUNDS
-
-
-@dataclass
-class _Iteration:
-    """Bookkeeping of one forage() call."""
-
-    number: int
-    judged: list[ChunkJudgement] = field(default_factory=list)
-    calls: int = 0
-    unjudged: int = 0  # chunks left without a verdict this iteration (tried again next iteration)
-    follow: int = 0  # rounds of dependent calls a deep dive's last call is still followed by (a reformulation)
 
 
 class ForageStep:
@@ -206,10 +140,8 @@ class ForageStep:
         self.requirement: Requirement | None = None
         self.llm_calls = 0
         self.failed_steps: list[str] = []
-        self._judgements: dict[str, ChunkJudgement] = {}  # chunk_id -> judgement, in judging order
         self._docs: dict[str, _Doc] = {}
         self._summaries: dict[str, str] = {}
-        self._summary_vectors: dict[str, list[float]] = {}  # doc id -> its summary's embedding (paper stage)
         self._summarizing: dict[str, asyncio.Future[None]] = {}  # doc_id -> its summary being made now
         self._gate: dict[str, bool] = {}  # doc_id -> the relevance gate's answer
         self._dived: set[str] = set()  # deep dive finished (gate said no, or sections judged)
@@ -220,18 +152,10 @@ class ForageStep:
         self.relevance = relevance or EmbeddingSimilarity(embedder, settings.similarity_floors("text"),
                                                           settings.answer_confirmation("text"),
                                                           settings.answer_curve("text"))
-        self._floors = self.relevance.floors if self.cfg.relevance_check else (-math.inf, -math.inf)
-        # what the judge's 'answers' is worth beside the signal (its rates, the signal's calibration curve): the
-        # topic, answer and confirmation floors move down by its relief (credit.py); the floor a related passage
-        # must reach (supported) does not: the rates are those of its 'answers'
-        self.credit = JudgeCredit(*settings.judge_rates(), curve=self.relevance.curve)
-        relief = self.credit.relief() if self.cfg.relevance_check else 0.0
-        self._answer_floor = self._floors[0] - relief
-        self._topic_floor = self._floors[1] - relief  # a reliable judge is shown more, as its answers count more
-        # the confirmation an 'answers' needs to count (similarity + word share; the signal's own, calibrated for
-        # embedding similarities only: a reranker's scores are on their own scale); None: none
-        confirmation = self.relevance.confirmation if self.cfg.relevance_check else None
-        self._confirmation = confirmation - relief if confirmation is not None else None
+        self.check = RelevanceCheck(settings, self.relevance)
+        self.ledger = Ledger(related_floor=self.check.floors[0])  # every verdict, all iterations
+        self.retrieval = Retrieval(settings, store, embedder)
+        self.judge = BatchJudge(self._ask, self._step_failed, lambda doc_id: self._doc(doc_id).title)
         self.overruled = 0  # verdicts the relevance check overruled, all iterations
         self._evidence_rank: dict[str, int] = {}  # doc id -> its place in the retrieval ranking (_rank_evidence)
 
@@ -249,16 +173,17 @@ class ForageStep:
     async def forage(self, request: ForageRequest) -> RequirementCoverage:
         """One iteration for ``request.requirement``; returns the cumulative coverage."""
         req = self._bind(request.requirement)
-        it = _Iteration(request.iteration)
+        it = Iteration(request.iteration)
         self._began = time.time()
         self._steps = 0
         self.emit(Stage.FORAGE, "started", f"foraging {req.id}", iteration=it.number, requirement_id=req.id,
-                  judged_before=len(self._judgements))
+                  judged_before=len(self.ledger))
 
         # start + classify (a follow-up run's seeds first)
         self._scope = request.doc_ids
         async with self._one_place():  # retrieval and the relevance check, up to the first LLM call
-            seeds = await self._thread(self._seeds, request.seed_chunk_ids) if request.seed_chunk_ids else []
+            seeds = (await self._thread(self.retrieval.seeds, request.seed_chunk_ids, self.ledger, self._scope)
+                     if request.seed_chunk_ids else [])
             found = await self._retrieve(req, req.text, await self._requirement_vector(req), it)
             chunks = list({c.chunk_id: c for c in (*seeds, *found)}.values())
             relevance = await self._prepare(req, chunks)
@@ -278,7 +203,7 @@ class ForageStep:
             # deep dive
             dives = [await self._deep_dive(req, doc_id, it) for doc_id in await self._dive_queue()]
             for judged in dives:
-                self._record(judged, it)
+                self.ledger.record(judged, it)
 
             # reformulate: too few papers answer
             if self._too_few_papers():
@@ -286,22 +211,22 @@ class ForageStep:
 
         # end
         await self._rank_evidence(req, it)
-        coverage = self.coverage()
+        coverage = self.ledger.coverage()
         evidence = self.evidence()
-        papers = self.answering_papers()
+        papers = self.ledger.answering_papers()
         self.emit(Stage.FORAGE, "coverage", f"{req.id}: coverage {coverage:.2f}", iteration=it.number,
                   requirement_id=req.id, coverage=coverage, llm_calls=self.llm_calls, llm_calls_iteration=it.calls,
                   evidence_documents=len(evidence), answering_papers=papers, overruled=self.overruled,
-                  unconfirmed=self.unconfirmed(),
-                  judged_total=len(self._judgements),
+                  unconfirmed=self.ledger.unconfirmed(),
+                  judged_total=len(self.ledger),
                   judged_iteration=len(it.judged))
         return RequirementCoverage(
             run_id=request.run_id, requirement=req, iteration=it.number, coverage=coverage, evidence=evidence,
             judgements=tuple(it.judged), llm_calls=self.llm_calls, answering_papers=papers,
-            failed_steps=tuple(self.failed_steps), overruled=self.overruled, unconfirmed=self.unconfirmed(),
-            new_passages=sum(1 for j in it.judged if j.relevance is None or j.relevance >= self._floors[1]))
+            failed_steps=tuple(self.failed_steps), overruled=self.overruled, unconfirmed=self.ledger.unconfirmed(),
+            new_passages=sum(1 for j in it.judged if j.relevance is None or j.relevance >= self.check.floors[1]))
 
-    async def _summarize_dive_reformulate_at_once(self, req: Requirement, it: _Iteration) -> None:
+    async def _summarize_dive_reformulate_at_once(self, req: Requirement, it: Iteration) -> None:
         """Summarize, deep dive and reformulate with an LLM that queues calls: the same calls as one
         after another, started as soon as what they need is known. Each document to dive into is
         summarized and then dived into on its own chain (its gate reads its summary, not the other
@@ -313,7 +238,7 @@ class ForageStep:
         instead of 8 (judge, summarize, gate, sections, judge — beside reformulate, judge, summarize),
         and a requirement waiting for its next call holds up nothing else."""
         queue = await self._dive_queue()
-        answered = {j.doc_id for j in self._judgements.values() if _counts(j)}
+        answered = self.ledger.answered_docs()
         certain = self.cfg.min_papers > 0 and len(answered | set(queue)) < self.cfg.min_papers
         reformulation = asyncio.ensure_future(self._reformulate(req, it)) if certain else None
         # with a reformulation that may follow the dives, this requirement's chain is the longest: its calls first
@@ -330,12 +255,12 @@ class ForageStep:
                 await self._summary(req, doc_id, it)
 
         # the other useful documents' summaries run beside everything else; nothing below waits for them
-        leaves = [asyncio.ensure_future(leaf(doc_id)) for doc_id in self._useful_docs() if doc_id not in queue]
+        leaves = [asyncio.ensure_future(leaf(doc_id)) for doc_id in self.ledger.useful_docs() if doc_id not in queue]
         try:
             dives = await asyncio.gather(*(dive(doc_id) for doc_id in queue))
             judged_now = {j.chunk_id for j in it.judged}
             for judged in dives:  # in queue order; a chunk the reformulation judged meanwhile counts once
-                self._record([j for j in judged if j.chunk_id not in judged_now], it)
+                self.ledger.record([j for j in judged if j.chunk_id not in judged_now], it)
             if reformulation is not None:
                 await reformulation
             elif self._too_few_papers():
@@ -348,7 +273,7 @@ class ForageStep:
             raise
 
     def _too_few_papers(self) -> bool:
-        return self.cfg.min_papers > 0 and self.answering_papers() < self.cfg.min_papers
+        return self.cfg.min_papers > 0 and self.ledger.answering_papers() < self.cfg.min_papers
 
     def _bind(self, requirement: Requirement) -> Requirement:
         if self.requirement is None:
@@ -360,160 +285,50 @@ class ForageStep:
 
     # -- end node: cumulative results ------------------------------------------------------------------
     def coverage(self) -> float:
-        """1.0: a confirmed answer with a method or a result; 0.75: confirmed answers are background only; 0.5:
-        answers the retrieval signals do not confirm, or interesting chunks as close to the requirement as an answer
-        must be (:meth:`supported`); 0.0: nothing. (Without a confirmation configured every answer counts as
-        confirmed.)"""
-        judged = list(self._judgements.values())
-        answers = [j for j in judged if _counts(j)]
-        if any(_KIND_RANK[j.kind] == 0 for j in answers):
-            return 1.0
-        if answers:
-            return 0.75
-        return 0.5 if any(self.supported(j) for j in judged) else 0.0
-
-    def supported(self, judgement: ChunkJudgement) -> bool:
-        """Whether a verdict other than 'unrelated' stands as evidence: an answer (confirmed or not; one below the
-        answer floor is interesting by now), or an 'interesting' passage whose similarity to the requirement reaches
-        the answer floor. The judge sees passages from the looser topic floor on (so that few answers are hidden from
-        it); a weak judge calls many of those interesting — in the held-out run a spectroscopy package for a question
-        on JIT compilers (similarity 0.36) and an AI-writing paper for sepsis prediction (0.34) — and the similarity
-        a relevant passage reaches (90 % of SciFact's at 0.43) is what a related one must reach to count toward
-        coverage or be cited. Below it the verdict still steers the deep dives."""
-        if judgement.tag == "answers":
-            return True
-        return judgement.tag == "interesting" and (judgement.relevance is None
-                                                   or judgement.relevance >= self._floors[0])
-
-    def answering_papers(self) -> int:
-        """Distinct documents with at least one confirmed answering chunk."""
-        return len({j.doc_id for j in self._judgements.values() if _counts(j)})
-
-    def unconfirmed(self) -> int:
-        """Answers the retrieval signals did not confirm, all iterations."""
-        return sum(1 for j in self._judgements.values() if j.tag == "answers" and j.confirmed is False)
+        """The requirement's coverage so far (:meth:`Ledger.coverage`)."""
+        return self.ledger.coverage()
 
     def evidence(self) -> tuple[Evidence, ...]:
-        """One Evidence per document with answers or interesting chunks that stand (:meth:`supported`): documents
-        with a confirmed answer first (those whose best confirmed answer is a method or a result before background
-        ones), then every other one; within each group by the retrieval ranking of the documents for the
-        requirement (:meth:`_rank_evidence`), then the most similar to the requirement first (the relevance
-        check's similarity). The judge's own labels — an unconfirmed 'answers' against 'interesting', the kind of
-        an unconfirmed passage — do not order the documents: a weak judge's labels are noise, and a judgment
-        the retrieval signals did not confirm does not stand alone. Chunk ids in the order confirmed answers
-        first, methods and results before background, most similar first."""
-        by_doc: dict[str, list[ChunkJudgement]] = {}
-        for j in self._judgements.values():
-            if self.supported(j):
-                by_doc.setdefault(j.doc_id, []).append(j)
+        """One Evidence per document whose verdicts stand (:meth:`Ledger.evidence`), in the retrieval ranking of
+        :meth:`_rank_evidence`."""
+        return self.ledger.evidence(lambda doc_id: self._doc(doc_id).title, self._summaries, self._evidence_rank)
 
-        def group(j: ChunkJudgement) -> int:
-            return 0 if _counts(j) else 1 if j.tag == "answers" else 2
-
-        unranked = len(self._evidence_rank)
-        ranked: list[tuple[tuple[int, int, int, float], Evidence]] = []
-        for doc_id, judged in by_doc.items():
-            ordered = sorted(judged, key=lambda j: (group(j), _KIND_RANK[j.kind], -_rel(j)))  # stable
-            lead = ordered[0]
-            confirmed = _counts(lead)
-            key = (0 if confirmed else 1, _KIND_RANK[lead.kind] if confirmed else 0,
-                   self._evidence_rank.get(doc_id, unranked), -max(_rel(j) for j in judged))
-            ranked.append((key, Evidence(
-                doc_id=doc_id, title=self._doc(doc_id).title, tag="answers" if confirmed else "interesting",
-                motive=lead.motive, summary=self._summaries.get(doc_id, ""),
-                chunk_ids=tuple(j.chunk_id for j in ordered))))
-        return tuple(e for _, e in sorted(ranked, key=lambda pair: pair[0]))  # stable: judging order within a rank
-
-    async def _rank_evidence(self, req: Requirement, it: _Iteration) -> None:
+    async def _rank_evidence(self, req: Requirement, it: Iteration) -> None:
         """Rank the documents with evidence that stands by the store's own search for the requirement (hybrid:
         BM25 and the embedding with its sentence windows, the run's fusion; BM25 alone without a query vector),
         each document at its best chunk's place, over those documents only. On SciFact the hybrid's first hit is
         relevant more often than the passage either similarity puts first (bench/relevance_signal.py). A
         document the search does not reach comes after the ranked ones. A failed search is a failed step (the
         evidence keeps the ranking it had), not a failed requirement: it only orders what was found."""
-        docs = tuple(self._useful_docs())
+        docs = tuple(self.ledger.useful_docs())
         if len(docs) < 2:
             self._evidence_rank = {d: 0 for d in docs}
             return
         vector = await self._requirement_vector(req)
-        flt = ChunkFilter(doc_ids=docs)
-        k = RANK_CHUNKS_PER_DOC * len(docs)
-
-        def search() -> list[Hit]:
-            if vector is None:
-                return self.store.bm25(req.text, k, flt)
-            return self.store.hybrid(req.text, vector, k, self.settings.store.hybrid_alpha, flt)
-
         try:
-            hits = await self._thread(search)
+            self._evidence_rank = await self._thread(self.retrieval.evidence_rank, req.text, vector, docs)
         except StoreError as exc:
             self._step_failed(it, "rank_evidence", f"iteration {it.number}: rank evidence: {exc}")
-            return
-        rank: dict[str, int] = {}
-        for hit in hits:
-            rank.setdefault(hit.chunk.doc_id, len(rank))
-        self._evidence_rank = rank
-
-    def _useful_docs(self) -> list[str]:
-        """Documents with a verdict that stands (:meth:`supported`): summarized, named to the reformulation as seen.
-        A document that only a verdict below the answer floor points to is dived into, not summarized for itself."""
-        return list(dict.fromkeys(j.doc_id for j in self._judgements.values() if self.supported(j)))
 
     # -- start node ------------------------------------------------------------------------------------
     async def _requirement_vector(self, req: Requirement) -> list[float] | None:
-        if self._vector is None and (self.cfg.vector_k > 0 or self._paper_stage()):
+        if self._vector is None and (self.cfg.vector_k > 0 or self.retrieval.paper_stage()):
             self._vector = (await self._thread(self.embedder.embed, [req.text]))[0]
         return self._vector
 
-    def _seeds(self, chunk_ids: Sequence[str]) -> list[ChunkRecord]:
-        """The seed chunks not judged yet, in the order given (chunks no longer stored, or outside the
-        scope, are left out)."""
-        out = []
-        for chunk_id in dict.fromkeys(chunk_ids):
-            if chunk_id in self._judgements:
-                continue
-            chunk = self.store.get_chunk(chunk_id)
-            if chunk is not None and (self._scope is None or chunk.doc_id in self._scope):
-                out.append(chunk)
-        return out
-
-    def _paper_stage(self) -> bool:
-        return self.cfg.paper_k > 0 and self.cfg.paper_chunks > 0
-
     async def _retrieve(self, req: Requirement, query: str, vector: list[float] | None,
-                        it: _Iteration) -> list[ChunkRecord]:
-        """Chunks for ``query``: papers by title, abstract and summary → chunks of the top papers, plus BM25
-        and vector hits over all chunks; new chunks only, no references, deduplicated (first seen kept)."""
-        flt = ChunkFilter(exclude_chunk_ids=tuple(self._judgements), doc_ids=self._scope)
-        alpha = self.settings.store.hybrid_alpha
+                        it: Iteration) -> list[ChunkRecord]:
+        """Chunks for ``query`` (:meth:`Retrieval.candidates`): new chunks only, no references, deduplicated (first
+        seen kept)."""
+        flt = ChunkFilter(exclude_chunk_ids=tuple(self.ledger.judgements), doc_ids=self._scope)
         scope = set(self._scope) if self._scope is not None else None
         summaries = {d: s for d, s in self._summaries.items() if scope is None or d in scope}  # a snapshot
-
-        def search() -> tuple[list[Hit], list[str], list[str]]:
-            hits: list[Hit] = []
-            papers: list[str] = []
-            by_summary: list[str] = []
-            if self._paper_stage() and vector is not None:
-                pool = self.cfg.paper_k * 4
-                found = self.store.hybrid(query, vector, pool, alpha,
-                                          ChunkFilter(exclude_kinds=PAPER_KINDS, doc_ids=self._scope))
-                if len({h.chunk.doc_id for h in found}) < self.cfg.paper_k:  # few abstracts: papers by best chunk
-                    found += self.store.hybrid(query, vector, pool, alpha, ChunkFilter(doc_ids=self._scope))
-                by_summary = self._papers_by_summary(summaries, vector)
-                papers = fuse_papers(list(dict.fromkeys(h.chunk.doc_id for h in found)), by_summary,
-                                     self.cfg.paper_k)
-                hits += self._chunks_of_papers(query, vector, papers, flt, alpha)
-            if self.cfg.bm25_k > 0:
-                hits += self.store.bm25(query, self.cfg.bm25_k, flt)
-            if self.cfg.vector_k > 0 and vector is not None:
-                hits += self.store.vector(vector, self.cfg.vector_k, flt)
-            return hits, papers, by_summary
-
-        found, papers, by_summary = await self._thread(search)
+        found, papers, by_summary = await self._thread(self.retrieval.candidates, query, vector, flt, self._scope,
+                                                       summaries)
         fresh: dict[str, ChunkRecord] = {}
         for hit in found:
             chunk = hit.chunk
-            if chunk.chunk_id in self._judgements or chunk.section_kind == "references":
+            if chunk.chunk_id in self.ledger or chunk.section_kind == "references":
                 continue
             fresh.setdefault(chunk.chunk_id, chunk)
         self.emit(Stage.FORAGE, "retrieved", f"{req.id}: {len(fresh)} new chunks from {len(papers)} top papers "
@@ -522,60 +337,22 @@ class ForageStep:
                   candidates=len(found), new_chunks=len(fresh))
         return list(fresh.values())
 
-    def _chunks_of_papers(self, query: str, vector: list[float], papers: Sequence[str], flt: ChunkFilter,
-                          alpha: float) -> list[Hit]:
-        """The best ``forage.paper_chunks`` chunks of each paper, in paper order: one hybrid search over all the
-        papers, each paper's chunks taken in the fused order; a paper that search left short while it was cut off
-        at its k is searched alone."""
-        n = self.cfg.paper_chunks
-        if not papers or n <= 0:
-            return []
-        k = n * len(papers) * 4
-        found = self.store.hybrid(query, vector, k, alpha, flt.model_copy(update={"doc_ids": tuple(papers)}))
-        by_paper: dict[str, list[Hit]] = {d: [] for d in papers}
-        for hit in found:
-            best = by_paper.get(hit.chunk.doc_id)
-            if best is not None and len(best) < n:
-                best.append(hit)
-        out: list[Hit] = []
-        for doc_id in papers:
-            best = by_paper[doc_id]
-            if len(best) < n and len(found) >= k:  # crowded out by the other papers' chunks, not out of chunks
-                best = self.store.hybrid(query, vector, n, alpha, flt.model_copy(update={"doc_ids": (doc_id,)}))
-            out += best
-        return out
-
-    def _papers_by_summary(self, summaries: dict[str, str], vector: Sequence[float]) -> list[str]:
-        """The papers this requirement has summarized, most similar summary to the query first (each summary
-        embedded once, when first needed)."""
-        new = [d for d in summaries if d not in self._summary_vectors]
-        if new:
-            for doc_id, embedded in zip(new, self.embedder.embed([summaries[d] for d in new]), strict=True):
-                self._summary_vectors[doc_id] = list(embedded)
-        return sorted(summaries, key=lambda d: -cosine(self._summary_vectors[d], vector))
-
     # -- classify --------------------------------------------------------------------------------------
     async def _judge_all(self, req: Requirement, chunks: Sequence[ChunkRecord], stage: str,
-                         it: _Iteration, *, relevance: dict[str, float], record: bool = True) -> list[ChunkJudgement]:
+                         it: Iteration, *, relevance: dict[str, float], record: bool = True) -> list[ChunkJudgement]:
         """Judge ``chunks`` in batches of ``forage.judge_batch`` (one LLM call per batch). The batches
         are independent, so with an LLM that queues calls their calls run concurrently (see
         :meth:`_together`); judgements are recorded in chunk order whatever order the answers come in.
         ``relevance``: what :meth:`_prepare` gave for these chunks (read with the CPU steps before the calls)."""
-        off_topic = [c for c in chunks if relevance.get(c.chunk_id, 1.0) < self._topic_floor]
-        # the judge sees the closest passages first (a weak model does best at the start of its prompt)
-        shown = sorted((c for c in chunks if c not in off_topic), key=lambda c: -relevance.get(c.chunk_id, 0.0))
+        shown, off_topic = self.check.shown(chunks, relevance)
         size = self.cfg.judge_batch
         batches = [list(shown[start:start + size]) for start in range(0, len(shown), size)]
-        answers = await self._together([self._judge_batch(req, b, stage, it, retry=True) for b in batches])
+        answers = await self._together([self.judge.judge(req, b, stage, it) for b in batches])
         order = {chunk.chunk_id: n for n, chunk in enumerate(chunks)}
         by_id = {chunk.chunk_id: chunk for chunk in chunks}
-        judged = [self._checked(j, relevance.get(j.chunk_id), by_id[j.chunk_id], req)
+        judged = [self.check.checked(j, relevance.get(j.chunk_id), by_id[j.chunk_id], req)
                   for batch in answers for j in batch]
-        judged += [ChunkJudgement(chunk_id=c.chunk_id, doc_id=c.doc_id, tag="unrelated", stage=stage,  # type: ignore[arg-type]
-                                  relevance=relevance[c.chunk_id],
-                                  motive=f"not shown to the judge: similarity {relevance[c.chunk_id]:.2f} to the "
-                                         f"requirement is below {self._topic_floor:.2f}")
-                   for c in off_topic]
+        judged += [self.check.off_topic(c, relevance[c.chunk_id], stage) for c in off_topic]
         out = sorted(judged, key=lambda j: order[j.chunk_id])
         overruled = [j for j in out if j.model_tag is not None]
         rekinded = [j for j in out if j.model_kind is not None]
@@ -588,19 +365,19 @@ class ForageStep:
                          "coverage)" if unconfirmed else "")
                       + (f", {len(rekinded)} method/result passage(s) from an introduction or background section "
                          "counted as background" if rekinded else ""), iteration=it.number,
-                      requirement_id=req.id, judged_at=stage, floors=list(self._floors),
-                      answer_floor=self._answer_floor, judge_rates=[self.credit.tpr, self.credit.fpr],
+                      requirement_id=req.id, judged_at=stage, floors=list(self.check.floors),
+                      answer_floor=self.check.answer_floor, judge_rates=[self.check.credit.tpr, self.check.credit.fpr],
                       off_topic=[{"chunk_id": c.chunk_id, "relevance": round(relevance[c.chunk_id], 4)}
                                  for c in off_topic],
                       overruled=[{"chunk_id": j.chunk_id, "model_tag": j.model_tag, "tag": j.tag,
                                   "relevance": round(j.relevance or 0.0, 4)} for j in overruled],
-                      confirmation=self._confirmation,
+                      confirmation=self.check.confirmation,
                       unconfirmed=[{"chunk_id": j.chunk_id, "relevance": round(j.relevance or 0.0, 4)}
                                    for j in unconfirmed],
                       kinds_overruled=[{"chunk_id": j.chunk_id, "model_kind": j.model_kind, "kind": j.kind,
                                         "section": by_id[j.chunk_id].section_path} for j in rekinded])
         if record:
-            self._record(out, it)
+            self.ledger.record(out, it)
         return out
 
     async def _prepare(self, req: Requirement, chunks: Sequence[ChunkRecord]) -> dict[str, float]:
@@ -619,93 +396,11 @@ class ForageStep:
         scores = await self._thread(self.relevance.score, req.text, chunks)
         return {c.chunk_id: score for c, score in zip(chunks, scores, strict=True)}
 
-    def _checked(self, judgement: ChunkJudgement, relevance: float | None, chunk: ChunkRecord,
-                 req: Requirement) -> ChunkJudgement:
-        """The judge's verdict after the checks: an 'answers' below the answer floor (moved down for a reliable judge:
-        :class:`~actors.steps.forage.credit.JudgeCredit`) counts as 'interesting' (the
-        judge's tag kept in ``model_tag``); an 'answers' at or above it is confirmed or not (:meth:`confirms`);
-        a 'method' or 'result' from an introduction, background or related-work section counts as background (the
-        judge's kind kept in ``model_kind``): there a paper reports others' work and its own motivation, not its
-        methods and results."""
-        if relevance is None:
-            return judgement
-        update: dict[str, Any] = {"relevance": relevance}
-        if judgement.tag == "answers" and relevance < self._answer_floor:
-            update.update(tag="interesting", model_tag="answers")
-        elif judgement.tag == "answers" and self._confirmation is not None:
-            update["confirmed"] = self.confirms(req, chunk.text, relevance)
-        if judgement.kind in ("method", "result") and background_section(chunk.section_path):
-            update.update(kind="background", model_kind=judgement.kind)
-        return judgement.model_copy(update=update)
-
-    def confirms(self, req: Requirement, text: str, relevance: float) -> bool:
-        """Whether retrieval signals confirm a passage the judge calls an answer: its similarity to the requirement
-        plus CONFIRM_WORD_WEIGHT x the share of the requirement's content words it holds reaches
-        ``forage.answer_confirmation``. On BEIR SciFact a related paper of the same topic is as similar to a claim as
-        the paper that answers it; the words the answer shares with the claim tell them apart more often (at the
-        calibrated floor, 0.39 of answerable claims confirmed, 0.10 of unanswerable ones: docs/evidence.md). The words
-        of a requirement anchored to the query's subject are those of its own question (:func:`own_question`): the
-        subject in brackets is what every passage on the topic shares, not what the requirement asks."""
-        assert self._confirmation is not None
-        wanted = content_words(own_question(req.text))
-        return relevance + CONFIRM_WORD_WEIGHT * word_share(wanted, text) >= self._confirmation
-
-    def _record(self, judged: Sequence[ChunkJudgement], it: _Iteration) -> None:
-        for judgement in judged:
-            self._judgements[judgement.chunk_id] = judgement
-            it.judged.append(judgement)
-
-    async def _judge_batch(self, req: Requirement, batch: list[ChunkRecord], stage: str, it: _Iteration, *,
-                           retry: bool) -> list[ChunkJudgement]:
-        """One call for the numbered passages of ``batch``; passages without a valid verdict are
-        judged once more together (``retry``), then recorded as failed. Returns the judgements
-        (recorded by the caller)."""
-        if not batch:
-            return []
-        deep = stage == "deep_dive"
-        system = JUDGE_SYSTEM.format(interesting="" if deep else JUDGE_INTERESTING)
-        tags = "answers or unrelated" if deep else "answers, interesting or unrelated"
-        passages = []
-        for n, chunk in enumerate(batch, start=1):
-            doc = self._doc(chunk.doc_id)
-            passages.append(f"[{n}] Document: {doc.title}\nSection: {chunk.section_path}\n"
-                            f"{block(f'PASSAGE {n}', _clip(chunk.text, PASSAGE_CHARS))}")
-        user = (f"Requirement: {req.text}\n\n" + "\n\n".join(passages) + "\n\n"
-                f"For each passage [1] to [{len(batch)}] give its number, a tag ({tags}) for the requirement, "
-                "its kind (method, result or background) and a one-sentence motive.")
-        schema = batch_schema(len(batch), deep)
-        what = f"classify {len(batch)} chunk(s) {batch[0].chunk_id}" + (" …" if len(batch) > 1 else "")
-        verdict = await self._ask([{"role": "system", "content": system}, {"role": "user", "content": user}],
-                                  schema, what, it)
-        if verdict is None:  # the whole call failed (recorded by _ask): every passage waits for the next iteration
-            it.unjudged += len(batch)
-            return []
-        got: dict[int, PassageVerdict] = {}
-        for v in verdict.verdicts:
-            if 1 <= v.passage <= len(batch):
-                got.setdefault(v.passage, v)
-        out: list[ChunkJudgement] = []
-        for n, chunk in enumerate(batch, start=1):
-            v = got.get(n)
-            if v is None:
-                continue
-            out.append(ChunkJudgement(chunk_id=chunk.chunk_id, doc_id=chunk.doc_id, tag=v.tag,
-                                      motive=" ".join(v.motive.split()), stage=stage, kind=v.kind))  # type: ignore[arg-type]
-        missing = [chunk for n, chunk in enumerate(batch, start=1) if n not in got]
-        if missing and retry:
-            out += await self._judge_batch(req, missing, stage, it, retry=False)
-        elif missing:
-            it.unjudged += len(missing)
-            self._step_failed(it, "classify", f"iteration {it.number}: classify: no valid verdict for "
-                                              f"{', '.join(c.chunk_id for c in missing)}",
-                              chunk_ids=[c.chunk_id for c in missing])
-        return out
-
     # -- reformulate -----------------------------------------------------------------------------------
-    async def _reformulate(self, req: Requirement, it: _Iteration) -> None:
+    async def _reformulate(self, req: Requirement, it: Iteration) -> None:
         """Another query from the LLM, then retrieval and classify once more (once per iteration)."""
-        before = self.answering_papers()
-        seen = [self._doc(d).title for d in self._useful_docs()][:10]
+        before = self.ledger.answering_papers()
+        seen = [self._doc(d).title for d in self.ledger.useful_docs()][:10]
         listed = "\n".join(f"- {t}" for t in seen) or "- (none)"
         # reformulate, judge, summaries; the judging waits for a search first: no slot kept for it
         with rounds_ahead(REFORMULATE_ROUNDS, next_at_once=False):
@@ -733,7 +428,7 @@ class ForageStep:
             judged = await self._judge_all(req, chunks, "reformulated", it, relevance=relevance)
         with rounds_ahead(REFORMULATE_ROUNDS - 2):
             await self._summarize_useful(req, it)
-        after = self.answering_papers()
+        after = self.ledger.answering_papers()
         self.emit(Stage.FORAGE, "reformulated", f"{req.id}: retried with {query!r}: {len(judged)} chunks judged, "
                                                 f"{after - before} more answering paper(s)",
                   iteration=it.number, requirement_id=req.id, query=query, retrieved=len(chunks), judged=len(judged),
@@ -741,12 +436,12 @@ class ForageStep:
                   answering_papers_after=after)
 
     # -- summarize -------------------------------------------------------------------------------------
-    async def _summarize_useful(self, req: Requirement, it: _Iteration) -> None:
+    async def _summarize_useful(self, req: Requirement, it: Iteration) -> None:
         """Summaries of the useful documents that have none yet (concurrent: :meth:`_together`)."""
-        await self._together([self._summary(req, doc_id, it) for doc_id in self._useful_docs()
+        await self._together([self._summary(req, doc_id, it) for doc_id in self.ledger.useful_docs()
                               if doc_id not in self._summaries])
 
-    async def _summary(self, req: Requirement, doc_id: str, it: _Iteration) -> None:
+    async def _summary(self, req: Requirement, doc_id: str, it: Iteration) -> None:
         """The document's summary, made once: a summary already being made (by another step running
         at the same time) is waited for, not asked for again."""
         if doc_id in self._summaries:
@@ -757,11 +452,11 @@ class ForageStep:
             task.add_done_callback(lambda _, d=doc_id: self._summarizing.pop(d, None))
         await asyncio.shield(task)
 
-    async def _summarize(self, req: Requirement, doc_id: str, it: _Iteration) -> None:
+    async def _summarize(self, req: Requirement, doc_id: str, it: Iteration) -> None:
         doc = self._doc(doc_id)
         context_label, context, paths = await self._thread(self._summary_context, doc)
         sections = "\n".join(f"- {p}" for p in paths[:MAX_SECTIONS_SHOWN]) or "(none)"
-        user = (f"Title: {doc.title}\n\n{block(context_label, _clip(context, CONTEXT_CHARS))}\n\n"
+        user = (f"Title: {doc.title}\n\n{block(context_label, clip(context, CONTEXT_CHARS))}\n\n"
                 f"{block('SECTIONS', sections)}\n\n"
                 "Summarize what this document is about in two or three sentences.")
         gist = await self._ask([
@@ -783,51 +478,28 @@ class ForageStep:
         """The first chunk of the introduction, else the document's first chunk."""
         for path in self._sections(doc):
             if _INTRO.search(path):
-                chunks = self._section_chunks(doc.doc_id, path, 1, exclude=())
+                chunks = self.retrieval.section_chunks(doc.doc_id, path, 1, exclude=())
                 if chunks:
                     return chunks[0]
-        first = self.store.chunks(ChunkFilter(doc_ids=(doc.doc_id,)), limit=1)
-        return first[0] if first else None
+        return self.retrieval.first_chunk(doc.doc_id)
 
     # -- deep dive -------------------------------------------------------------------------------------
-    def _deep_dive_queue(self) -> list[str]:
-        """Documents with interesting chunks or unconfirmed answers not yet deep-dived; those without a
-        (confirmed) answer first."""
-        answered = {j.doc_id for j in self._judgements.values() if _counts(j)}
-        queue = [d for d in dict.fromkeys(j.doc_id for j in self._judgements.values()
-                                          if j.tag == "interesting" or (j.tag == "answers" and not _counts(j)))
-                 if d not in self._dived]
-        return sorted(queue, key=lambda d: d in answered)  # stable: first seen first within each group
-
     async def _dive_queue(self) -> list[str]:
-        """This iteration's deep dives: the first ``forage.max_deep_dives`` documents of :meth:`_deep_dive_queue`
+        """This iteration's deep dives: the first ``forage.max_deep_dives`` documents of the ledger's deep-dive queue
         that still have a chunk to read (references aside). A document whose every chunk is judged already (an
         abstract-only record, a short note) is left out: its gate and section choice could only lead to nothing."""
-        queue = self._deep_dive_queue()
+        queue = self.ledger.deep_dive_queue(self._dived)
         if not queue or self.cfg.max_deep_dives <= 0:
             return []
-        judged: dict[str, list[str]] = {}
-        for j in self._judgements.values():
-            judged.setdefault(j.doc_id, []).append(j.chunk_id)
+        return await self._thread(self.retrieval.with_unread_chunks, queue, self.ledger.judged_by_doc(),
+                                  self.cfg.max_deep_dives)
 
-        def unread() -> list[str]:
-            out: list[str] = []
-            for doc_id in queue:
-                flt = ChunkFilter(doc_ids=(doc_id,), exclude_chunk_ids=tuple(judged.get(doc_id, ())))
-                if self.store.chunks(flt, limit=1):
-                    out.append(doc_id)
-                    if len(out) == self.cfg.max_deep_dives:
-                        break
-            return out
-
-        return await self._thread(unread)
-
-    async def _deep_dive(self, req: Requirement, doc_id: str, it: _Iteration) -> list[ChunkJudgement]:
+    async def _deep_dive(self, req: Requirement, doc_id: str, it: Iteration) -> list[ChunkJudgement]:
         """Gate, section choice, judging of the chosen sections' chunks; the judgements, which the
         caller records (deep dives of different documents may run concurrently)."""
         doc = self._doc(doc_id)
         if doc_id not in self._gate:
-            motives = "\n".join(f"- {j.motive}" for j in self._judgements.values()
+            motives = "\n".join(f"- {j.motive}" for j in self.ledger.verdicts()
                                 if j.doc_id == doc_id and j.tag == "interesting" and j.motive) or "- (none)"
             with rounds_ahead(DIVE_ROUNDS - 1 + it.follow):  # gate, sections, judge, then what follows
                 gate = await self._ask([
@@ -868,12 +540,12 @@ class ForageStep:
                 return []  # the gate's answer is kept; the choice is tried again next iteration
             chosen, ignored = self._valid_sections(choice.sections, available, n_sections)
 
-        exclude = tuple(self._judgements)
+        exclude = tuple(self.ledger.judgements)
 
         def pick() -> dict[str, ChunkRecord]:
             picked: dict[str, ChunkRecord] = {}
             for path in chosen:
-                for chunk in self._section_chunks(doc_id, path, self.cfg.deep_dive_chunks, exclude=exclude):
+                for chunk in self.retrieval.section_chunks(doc_id, path, self.cfg.deep_dive_chunks, exclude=exclude):
                     picked.setdefault(chunk.chunk_id, chunk)
             return picked
 
@@ -903,15 +575,6 @@ class ForageStep:
             elif real not in chosen and len(chosen) < limit:
                 chosen.append(real)
         return chosen, ignored
-
-    def _section_chunks(self, doc_id: str, path: str, limit: int, exclude: tuple[str, ...]) -> list[ChunkRecord]:
-        """Up to ``limit`` chunks of a section in document order: its own, then its subsections'."""
-        found = self.store.chunks(ChunkFilter(doc_ids=(doc_id,), section_path=path, exclude_chunk_ids=exclude),
-                                  limit=limit)
-        if len(found) < limit:
-            found += self.store.chunks(ChunkFilter(doc_ids=(doc_id,), section_path=f"{path} > *",
-                                                   exclude_chunk_ids=exclude), limit=limit - len(found))
-        return found
 
     # -- helpers ---------------------------------------------------------------------------------------
     @asynccontextmanager
@@ -946,7 +609,7 @@ class ForageStep:
             return list(await asyncio.gather(*calls))
         return [await call for call in calls]
 
-    async def _ask(self, messages: list[ChatMessage], schema: type[T], step: str, it: _Iteration) -> T | None:
+    async def _ask(self, messages: list[ChatMessage], schema: type[T], step: str, it: Iteration) -> T | None:
         """One counted structured call; None (and a failed_steps entry) if the LLM fails."""
         self.llm_calls += 1
         it.calls += 1
@@ -956,7 +619,7 @@ class ForageStep:
             self._step_failed(it, step, f"iteration {it.number}: {step}: {_failure(exc)}")
             return None
 
-    def _step_failed(self, it: _Iteration, step: str, reason: str, **payload: Any) -> None:
+    def _step_failed(self, it: Iteration, step: str, reason: str, **payload: Any) -> None:
         """Record a failed step of this requirement's iteration (its result lists it) and say so in an event."""
         self.failed_steps.append(reason)
         self.emit(Stage.FORAGE, "step_failed", reason, iteration=it.number,

@@ -29,12 +29,11 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
-from actors.steps.forage.step import block
 from actors.steps.plan.requirements import content_words
 from actors.steps.prompts import ASK_ANSWER_SYSTEM, ASK_INTENT_SYSTEM
 from actors.steps.schemas import MOTIVE_CHARS, SENTENCE_CHARS, AskAnswer, AskIntent
 from actors.steps.search.library import file_key
-from actors.steps.text import prose_sentences, tidy
+from actors.steps.text import block, prose_sentences, tidy
 from actors.steps.write.citations import citation_numbers
 from infra.embed.base import Embedder
 from infra.errors import LLMOutputError, LLMTimeout

@@ -23,11 +23,10 @@ from typing import Any, Literal
 
 from pydantic import Field, create_model
 
-from actors.steps.forage.step import block
 from actors.steps.plan.requirements import content_words, normalize
 from actors.steps.prompts import DIFFERENCE_SYSTEM, OVERLAP_SYSTEM, RECORD_SYSTEM
 from actors.steps.schemas import RECORD_CHARS, ContributionDraft, DifferenceDraft, OverlapDraft
-from actors.steps.text import plain_text, tidy
+from actors.steps.text import block, plain_text, tidy
 from infra.embed.base import Embedder, cosine
 from infra.errors import LLM_FAILURES
 from infra.llm.base import LLM

@@ -38,7 +38,6 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from actors.steps.events import Emit, null_emit
-from actors.steps.forage.step import block
 from actors.steps.prompts import OVERVIEW_SYSTEM, SECTION_SYSTEM
 from actors.steps.schemas import (
     MAX_EVIDENCE_SENTENCES,
@@ -48,7 +47,7 @@ from actors.steps.schemas import (
     OverviewDraft,
     SectionDraft,
 )
-from actors.steps.text import CUT_SLACK, escape_md, plain_text, tidy, trim_cut, without_markup
+from actors.steps.text import CUT_SLACK, block, escape_md, plain_text, tidy, trim_cut, without_markup
 from actors.steps.write.citations import check_citations, citation_numbers, excerpt
 from actors.steps.write.compare import ComparisonStep
 from actors.steps.write.quotes import (EXCERPTS_PER_ITEM, RELATED, Chunks, Quoter, Section, Sentence, Source,
