@@ -5,7 +5,7 @@ embeddings, reading sections. When every Forager of a run starts its iteration a
 machine each get a quarter of a core, so the first of them is ready for its first LLM call only when nearly all of
 them are (processor sharing): in ``bench/forage_parallel.py`` the first call left 0.27-0.42 s after the start, while
 one Forager's start alone takes about 50 ms of CPU. Through the gate they take turns: a Forager holds one place for
-all its CPU steps up to its next LLM call (:meth:`actors.steps.forage.step.ForageStep._one_place`), the Forager
+all its CPU steps up to its next LLM call (:meth:`actors.steps.forage.runtime.Runtime.one_place`), the Forager
 nearer its next call goes first, and the LLM's slots fill while the others search.
 
 The gate is one async actor per node (named per node, detached in Forage's namespace like the LLM and embedding

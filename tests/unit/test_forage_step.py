@@ -644,8 +644,8 @@ def test_later_retrievals_rank_papers_by_their_summaries_too(tmp_path, embedder)
     [first] = [e.payload for e in emit.events if e.kind == "retrieved"]
     # nothing summarized before the first retrieval: the paper is the best by title and abstract
     assert first["papers_by_summary"] == [] and first["papers"] == [PHOTO[0].doc_id]
-    summary = step._summaries[FOREST[0].doc_id]
-    assert PHOTO[0].doc_id not in step._summaries and summary not in counting.texts
+    summary = step.summaries.done[FOREST[0].doc_id]
+    assert PHOTO[0].doc_id not in step.summaries.done and summary not in counting.texts
     forage(step, 2)
     [second] = [e.payload for e in emit.events if e.kind == "retrieved"][1:]
     # FOREST's summary lifts it above PHOTO (1/62 + 1/61 against 1/61)
@@ -857,15 +857,15 @@ def test_a_summary_being_made_is_waited_for_not_asked_again(store, embedder):
 
     async def two_steps_at_once() -> None:
         it = Iteration(1)
-        first = asyncio.ensure_future(step._summary(REQ, PHOTO[0].doc_id, it))
-        second = asyncio.ensure_future(step._summary(REQ, PHOTO[0].doc_id, it))
+        first = asyncio.ensure_future(step.summaries.summary(REQ, PHOTO[0].doc_id, it))
+        second = asyncio.ensure_future(step.summaries.summary(REQ, PHOTO[0].doc_id, it))
         await asyncio.sleep(0)  # one turn of the loop: both run to their first wait, the second finds it being made
         release.set()
         await asyncio.gather(first, second)
 
     asyncio.run(two_steps_at_once())
     assert gists == ["Title: Light Reactions of Photosynthesis"]
-    assert step._summaries[PHOTO[0].doc_id] == "A study titled Light Reactions of Photosynthesis."
+    assert step.summaries.done[PHOTO[0].doc_id] == "A study titled Light Reactions of Photosynthesis."
 
 
 def test_batch_schema_asks_for_one_verdict_per_passage(store, embedder):
@@ -1060,7 +1060,7 @@ def test_an_interesting_passage_stands_only_as_close_to_the_requirement_as_an_an
     assert weak.chunk_id == cid(FOREST, 0) and 0.33 <= weak.relevance < 0.43
     assert cov.coverage == 0.0 and cov.evidence == ()
     assert "DocumentGist" not in far_llm.schemas_asked()  # no summary of a paper nothing stands for
-    assert FOREST[0].doc_id in far.ledger.deep_dive_queue(far._dived)  # the verdict still steers where to read
+    assert FOREST[0].doc_id in far.ledger.deep_dive_queue(far.dives.dived)  # the verdict still steers where to read
 
     near_llm = FunctionLLM(Oracle({"Sun leaves": "interesting"}))
     near = forage(ForageStep(settings(relevance_check=True, vector_k=N_BODY_CHUNKS), store, embedder, near_llm))

@@ -12,7 +12,8 @@ actor). Each iteration it runs these nodes:
   re-judged once in one smaller call; still missing, they are recorded in ``failed_steps`` and
   tried again next iteration. A whole call that fails leaves its passages for the next iteration. The relevance
   check (:class:`~actors.steps.forage.judging.RelevanceCheck`) weighs each verdict.
-* **summarize** — every document with an answers/interesting chunk gets a short summary, once,
+* **summarize** (:mod:`actors.steps.forage.reading`) — every document with an answers/interesting chunk gets a
+  short summary, once,
   from its title, abstract (else its introduction's first chunk) and its list of sections.
   Independent calls (the judging batches of one round, the summaries, the deep dives of different
   documents, and a reformulation that will run whatever the deep dives find) run concurrently when
@@ -20,9 +21,9 @@ actor). Each iteration it runs these nodes:
   summary; else one after another, stage by stage. Queued calls carry the rounds of dependent calls
   still ahead of the requirement (the endpoint serves the longest chain first) and summaries no
   later call reads are background work, which nothing waits for (``infra.llm.slotted``).
-* **deep dive** — up to ``forage.max_deep_dives`` documents with interesting chunks (or unconfirmed
-  answers) that still have an unjudged chunk (an abstract-only record whose chunks were all judged
-  is not dived into: nothing could come of it but calls): a relevance gate; if it says go on, the
+* **deep dive** (:mod:`actors.steps.forage.reading`) — up to ``forage.max_deep_dives`` documents with interesting
+  chunks (or unconfirmed answers) that still have an unjudged chunk (an abstract-only record whose chunks were all
+  judged is not dived into: nothing could come of it but calls): a relevance gate; if it says go on, the
   LLM picks up to ``forage.deep_dive_sections`` of the document's real section paths (invented ones
   are ignored) and up to ``forage.deep_dive_chunks`` chunks of each are judged *answers* /
   *unrelated* (batched the same way).
@@ -52,32 +53,22 @@ iteration. Any other exception propagates; the Forager actor marks the requireme
 from __future__ import annotations
 
 import asyncio
-import re
-import time
-from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
-from contextlib import AbstractAsyncContextManager, asynccontextmanager, nullcontext
-from contextvars import ContextVar
-from dataclasses import dataclass
-from typing import Any, TypeVar
+from collections.abc import Callable, Sequence
+from contextlib import AbstractAsyncContextManager
+from typing import Any
 
 from actors.steps.events import Emit, null_emit
 from actors.steps.forage.judging import BatchJudge, RelevanceCheck
 from actors.steps.forage.ledger import Iteration, Ledger
+from actors.steps.forage.reading import DIVE_ROUNDS, DeepDives, Summaries
 from actors.steps.forage.retrieval import Retrieval
-from actors.steps.prompts import DIVE_GATE_SYSTEM, DIVE_SECTIONS_SYSTEM, REFORMULATE_SYSTEM, SUMMARIZE_SYSTEM
-from actors.steps.schemas import (
-    MAX_SECTIONS_CHOSEN,
-    SECTION_PATH_CHARS,
-    DocumentGist,
-    Reformulation,
-    RelevanceGate,
-    SectionChoice,
-    batch_schema,
-)
-from actors.steps.text import block, clip, search_query
+from actors.steps.forage.runtime import Runtime
+from actors.steps.prompts import REFORMULATE_SYSTEM
+from actors.steps.schemas import DocumentGist, Reformulation, RelevanceGate, SectionChoice, batch_schema
+from actors.steps.text import block, search_query
 from infra.embed.base import Embedder
-from infra.errors import LLMOutputError, LLMTimeout, StoreError
-from infra.llm.base import LLM, ChatMessage, T
+from infra.errors import StoreError
+from infra.llm.base import LLM
 from infra.llm.slotted import background_calls, rounds_ahead
 from infra.rerank import EmbeddingSimilarity, Relevance
 from infra.settings import Settings
@@ -86,36 +77,8 @@ from messages.forage import ChunkJudgement, Evidence, ForageRequest, Requirement
 from messages.plan import Requirement
 from messages.status import Stage
 
-R = TypeVar("R")
-_HOLDING: ContextVar[bool] = ContextVar("forage_cpu_place", default=False)  # this task holds a CPU gate place
-
-CONTEXT_CHARS = 2500  # abstract / introduction shown when summarizing
-MAX_SECTIONS_SHOWN = 80
-_INTRO = re.compile(r"\bintroduction\b", re.IGNORECASE)
-
-
-def _norm_path(path: str) -> str:
-    return " ".join(path.casefold().split())
-
-
-def _failure(exc: Exception) -> str:
-    return f"{type(exc).__name__}: {clip(' '.join(str(exc).split()), 200)}"
-
-
-@dataclass
-class _Doc:
-    """What the step needs of a document (the store's record minus its Markdown)."""
-
-    doc_id: str
-    title: str
-    abstract: str = ""
-    sections: list[str] | None = None  # loaded on first use
-
-
-# Rounds of dependent LLM calls, for the order in which an endpoint that queues calls serves them (the chain
-# with more rounds ahead first, infra.llm.slotted.rounds_ahead): a deep dive is summary, gate, sections, judge;
-# a reformulation is reformulate, judge, summaries; an iteration starts by judging, then dives, then may reformulate.
-DIVE_ROUNDS = 4
+# Rounds of dependent LLM calls (infra.llm.slotted.rounds_ahead; a deep dive's: reading.DIVE_ROUNDS): a reformulation
+# is reformulate, judge, summaries; an iteration starts by judging, then dives, then may reformulate.
 REFORMULATE_ROUNDS = 3
 START_ROUNDS = 1 + DIVE_ROUNDS + REFORMULATE_ROUNDS
 
@@ -127,24 +90,13 @@ class ForageStep:
                  emit: Emit = null_emit, relevance: Relevance | None = None,
                  cpu: Callable[[tuple[float, ...]], AbstractAsyncContextManager[Any]] | None = None) -> None:
         self.settings = settings
-        # ``cpu(order)``: a place on a gate shared with the node's other Foragers (actors/cpu_gate.py) for CPU steps
-        # (store reads, embeddings; :meth:`_one_place`); none: every step runs at once
-        self._cpu = cpu or nullcontext
-        self._began = 0.0  # when this iteration began (time.time(): comparable between the node's processes)
-        self._steps = 0  # places held this iteration
         self.cfg = settings.forage
         self.store = store
         self.embedder = embedder
         self.llm = llm
         self.emit = emit
         self.requirement: Requirement | None = None
-        self.llm_calls = 0
-        self.failed_steps: list[str] = []
-        self._docs: dict[str, _Doc] = {}
-        self._summaries: dict[str, str] = {}
-        self._summarizing: dict[str, asyncio.Future[None]] = {}  # doc_id -> its summary being made now
-        self._gate: dict[str, bool] = {}  # doc_id -> the relevance gate's answer
-        self._dived: set[str] = set()  # deep dive finished (gate said no, or sections judged)
+        self.rt = Runtime(llm, store, emit, cpu)  # the CPU gate, counted LLM calls, failed steps, documents read
         self._vector: list[float] | None = None
         self._scope: tuple[str, ...] | None = None  # doc_ids every search is limited to (None: the whole store)
         # the relevance check: its signal (embedding similarity unless a reranker is given) and its (answer, topic)
@@ -155,7 +107,10 @@ class ForageStep:
         self.check = RelevanceCheck(settings, self.relevance)
         self.ledger = Ledger(related_floor=self.check.floors[0])  # every verdict, all iterations
         self.retrieval = Retrieval(settings, store, embedder)
-        self.judge = BatchJudge(self._ask, self._step_failed, lambda doc_id: self._doc(doc_id).title)
+        self.judge = BatchJudge(self.rt.ask, self.rt.step_failed, lambda doc_id: self.rt.doc(doc_id).title)
+        self.summaries = Summaries(self.rt, self.retrieval)
+        self.dives = DeepDives(settings, self.rt, self.retrieval, self.ledger, self.summaries, self._judge_all,
+                               self._prepare)
         self.overruled = 0  # verdicts the relevance check overruled, all iterations
         self._evidence_rank: dict[str, int] = {}  # doc id -> its place in the retrieval ranking (_rank_evidence)
 
@@ -163,7 +118,7 @@ class ForageStep:
         """Open what the first iteration reads before it starts: the store's tables, the LLM's way to its server
         where it has one to prepare (a slotted LLM's endpoint actors), and with ``requirement`` (this step's from
         now on) its embedding."""
-        await self._thread(self.store.open)  # through the CPU gate: the gate is found (or made) now too
+        await self.rt.thread(self.store.open)  # through the CPU gate: the gate is found (or made) now too
         await self.llm.warm([batch_schema(self.cfg.judge_batch), batch_schema(self.cfg.judge_batch, deep=True),
                              DocumentGist, RelevanceGate, SectionChoice, Reformulation])
         if requirement is not None:
@@ -174,15 +129,14 @@ class ForageStep:
         """One iteration for ``request.requirement``; returns the cumulative coverage."""
         req = self._bind(request.requirement)
         it = Iteration(request.iteration)
-        self._began = time.time()
-        self._steps = 0
+        self.rt.new_iteration()
         self.emit(Stage.FORAGE, "started", f"foraging {req.id}", iteration=it.number, requirement_id=req.id,
                   judged_before=len(self.ledger))
 
         # start + classify (a follow-up run's seeds first)
         self._scope = request.doc_ids
-        async with self._one_place():  # retrieval and the relevance check, up to the first LLM call
-            seeds = (await self._thread(self.retrieval.seeds, request.seed_chunk_ids, self.ledger, self._scope)
+        async with self.rt.one_place():  # retrieval and the relevance check, up to the first LLM call
+            seeds = (await self.rt.thread(self.retrieval.seeds, request.seed_chunk_ids, self.ledger, self._scope)
                      if request.seed_chunk_ids else [])
             found = await self._retrieve(req, req.text, await self._requirement_vector(req), it)
             chunks = list({c.chunk_id: c for c in (*seeds, *found)}.values())
@@ -198,10 +152,10 @@ class ForageStep:
             await self._summarize_dive_reformulate_at_once(req, it)
         else:
             # summarize every useful document (cached; a failed summary is tried again next iteration)
-            await self._summarize_useful(req, it)
+            await self.summaries.make(req, self.ledger.useful_docs(), it)
 
             # deep dive
-            dives = [await self._deep_dive(req, doc_id, it) for doc_id in await self._dive_queue()]
+            dives = [await self.dives.dive(req, doc_id, it) for doc_id in await self.dives.queue()]
             for judged in dives:
                 self.ledger.record(judged, it)
 
@@ -215,15 +169,15 @@ class ForageStep:
         evidence = self.evidence()
         papers = self.ledger.answering_papers()
         self.emit(Stage.FORAGE, "coverage", f"{req.id}: coverage {coverage:.2f}", iteration=it.number,
-                  requirement_id=req.id, coverage=coverage, llm_calls=self.llm_calls, llm_calls_iteration=it.calls,
+                  requirement_id=req.id, coverage=coverage, llm_calls=self.rt.llm_calls, llm_calls_iteration=it.calls,
                   evidence_documents=len(evidence), answering_papers=papers, overruled=self.overruled,
                   unconfirmed=self.ledger.unconfirmed(),
                   judged_total=len(self.ledger),
                   judged_iteration=len(it.judged))
         return RequirementCoverage(
             run_id=request.run_id, requirement=req, iteration=it.number, coverage=coverage, evidence=evidence,
-            judgements=tuple(it.judged), llm_calls=self.llm_calls, answering_papers=papers,
-            failed_steps=tuple(self.failed_steps), overruled=self.overruled, unconfirmed=self.ledger.unconfirmed(),
+            judgements=tuple(it.judged), llm_calls=self.rt.llm_calls, answering_papers=papers,
+            failed_steps=tuple(self.rt.failed_steps), overruled=self.overruled, unconfirmed=self.ledger.unconfirmed(),
             new_passages=sum(1 for j in it.judged if j.relevance is None or j.relevance >= self.check.floors[1]))
 
     async def _summarize_dive_reformulate_at_once(self, req: Requirement, it: Iteration) -> None:
@@ -237,7 +191,7 @@ class ForageStep:
         whatever they find. The chain of dependent calls of one requirement is then 5 calls long
         instead of 8 (judge, summarize, gate, sections, judge — beside reformulate, judge, summarize),
         and a requirement waiting for its next call holds up nothing else."""
-        queue = await self._dive_queue()
+        queue = await self.dives.queue()
         answered = self.ledger.answered_docs()
         certain = self.cfg.min_papers > 0 and len(answered | set(queue)) < self.cfg.min_papers
         reformulation = asyncio.ensure_future(self._reformulate(req, it)) if certain else None
@@ -247,12 +201,12 @@ class ForageStep:
 
         async def dive(doc_id: str) -> list[ChunkJudgement]:
             with rounds_ahead(DIVE_ROUNDS + it.follow):
-                await self._summary(req, doc_id, it)
-            return await self._deep_dive(req, doc_id, it)
+                await self.summaries.summary(req, doc_id, it)
+            return await self.dives.dive(req, doc_id, it)
 
         async def leaf(doc_id: str) -> None:
             with background_calls():  # nothing in this iteration reads it: served when no chain call waits
-                await self._summary(req, doc_id, it)
+                await self.summaries.summary(req, doc_id, it)
 
         # the other useful documents' summaries run beside everything else; nothing below waits for them
         leaves = [asyncio.ensure_future(leaf(doc_id)) for doc_id in self.ledger.useful_docs() if doc_id not in queue]
@@ -278,6 +232,7 @@ class ForageStep:
     def _bind(self, requirement: Requirement) -> Requirement:
         if self.requirement is None:
             self.requirement = requirement
+            self.rt.requirement_id = requirement.id
         elif requirement != self.requirement:
             raise ValueError(f"this ForageStep forages {self.requirement.id} ({self.requirement.text!r}); "
                              f"it cannot take {requirement.id} ({requirement.text!r})")
@@ -291,7 +246,7 @@ class ForageStep:
     def evidence(self) -> tuple[Evidence, ...]:
         """One Evidence per document whose verdicts stand (:meth:`Ledger.evidence`), in the retrieval ranking of
         :meth:`_rank_evidence`."""
-        return self.ledger.evidence(lambda doc_id: self._doc(doc_id).title, self._summaries, self._evidence_rank)
+        return self.ledger.evidence(lambda doc_id: self.rt.doc(doc_id).title, self.summaries.done, self._evidence_rank)
 
     async def _rank_evidence(self, req: Requirement, it: Iteration) -> None:
         """Rank the documents with evidence that stands by the store's own search for the requirement (hybrid:
@@ -306,14 +261,14 @@ class ForageStep:
             return
         vector = await self._requirement_vector(req)
         try:
-            self._evidence_rank = await self._thread(self.retrieval.evidence_rank, req.text, vector, docs)
+            self._evidence_rank = await self.rt.thread(self.retrieval.evidence_rank, req.text, vector, docs)
         except StoreError as exc:
-            self._step_failed(it, "rank_evidence", f"iteration {it.number}: rank evidence: {exc}")
+            self.rt.step_failed(it, "rank_evidence", f"iteration {it.number}: rank evidence: {exc}")
 
     # -- start node ------------------------------------------------------------------------------------
     async def _requirement_vector(self, req: Requirement) -> list[float] | None:
         if self._vector is None and (self.cfg.vector_k > 0 or self.retrieval.paper_stage()):
-            self._vector = (await self._thread(self.embedder.embed, [req.text]))[0]
+            self._vector = (await self.rt.thread(self.embedder.embed, [req.text]))[0]
         return self._vector
 
     async def _retrieve(self, req: Requirement, query: str, vector: list[float] | None,
@@ -322,8 +277,8 @@ class ForageStep:
         seen kept)."""
         flt = ChunkFilter(exclude_chunk_ids=tuple(self.ledger.judgements), doc_ids=self._scope)
         scope = set(self._scope) if self._scope is not None else None
-        summaries = {d: s for d, s in self._summaries.items() if scope is None or d in scope}  # a snapshot
-        found, papers, by_summary = await self._thread(self.retrieval.candidates, query, vector, flt, self._scope,
+        summaries = {d: s for d, s in self.summaries.done.items() if scope is None or d in scope}  # a snapshot
+        found, papers, by_summary = await self.rt.thread(self.retrieval.candidates, query, vector, flt, self._scope,
                                                        summaries)
         fresh: dict[str, ChunkRecord] = {}
         for hit in found:
@@ -347,7 +302,7 @@ class ForageStep:
         shown, off_topic = self.check.shown(chunks, relevance)
         size = self.cfg.judge_batch
         batches = [list(shown[start:start + size]) for start in range(0, len(shown), size)]
-        answers = await self._together([self.judge.judge(req, b, stage, it) for b in batches])
+        answers = await self.rt.together([self.judge.judge(req, b, stage, it) for b in batches])
         order = {chunk.chunk_id: n for n, chunk in enumerate(chunks)}
         by_id = {chunk.chunk_id: chunk for chunk in chunks}
         judged = [self.check.checked(j, relevance.get(j.chunk_id), by_id[j.chunk_id], req)
@@ -383,9 +338,9 @@ class ForageStep:
     async def _prepare(self, req: Requirement, chunks: Sequence[ChunkRecord]) -> dict[str, float]:
         """What judging ``chunks`` needs before its LLM calls: their relevance scores (:meth:`_relevance`) and
         their documents read (:meth:`_load_docs`), on one place of the CPU gate."""
-        async with self._one_place():
+        async with self.rt.one_place():
             relevance, _ = await asyncio.gather(self._relevance(req, chunks),
-                                                self._load_docs([c.doc_id for c in chunks]))
+                                                self.rt.load_docs([c.doc_id for c in chunks]))
         return relevance
 
     async def _relevance(self, req: Requirement, chunks: Sequence[ChunkRecord]) -> dict[str, float]:
@@ -393,18 +348,18 @@ class ForageStep:
         similarity or the reranker); empty when the check is off."""
         if not self.cfg.relevance_check or not chunks:
             return {}
-        scores = await self._thread(self.relevance.score, req.text, chunks)
+        scores = await self.rt.thread(self.relevance.score, req.text, chunks)
         return {c.chunk_id: score for c, score in zip(chunks, scores, strict=True)}
 
     # -- reformulate -----------------------------------------------------------------------------------
     async def _reformulate(self, req: Requirement, it: Iteration) -> None:
         """Another query from the LLM, then retrieval and classify once more (once per iteration)."""
         before = self.ledger.answering_papers()
-        seen = [self._doc(d).title for d in self.ledger.useful_docs()][:10]
+        seen = [self.rt.doc(d).title for d in self.ledger.useful_docs()][:10]
         listed = "\n".join(f"- {t}" for t in seen) or "- (none)"
         # reformulate, judge, summaries; the judging waits for a search first: no slot kept for it
         with rounds_ahead(REFORMULATE_ROUNDS, next_at_once=False):
-            answer = await self._ask([
+            answer = await self.rt.ask([
                 {"role": "system", "content": REFORMULATE_SYSTEM},
                 {"role": "user", "content": (
                     f"Requirement: {req.text}\n\nOnly {before} paper(s) answer it so far "
@@ -420,14 +375,14 @@ class ForageStep:
                       requirement_id=req.id, query=query, retrieved=0, judged=0, answering_papers_before=before,
                       answering_papers_after=before)
             return
-        async with self._one_place():
-            vector = (await self._thread(self.embedder.embed, [query]))[0]
+        async with self.rt.one_place():
+            vector = (await self.rt.thread(self.embedder.embed, [query]))[0]
             chunks = await self._retrieve(req, query, vector, it)
             relevance = await self._prepare(req, chunks)
         with rounds_ahead(REFORMULATE_ROUNDS - 1):
             judged = await self._judge_all(req, chunks, "reformulated", it, relevance=relevance)
         with rounds_ahead(REFORMULATE_ROUNDS - 2):
-            await self._summarize_useful(req, it)
+            await self.summaries.make(req, self.ledger.useful_docs(), it)
         after = self.ledger.answering_papers()
         self.emit(Stage.FORAGE, "reformulated", f"{req.id}: retried with {query!r}: {len(judged)} chunks judged, "
                                                 f"{after - before} more answering paper(s)",
@@ -435,214 +390,3 @@ class ForageStep:
                   answers=sum(1 for j in judged if j.tag == "answers"), answering_papers_before=before,
                   answering_papers_after=after)
 
-    # -- summarize -------------------------------------------------------------------------------------
-    async def _summarize_useful(self, req: Requirement, it: Iteration) -> None:
-        """Summaries of the useful documents that have none yet (concurrent: :meth:`_together`)."""
-        await self._together([self._summary(req, doc_id, it) for doc_id in self.ledger.useful_docs()
-                              if doc_id not in self._summaries])
-
-    async def _summary(self, req: Requirement, doc_id: str, it: Iteration) -> None:
-        """The document's summary, made once: a summary already being made (by another step running
-        at the same time) is waited for, not asked for again."""
-        if doc_id in self._summaries:
-            return
-        task = self._summarizing.get(doc_id)
-        if task is None:
-            task = self._summarizing[doc_id] = asyncio.ensure_future(self._summarize(req, doc_id, it))
-            task.add_done_callback(lambda _, d=doc_id: self._summarizing.pop(d, None))
-        await asyncio.shield(task)
-
-    async def _summarize(self, req: Requirement, doc_id: str, it: Iteration) -> None:
-        doc = self._doc(doc_id)
-        context_label, context, paths = await self._thread(self._summary_context, doc)
-        sections = "\n".join(f"- {p}" for p in paths[:MAX_SECTIONS_SHOWN]) or "(none)"
-        user = (f"Title: {doc.title}\n\n{block(context_label, clip(context, CONTEXT_CHARS))}\n\n"
-                f"{block('SECTIONS', sections)}\n\n"
-                "Summarize what this document is about in two or three sentences.")
-        gist = await self._ask([
-            {"role": "system", "content": SUMMARIZE_SYSTEM},
-            {"role": "user", "content": user}], DocumentGist, f"summarize {doc_id[:16]}", it)
-        if gist is not None:
-            self._summaries[doc_id] = " ".join(gist.summary.split())
-
-    def _summary_context(self, doc: _Doc) -> tuple[str, str, list[str]]:
-        """What a summary reads besides the title (store reads: called in a thread): the abstract, else the
-        introduction's first chunk, with its label; the section paths."""
-        context_label, context = "ABSTRACT", doc.abstract.strip()
-        if not context:
-            first = self._intro_chunk(doc)
-            context_label, context = "INTRODUCTION", first.text if first else ""
-        return context_label, context, self._sections(doc)
-
-    def _intro_chunk(self, doc: _Doc) -> ChunkRecord | None:
-        """The first chunk of the introduction, else the document's first chunk."""
-        for path in self._sections(doc):
-            if _INTRO.search(path):
-                chunks = self.retrieval.section_chunks(doc.doc_id, path, 1, exclude=())
-                if chunks:
-                    return chunks[0]
-        return self.retrieval.first_chunk(doc.doc_id)
-
-    # -- deep dive -------------------------------------------------------------------------------------
-    async def _dive_queue(self) -> list[str]:
-        """This iteration's deep dives: the first ``forage.max_deep_dives`` documents of the ledger's deep-dive queue
-        that still have a chunk to read (references aside). A document whose every chunk is judged already (an
-        abstract-only record, a short note) is left out: its gate and section choice could only lead to nothing."""
-        queue = self.ledger.deep_dive_queue(self._dived)
-        if not queue or self.cfg.max_deep_dives <= 0:
-            return []
-        return await self._thread(self.retrieval.with_unread_chunks, queue, self.ledger.judged_by_doc(),
-                                  self.cfg.max_deep_dives)
-
-    async def _deep_dive(self, req: Requirement, doc_id: str, it: Iteration) -> list[ChunkJudgement]:
-        """Gate, section choice, judging of the chosen sections' chunks; the judgements, which the
-        caller records (deep dives of different documents may run concurrently)."""
-        doc = self._doc(doc_id)
-        if doc_id not in self._gate:
-            motives = "\n".join(f"- {j.motive}" for j in self.ledger.verdicts()
-                                if j.doc_id == doc_id and j.tag == "interesting" and j.motive) or "- (none)"
-            with rounds_ahead(DIVE_ROUNDS - 1 + it.follow):  # gate, sections, judge, then what follows
-                gate = await self._ask([
-                    {"role": "system", "content": DIVE_GATE_SYSTEM},
-                    {"role": "user", "content": (
-                        f"Requirement: {req.text}\n\nDocument: {doc.title}\n"
-                        f"{block('SUMMARY', self._summaries.get(doc_id, '') or '(no summary)')}\n"
-                        f"Why passages of it looked related:\n{block('MOTIVES', motives)}\n\n"
-                        "Should the search continue inside this document? Give continue_search and a short reason.")}],
-                    RelevanceGate, f"deep dive gate {doc_id[:16]}", it)
-            if gate is None:
-                return []  # tried again next iteration
-            self._gate[doc_id] = gate.continue_search
-            if not gate.continue_search:
-                self._dived.add(doc_id)
-                self.emit(Stage.FORAGE, "deep_dive", f"{req.id}: not diving into {doc.title!r}: {gate.reason}",
-                          iteration=it.number, requirement_id=req.id, doc_id=doc_id, title=doc.title,
-                          continue_search=False, reason=gate.reason, sections=[], ignored_sections=[])
-                return []
-        elif not self._gate[doc_id]:
-            self._dived.add(doc_id)
-            return []
-
-        available = await self._thread(self._sections, doc)
-        n_sections = min(self.cfg.deep_dive_sections, MAX_SECTIONS_CHOSEN)
-        chosen: list[str] = []
-        ignored: list[str] = []
-        if available and n_sections > 0:
-            shown = "\n".join(f"- {p}" for p in available[:MAX_SECTIONS_SHOWN])
-            with rounds_ahead(DIVE_ROUNDS - 2 + it.follow):
-                choice = await self._ask([
-                    {"role": "system", "content": DIVE_SECTIONS_SYSTEM},
-                    {"role": "user", "content": (
-                        f"Requirement: {req.text}\n\nDocument: {doc.title}\n{block('SECTIONS', shown)}\n\n"
-                        f"Choose at most {n_sections} section paths from the list.")}],
-                    SectionChoice, f"deep dive sections {doc_id[:16]}", it)
-            if choice is None:
-                return []  # the gate's answer is kept; the choice is tried again next iteration
-            chosen, ignored = self._valid_sections(choice.sections, available, n_sections)
-
-        exclude = tuple(self.ledger.judgements)
-
-        def pick() -> dict[str, ChunkRecord]:
-            picked: dict[str, ChunkRecord] = {}
-            for path in chosen:
-                for chunk in self.retrieval.section_chunks(doc_id, path, self.cfg.deep_dive_chunks, exclude=exclude):
-                    picked.setdefault(chunk.chunk_id, chunk)
-            return picked
-
-        async with self._one_place():
-            picked = await self._thread(pick) if chosen else {}
-            relevance = await self._prepare(req, list(picked.values()))
-        with rounds_ahead(DIVE_ROUNDS - 3 + it.follow):
-            judged = await self._judge_all(req, list(picked.values()), "deep_dive", it, record=False,
-                                           relevance=relevance)
-        answers = sum(1 for j in judged if j.tag == "answers")
-        self._dived.add(doc_id)
-        self.emit(Stage.FORAGE, "deep_dive", f"{req.id}: read {len(chosen)} sections of {doc.title!r}",
-                  iteration=it.number, requirement_id=req.id, doc_id=doc_id, title=doc.title,
-                  continue_search=True, sections=chosen, ignored_sections=ignored, answers=answers)
-        return judged
-
-    @staticmethod
-    def _valid_sections(proposed: Sequence[str], available: Sequence[str], limit: int) -> tuple[list[str], list[str]]:
-        """The proposed paths that exist (matched ignoring case and spacing), at most ``limit``; and the rest."""
-        index = {_norm_path(p): p for p in available}
-        chosen: list[str] = []
-        ignored: list[str] = []
-        for path in proposed:
-            real = index.get(_norm_path(path))
-            if real is None:
-                ignored.append(path)
-            elif real not in chosen and len(chosen) < limit:
-                chosen.append(real)
-        return chosen, ignored
-
-    # -- helpers ---------------------------------------------------------------------------------------
-    @asynccontextmanager
-    async def _one_place(self) -> AsyncIterator[None]:
-        """Hold one place of the CPU gate for every CPU step of the body (a step inside needs no place of its own),
-        so a Forager's steps up to its next LLM call are not interleaved with other Foragers' steps. Never around an
-        LLM call: the place would sit idle for the call's length. The gate serves the Forager that has held more
-        places this iteration first (the one nearer its next LLM call), then the one whose iteration began first."""
-        if _HOLDING.get():
-            yield
-            return
-        async with self._cpu((-self._steps, self._began)):
-            holding = _HOLDING.set(True)
-            try:
-                yield
-            finally:
-                _HOLDING.reset(holding)
-                self._steps += 1
-
-    async def _thread(self, fn: Callable[..., R], *args: Any) -> R:
-        """``fn(*args)`` in a worker thread, holding a place on the CPU gate while it runs (the caller's place when
-        it holds one: :meth:`_one_place`)."""
-        async with self._one_place():
-            return await asyncio.to_thread(fn, *args)
-
-    async def _together(self, calls: list[Coroutine[Any, Any, R]]) -> list[R]:
-        """Independent LLM steps: all at once when the LLM queues calls before they reach a server
-        (``queues_calls``, e.g. :class:`infra.llm.slotted.SlottedLLM`: a call waits for a Ray slot, so
-        its timeout does not run while it waits), else one after another (a local server would
-        queue them itself and the last ones could time out)."""
-        if self.llm.queues_calls:
-            return list(await asyncio.gather(*calls))
-        return [await call for call in calls]
-
-    async def _ask(self, messages: list[ChatMessage], schema: type[T], step: str, it: Iteration) -> T | None:
-        """One counted structured call; None (and a failed_steps entry) if the LLM fails."""
-        self.llm_calls += 1
-        it.calls += 1
-        try:
-            return await self.llm.structured(messages, schema)
-        except (LLMOutputError, LLMTimeout) as exc:
-            self._step_failed(it, step, f"iteration {it.number}: {step}: {_failure(exc)}")
-            return None
-
-    def _step_failed(self, it: Iteration, step: str, reason: str, **payload: Any) -> None:
-        """Record a failed step of this requirement's iteration (its result lists it) and say so in an event."""
-        self.failed_steps.append(reason)
-        self.emit(Stage.FORAGE, "step_failed", reason, iteration=it.number,
-                  requirement_id=self.requirement.id if self.requirement else None, step=step, **payload)
-
-    async def _load_docs(self, doc_ids: Sequence[str]) -> None:
-        """Read the documents of ``doc_ids`` not known yet in one store read, in a thread: the event loop,
-        which other steps of this requirement share, never waits on the store for a title."""
-        missing = [d for d in dict.fromkeys(doc_ids) if d not in self._docs]
-        if missing:
-            for record in await self._thread(self.store.get_documents, missing):
-                self._docs.setdefault(record.doc_id, _Doc(record.doc_id, record.title, record.abstract))
-
-    def _doc(self, doc_id: str) -> _Doc:
-        doc = self._docs.get(doc_id)
-        if doc is None:
-            record = self.store.get_document(doc_id)
-            doc = (_Doc(doc_id, record.title, record.abstract) if record is not None
-                   else _Doc(doc_id, f"(document {doc_id[:12]} no longer in the store)", "", []))
-            self._docs[doc_id] = doc
-        return doc
-
-    def _sections(self, doc: _Doc) -> list[str]:
-        if doc.sections is None:
-            doc.sections = [p for p in self.store.sections(doc.doc_id) if p and len(p) <= SECTION_PATH_CHARS]
-        return doc.sections
