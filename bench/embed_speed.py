@@ -28,7 +28,8 @@ from infra.settings import Settings  # noqa: E402
 
 
 def chunk_inputs(settings: Settings, paths: list[Path]) -> list[str]:
-    from actors.steps.ingest.step import IngestStep, file_sha256
+    from actors.steps.ingest.documents import file_sha256
+    from actors.steps.ingest.step import IngestStep
     from infra.embed import build_embedder
     from infra.pdf import build_parser
     from messages.search import Candidate

@@ -137,7 +137,8 @@ def responder(messages: list[dict[str, str]], fmt: object) -> dict:
 
 
 def build_store(settings: Settings, beir: Path, n_docs: int, n_requirements: int) -> list[Requirement]:
-    from actors.steps.ingest.step import IngestStep, TextDocument
+    from actors.steps.ingest.documents import TextDocument
+    from actors.steps.ingest.step import IngestStep
     from infra.embed import build_embedder
     from infra.store import build_store as make_store
 

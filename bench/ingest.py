@@ -39,7 +39,8 @@ GOAL = 1.25
 
 def measure_alone(settings: Settings, paths: list[str]) -> dict:
     """Parse every PDF, then chunk, then embed all chunks; each phase timed on its own. No store writes."""
-    from actors.steps.ingest.step import IngestStep, file_sha256
+    from actors.steps.ingest.documents import file_sha256
+    from actors.steps.ingest.step import IngestStep
     from infra.embed import build_embedder
     from infra.pdf import build_parser
     from messages.search import Candidate
@@ -49,7 +50,7 @@ def measure_alone(settings: Settings, paths: list[str]) -> dict:
     embedder.embed(["warm up the model"])  # loaded before the clock starts, as a ready Ingestor has it
     step = IngestStep(settings, store=None, embedder=embedder, parser=parser)  # type: ignore[arg-type]
     # what an Ingestor writing to the LanceDB store embeds: the chunks and their sentence windows
-    step.window_sentences = settings.embed.window_sentences if settings.store.backend == "lancedb" else 0
+    step.indexer.window_sentences = settings.embed.window_sentences if settings.store.backend == "lancedb" else 0
     parsed = []
     t = time.perf_counter()
     for p in paths:

@@ -29,7 +29,8 @@ sys.path.insert(0, str(REPO))
 
 from actors.steps.evaluation.retrieval import load_beir  # noqa: E402
 from actors.steps.forage.step import ForageStep  # noqa: E402
-from actors.steps.ingest.step import IngestStep, TextDocument  # noqa: E402
+from actors.steps.ingest.documents import TextDocument  # noqa: E402
+from actors.steps.ingest.step import IngestStep  # noqa: E402
 from actors.steps.schemas import BatchVerdict, DeepDiveBatchVerdict, DocumentGist, RelevanceGate, SectionChoice  # noqa: E402
 from infra.llm.fakes import FunctionLLM  # noqa: E402
 from infra.settings import Settings  # noqa: E402

@@ -33,7 +33,8 @@ sys.path.insert(0, str(REPO))
 import numpy as np  # noqa: E402
 
 from actors.steps.evaluation.retrieval import evaluate_rankings, load_beir  # noqa: E402
-from actors.steps.ingest.step import IngestStep, text_markdown  # noqa: E402
+from actors.steps.ingest.documents import text_markdown  # noqa: E402
+from actors.steps.ingest.step import IngestStep  # noqa: E402
 from infra.embed.minilm import MiniLMEmbedder  # noqa: E402
 from infra.settings import Settings  # noqa: E402
 
@@ -51,7 +52,7 @@ def prepared(step: IngestStep, corpus: dict) -> list[tuple[str, list]]:
     out = []
     for cid, (title, text) in corpus.items():
         markdown = text_markdown(title, text)
-        item = step._prepare(cid, cid, markdown, outline_title=title or None, title=title or None,
+        item = step.indexer.prepare(cid, cid, markdown, outline_title=title or None, title=title or None,
                              fallback_title=cid, page_spans=(), authors=(), year=None, parser="text", flags=(),
                              origin=cid)
         out.append((cid, item.items))

@@ -55,7 +55,8 @@ def main() -> int:
         print(f"SciFact not found at {args.beir}; pass --beir DIR", file=sys.stderr)
         return 2
 
-    from actors.steps.ingest.step import IngestStep, TextDocument
+    from actors.steps.ingest.documents import TextDocument
+    from actors.steps.ingest.step import IngestStep
     from infra.embed import build_embedder
     from infra.store import build_store
 

@@ -52,7 +52,7 @@ def fix_metadata(
 
     Reports and BibTeX/RIS exports written from then on use the corrected values (a run's own report keeps
     what it was written with); the document keeps its chunks and vectors, and searches match its new title."""
-    from actors.steps.ingest.step import with_identifiers
+    from actors.steps.ingest.documents import with_identifiers
     from infra.store.base import update_metadata
 
     changes: dict[str, Any] = {}

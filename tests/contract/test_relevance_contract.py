@@ -35,7 +35,8 @@ def minilm(request):
 @pytest.fixture(scope="module")
 def library(tmp_path_factory: pytest.TempPathFactory, minilm):
     """(settings, LanceDB store, chunks in TEXTS order): each text stored as a one-chunk document by the ingestion."""
-    from actors.steps.ingest.step import IngestStep, TextDocument
+    from actors.steps.ingest.documents import TextDocument
+    from actors.steps.ingest.step import IngestStep
     from infra.store import build_store
 
     settings = Settings.load().updated(store={"path": tmp_path_factory.mktemp("relevance") / "store"})

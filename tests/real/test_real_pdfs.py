@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from actors.steps.ingest.chunking import chunk_sections, window_for
-from actors.steps.ingest.step import file_sha256
+from actors.steps.ingest.documents import file_sha256
 from actors.steps.ingest.sections import Outline, outline
 from infra.embed.minilm import MiniLMEmbedder
 from infra.ingest_cache import IngestCache

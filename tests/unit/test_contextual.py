@@ -18,7 +18,8 @@ from actors.ingestor import Ingestor
 from actors.steps.ingest.chunking import CHUNK_CONTEXT_TOKENS, CONTEXT_TOKENS, SPECIAL_TOKENS, window_for
 from actors.steps.ingest.contextual import (ChunkContexts, ContextCache, Contextualizer, cache_path, chunk_hash,
                                      clean_context)
-from actors.steps.ingest.step import IngestStep, text_markdown
+from actors.steps.ingest.documents import text_markdown
+from actors.steps.ingest.step import IngestStep
 from infra.embed.ollama import OllamaEmbedder
 from infra.llm.base import ChatMessage
 from infra.llm.fakes import FunctionLLM, ScriptedLLM

@@ -12,7 +12,8 @@ import pytest
 
 from actors.steps.events import RecordingEmit
 from actors.steps.text import sentence_windows
-from actors.steps.ingest.step import IngestStep, TextDocument, text_markdown
+from actors.steps.ingest.documents import TextDocument, text_markdown
+from actors.steps.ingest.step import IngestStep
 from infra.embed.ollama import OllamaEmbedder
 from infra.settings import Settings
 from infra.store.base import ChunkFilter

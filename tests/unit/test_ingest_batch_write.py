@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from actors.steps.ingest.step import IngestStep, TextDocument
+from actors.steps.ingest.documents import TextDocument
+from actors.steps.ingest.step import IngestStep
 from infra.errors import StoreError
 from infra.settings import Settings
 from infra.store.lancedb import LanceStore

@@ -239,7 +239,7 @@ def test_bibtex_and_ris_name_a_pdf_by_its_doi_and_arxiv_id():
     import bibtexparser
 
     from actors.steps.tools.export import to_bibtex, to_ris
-    from actors.steps.ingest.step import source_origin
+    from actors.steps.ingest.documents import source_origin
     from messages.write import SourceRef
 
     both = SourceRef(n=1, doc_id="a" * 64, title="CiteSee", authors=("Joseph Chee Chang",), year=2023,

@@ -21,7 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from actors.steps.ingest.step import IngestStep, text_markdown
+from actors.steps.ingest.documents import text_markdown
+from actors.steps.ingest.step import IngestStep
 from infra.settings import Settings
 from infra.store.base import ChunkFilter
 

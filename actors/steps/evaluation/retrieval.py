@@ -305,7 +305,8 @@ def load_corpus(settings: Settings, store: Store, embedder: Embedder, dataset: B
     Documents already stored with the same content are skipped (a reused store loads nothing
     twice). Raises :class:`ForageError` when no document at all could be stored.
     """
-    from actors.steps.ingest.step import IngestStep, TextDocument
+    from actors.steps.ingest.documents import TextDocument
+    from actors.steps.ingest.step import IngestStep
 
     if batch_docs < 1:
         raise ConfigError(f"batch_docs must be at least 1, got {batch_docs}")

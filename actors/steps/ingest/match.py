@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from actors.steps.ingest.step import origin_identifiers, with_identifiers
+from actors.steps.ingest.documents import origin_identifiers, with_identifiers
 from infra.store.base import DocumentRecord
 from messages.search import Candidate, weight_of
 

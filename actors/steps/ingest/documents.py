@@ -1,0 +1,96 @@
+"""What identifies a document on its way into the store, whichever way it came: its content hash, the origin the
+report and the exports name it by (file name, DOI, arXiv id), the venue a search result names, and the Markdown a
+document given as text becomes."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from messages.search import Candidate, VenueKind
+
+TEXT_PARSER = "text"
+
+
+def file_sha256(path: Path) -> str:
+    """Hex sha256 of the file's bytes (streamed)."""
+    with path.open("rb") as handle:
+        return hashlib.file_digest(handle, "sha256").hexdigest()
+
+
+def source_origin(file_name: str, doi: str | None, arxiv_id: str | None) -> str:
+    """What the report and the BibTeX/RIS exports name a PDF by: its file name, then its DOI and arXiv id when
+    known ("paper.pdf, doi:10.1186/…, arXiv:2302.07302"; actors/steps/tools/export.py reads them back)."""
+    parts = [file_name] if file_name else []
+    return ", ".join([*parts, *([f"doi:{doi}"] if doi else []), *([f"arXiv:{arxiv_id}"] if arxiv_id else [])])
+
+
+_ID_PARTS = re.compile(r"^(?:doi:|arxiv:)", re.IGNORECASE)
+_DOI_GIVEN = re.compile(r"^(?:doi:\s*|https?://(?:dx\.)?doi\.org/)?(10\.\d{4,9}/\S+)$", re.IGNORECASE)
+_ARXIV_GIVEN = re.compile(r"^(?:arxiv:\s*|https?://arxiv\.org/abs/)?(\d{4}\.\d{4,5}|[a-z][a-z.\-]*/\d{7})(?:v\d+)?$",
+                          re.IGNORECASE)
+
+
+def origin_identifiers(origin: str) -> tuple[str | None, str | None]:
+    """(DOI, arXiv id) an origin names (what :func:`source_origin` wrote), None for each it does not."""
+    parts = [p.strip() for p in origin.split(", ")]
+    return (next((p[4:] for p in parts if p.lower().startswith("doi:")), None),
+            next((p[6:] for p in parts if p.lower().startswith("arxiv:")), None))
+
+
+def with_identifiers(origin: str, doi: str | None, arxiv_id: str | None) -> str:
+    """``origin`` with its DOI and/or arXiv id replaced (None: keep the one it has; "": drop it). ValueError
+    for a DOI or arXiv id that is not one."""
+    parts = [p for p in (p.strip() for p in origin.split(", ")) if p]
+    name = ", ".join(p for p in parts if not _ID_PARTS.match(p))
+    old_doi, old_arxiv = origin_identifiers(origin)
+    if doi:
+        found = _DOI_GIVEN.match(doi.strip())
+        if not found:
+            raise ValueError(f"{doi!r} is not a DOI (10.<registrant>/<suffix>)")
+        doi = found.group(1).lower()
+    if arxiv_id:
+        found = _ARXIV_GIVEN.match(arxiv_id.strip())
+        if not found:
+            raise ValueError(f"{arxiv_id!r} is not an arXiv id (e.g. 2302.07302 or hep-th/0101001)")
+        arxiv_id = found.group(1)
+    return source_origin(name, old_doi if doi is None else doi or None,
+                         old_arxiv if arxiv_id is None else arxiv_id or None)
+
+
+def known_venue(candidate: Candidate) -> tuple[str, VenueKind]:
+    """(venue, kind) a search result names; ("", "") when it names none of a known kind (a repository such as
+    arXiv is not a venue, and page 1 may then say more)."""
+    if candidate.venue and candidate.venue_kind:
+        return " ".join(candidate.venue.split()), candidate.venue_kind
+    return "", ""
+
+
+def text_markdown(title: str, text: str) -> str:
+    """The Markdown a text document is stored as: ``# <title>`` (whitespace collapsed), a blank line, the text.
+
+    Without a title it is the text alone. The title heading is not chunk text (headings never are):
+    it reaches the embedder through the context line, as a PDF's title does.
+    """
+    title = " ".join(title.split())
+    body = text.strip("\n")
+    return f"# {title}\n\n{body}\n" if title else f"{body}\n"
+
+
+@dataclass(frozen=True, slots=True)
+class TextDocument:
+    """A document given as text: ``key`` says where it came from (e.g. ``beir:scifact:4983``)."""
+
+    key: str
+    title: str
+    text: str
+    authors: tuple[str, ...] = ()
+    year: int | None = None
+    origin: str = ""
+    flags: tuple[str, ...] = ()
+    venue: str = ""
+    venue_kind: VenueKind = ""
+    weight: dict[str, Any] | None = None  # what the search result says it weighs (messages.search.weight_of)
