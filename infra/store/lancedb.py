@@ -39,25 +39,23 @@ first (:func:`~infra.store.lance_sql.document_sql`), then applied to the chunks 
 key, so an older store needs no new columns. Hits of both sides are fused by :func:`infra.store.fusion.fuse`.
 
 The indexes' upkeep (the BM25, B-tree, bitmap and ANN indexes, folding new rows in, compaction, physical deletes) is
-:class:`~infra.store.lance_index.LanceUpkeep`, part of :class:`LanceStore`.
+:class:`~infra.store.lance_index.LanceUpkeep`, the tables and locks :class:`~infra.store.lance_tables.LanceTables`, the
+searches :class:`~infra.store.lance_search.LanceSearch`: all part of :class:`LanceStore`.
 """
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import os
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import AbstractContextManager, ExitStack, contextmanager
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import lancedb
 import numpy as np
 import pyarrow as pa
-from filelock import FileLock, Timeout
 from lancedb.query import ColumnOrdering
 from lancedb.table import Table
 
@@ -65,21 +63,15 @@ from infra.errors import StoreError
 from infra.private_files import private_dir
 from infra.store.base import ChunkFilter, ChunkRecord, DocumentRecord, Store, Upsert, documents_named, search_text
 from infra.store.fusion import Fusion
-from infra.store.lance_index import (CHUNKS, DOCUMENTS, SEARCH_TEXT, LanceUpkeep, VectorIndexType, has_fts,
-                                     missing_indexes, retry_conflicts, table_indexes)
-from infra.store.lance_schema import (CHUNK_COLUMNS, DOCUMENT_SCHEMA, WINDOWS, chunk_schema, missing_columns,
-                                      window_column)
+from infra.store.lance_index import CHUNKS, DOCUMENTS, SEARCH_TEXT, LanceUpkeep, VectorIndexType, retry_conflicts
+from infra.store.lance_schema import CHUNK_COLUMNS, DOCUMENT_SCHEMA, WINDOWS, chunk_schema, window_column
 from infra.store.lance_search import LanceSearch
 from infra.store.lance_sql import document_sql, filter_sql, sql_list, sql_str
-from infra.store.meta import LibraryMeta, check_meta
+from infra.store.lance_tables import LanceTables
 
 log = logging.getLogger(__name__)
 
-T = TypeVar("T")
 
-LOCK_DIR = "_locks"
-LOCK_STRIPES = 64
-LIBRARY_META = "library.json"  # the embedding model and size (infra.store.meta)
 VECTOR_INDEX_ROWS = 50_000  # below this many chunks an exact (flat) vector scan is fast enough (bench/search_scale.py)
 
 _DOC_COLUMNS = list(DocumentRecord.model_fields)
@@ -100,7 +92,7 @@ def _owner_only(path: Path) -> None:
         pass
 
 
-class LanceStore(LanceSearch, LanceUpkeep, Store):
+class LanceStore(LanceTables, LanceSearch, LanceUpkeep, Store):
     """The :class:`~infra.store.base.Store` contract on an embedded LanceDB folder.
 
     Tables are created lazily on the first write; reads on a fresh folder return nothing.
@@ -163,112 +155,6 @@ class LanceStore(LanceSearch, LanceUpkeep, Store):
     def __repr__(self) -> str:
         return f"LanceStore({str(self.path)!r}, dim={self.dim})"
 
-    # ------------------------------------------------------------------ tables
-
-    def _table(self, name: str, *, create: bool) -> Table | None:
-        """The table ``name``; None when it does not exist yet and ``create`` is False.
-
-        Opening and creating happen under a cross-process lock: a table another process is still
-        creating exists as a folder before it can be opened.
-        """
-        table = self._tables.get(name)
-        if table is not None:
-            return table
-        if not create and name not in self._db:
-            return None
-        table = self._ready_table(name)
-        if table is not None:  # nothing to add or create: no lock, so readers opening a store never queue
-            self._tables[name] = table
-            return table
-        with self._lock_files(["tables.lock"], what=f"table {name}"):
-            try:
-                if name in self._db:
-                    table = self._db.open_table(name)
-                else:
-                    schema = chunk_schema(self.dim) if name == CHUNKS else DOCUMENT_SCHEMA
-                    table = self._db.create_table(name, schema=schema)
-            except Exception as exc:  # noqa: BLE001
-                raise StoreError(f"cannot open table {name!r} of the store at {self.path}: {exc}") from exc
-            self._add_missing_columns(name, table)
-            if name == CHUNKS:
-                self._check_dim(table)
-                self._check_library_meta()
-                self._ensure_fts(table)
-            self._ensure_scalar_indexes(name, table)
-        self._tables[name] = table
-        return table
-
-    def _ready_table(self, name: str) -> Table | None:
-        """The existing table ``name`` opened without the tables lock when it needs nothing (columns, indexes,
-        the library record) from :meth:`_table`'s set-up; None when it does, or cannot be opened yet (another
-        process still creating it)."""
-        if name not in self._db:
-            return None
-        try:
-            table = self._db.open_table(name)
-            indexed = table_indexes(table)
-        except Exception:  # noqa: BLE001 - the locked path opens it again and says what failed
-            return None
-        if missing_columns(name, table) or missing_indexes(name, table, indexed):
-            return None
-        if name == CHUNKS:
-            if not has_fts(indexed):
-                return None
-            recorded = self.library_meta()
-            if recorded is None or self._unrecorded(recorded):
-                return None  # the record is written under the lock
-            self._check_dim(table)
-            check_meta(recorded, self.embed_model, self.dim, str(self.path))
-        return table
-
-    def _add_missing_columns(self, name: str, table: Table) -> None:
-        """Columns of :data:`ADDED_COLUMNS` (and the chunks' :data:`WINDOWS`) a table written by an older Forage
-        lacks, added as nulls (read back as the field's default; a chunk without windows is scored by its own
-        vector). Caller holds the tables lock."""
-        missing = missing_columns(name, table)
-        if not missing:
-            return
-        try:
-            table.add_columns(missing)
-        except Exception as exc:  # noqa: BLE001
-            raise StoreError(f"cannot add the columns {[f.name for f in missing]} to table {name!r} of the "
-                             f"store at {self.path}: {exc}") from exc
-
-    def _check_dim(self, table: Table) -> None:
-        vector_type = table.schema.field("vector").type
-        found = getattr(vector_type, "list_size", None)
-        if found != self.dim:
-            raise StoreError(
-                f"the store at {self.path} holds {found}-dimensional vectors but this store was opened "
-                f"for {self.dim}; use the embedder it was built with or another store.path",
-                retryable=False)
-
-    def _check_library_meta(self) -> None:
-        """Refuse another embedding model than the one recorded in ``library.json``; record it
-        when missing (a store written before the record existed adopts the model it is opened with)."""
-        meta_file = self.path / LIBRARY_META
-        recorded = self.library_meta()
-        if recorded is not None:
-            check_meta(recorded, self.embed_model, self.dim, str(self.path))
-        if not self._unrecorded(recorded):
-            return
-        try:
-            tmp = meta_file.with_suffix(".tmp")
-            tmp.write_text(LibraryMeta(embed_model=self.embed_model, dim=self.dim).dumps())
-            tmp.replace(meta_file)
-        except OSError as exc:
-            raise StoreError(f"cannot record the embedding model in {meta_file}: {exc}") from exc
-
-    def _unrecorded(self, recorded: LibraryMeta | None) -> bool:
-        """Whether ``library.json`` must be written: no record yet, or one without the model this store knows."""
-        return recorded is None or bool(self.embed_model and not recorded.embed_model)
-
-    def library_meta(self) -> LibraryMeta | None:
-        """What the library records about its vectors (None before the first write)."""
-
-        meta_file = self.path / LIBRARY_META
-        return LibraryMeta.loads(meta_file.read_text()) if meta_file.exists() else None
-
     def export_documents(self, doc_ids: Sequence[str] | None = None) -> Iterator[
             tuple[DocumentRecord, list[ChunkRecord], list[list[float]]]]:
         """Every document with its chunks (ordinal order) and their vectors, by (key, doc_id) (for migration);
@@ -292,44 +178,6 @@ class LanceStore(LanceSearch, LanceUpkeep, Store):
         none: list[dict[str, Any]] = []
         rows = sorted(self._read(CHUNKS, where, run, none), key=lambda r: r["ordinal"])
         return [[[float(x) for x in w] for w in (r.get(WINDOWS) or [])] for r in rows]
-
-    def _locked(self, *names: str) -> AbstractContextManager[None]:
-        """Hold the cross-process write locks of ``names`` (doc ids, keys)."""
-        stripes = sorted({int(hashlib.sha256(n.encode()).hexdigest(), 16) % LOCK_STRIPES for n in names})
-        return self._lock_files([f"{stripe:02d}.lock" for stripe in stripes], what=names[0][:24])
-
-    @contextmanager
-    def _lock_files(self, files: Sequence[str], *, what: str, timeout_s: float = 300.0) -> Iterator[None]:
-        """Hold file locks under ``<store>/_locks``, taken in the given (sorted) order."""
-        lock_dir = self.path / LOCK_DIR
-        with ExitStack() as stack:
-            try:
-                lock_dir.mkdir(parents=True, exist_ok=True)
-                for file in files:
-                    stack.enter_context(FileLock(lock_dir / file, timeout=timeout_s))
-            except Timeout as exc:
-                raise StoreError(f"another writer held the lock for {what} for {timeout_s:.0f}s "
-                                 f"in {self.path}") from exc
-            except OSError as exc:
-                raise StoreError(f"cannot create locks in {lock_dir}: {exc}") from exc
-            yield
-
-    def _lock_now(self, name: str) -> FileLock:
-        """The lock ``<store>/_locks/<name>``, taken without waiting: entering it raises ``Timeout`` while another
-        process holds it (who holds it does the work: optimizing, training the vector index)."""
-        (self.path / LOCK_DIR).mkdir(parents=True, exist_ok=True)
-        return FileLock(self.path / LOCK_DIR / name, blocking=False)
-
-    def _read(self, name: str, what: str, fn: Callable[[Table], T], empty: T) -> T:
-        table = self._table(name, create=False)
-        if table is None:
-            return empty
-        try:
-            return fn(table)
-        except StoreError:
-            raise
-        except Exception as exc:  # noqa: BLE001
-            raise StoreError(f"LanceDB read failed ({what}) at {self.path}: {exc}") from exc
 
     # ------------------------------------------------------------------ conversion
 

@@ -645,7 +645,8 @@ def test_lance_index_new_chunks_folds_in_what_waits_and_skips_while_another_proc
         lance_path: Path) -> None:
     from filelock import FileLock
 
-    from infra.store.lancedb import LOCK_DIR, LanceStore
+    from infra.store.lance_tables import LOCK_DIR
+    from infra.store.lancedb import LanceStore
 
     store = LanceStore(lance_path)
     assert store.index_new_chunks() == 0  # nothing written yet: no tables, nothing to do

@@ -223,7 +223,8 @@ def test_lance_library_refuses_another_embedding_model(tmp_path: Path) -> None:
 
 
 def test_lance_library_without_a_record_adopts_the_model(tmp_path: Path) -> None:
-    from infra.store.lancedb import LIBRARY_META, LanceStore
+    from infra.store.lance_tables import LIBRARY_META
+    from infra.store.lancedb import LanceStore
 
     path = tmp_path / "old"
     LanceStore(path, dim=2).upsert_document(DOC, [CHUNK], [[0.0, 1.0]])
