@@ -30,6 +30,9 @@ no year or key, so an older library needs no new properties). Hybrid search
 library ranks alike; ``"weaviate"`` runs Weaviate's own hybrid query (one round trip; its own
 score normalisation). ``skip_init_checks=True``: the client makes no
 version or health call when it connects; the first request says whether the server is there.
+
+The collections' properties, the objects and the filters live in :mod:`infra.store.weaviate_schema`, the searches in
+:class:`~infra.store.weaviate_search.WeaviateSearch` (part of :class:`WeaviateStore`).
 """
 
 from __future__ import annotations
@@ -39,160 +42,29 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 from urllib.parse import urlsplit
 
-import numpy as np
-import snowballstemmer  # type: ignore[import-untyped]
 import weaviate
-from weaviate.classes.config import Configure, DataType, Property, Tokenization, VectorDistances
+from weaviate.classes.config import Configure
 from weaviate.classes.init import AdditionalConfig, Auth, Timeout
-from weaviate.classes.query import Filter, HybridFusion, MetadataQuery, Sort
+from weaviate.classes.query import Filter, Sort
 from weaviate.collections import Collection
 from weaviate.collections.classes.data import DataObject
 from weaviate.collections.classes.filters import _Filters
-from weaviate.util import generate_uuid5
 
 from infra.errors import StoreError
-from infra.store.base import ChunkFilter, ChunkRecord, DocumentRecord, Hit, Store, Upsert, documents_named
-from infra.store.base import search_text as context_text
-from infra.store.fusion import Fusion, fuse
+from infra.store.base import ChunkFilter, ChunkRecord, DocumentRecord, Store, Upsert, documents_named
+from infra.store.fusion import Fusion
 from infra.store.meta import LibraryMeta, check_meta
+from infra.store.weaviate_schema import (ADDED_PROPERTIES, MAX_RESULTS, build_doc_filter, build_filter, chunk_object,
+                                         chunk_properties, chunk_uuid, default_vector, doc_object, document_properties,
+                                         hnsw_config, matches, to_chunk, to_doc)
+from infra.store.weaviate_search import WeaviateSearch
 
 if TYPE_CHECKING:
     from weaviate import WeaviateClient
 
 T = TypeVar("T")
-MAX_RESULTS = 10_000  # Weaviate's default QUERY_MAXIMUM_RESULTS
-_STEM = snowballstemmer.stemmer("english")
-_CHUNK_FIELDS = list(ChunkRecord.model_fields)
-# properties added after the first release: an older collection gains them when first used
-ADDED_PROPERTIES: dict[str, list[Property]] = {
-    "chunks": [Property(name="context", data_type=DataType.TEXT, index_searchable=False, index_filterable=False)],
-    "documents": [Property(name="references", data_type=DataType.TEXT_ARRAY, index_searchable=False,
-                           index_filterable=False),
-                  *(Property(name=n, data_type=DataType.TEXT, index_searchable=False, index_filterable=False)
-                    for n in ("venue", "venue_kind", "oa_status")),
-                  *(Property(name=n, data_type=DataType.BOOL, index_searchable=False, index_filterable=False)
-                    for n in ("is_retracted", "preprint_only")),
-                  Property(name="cited_by_count", data_type=DataType.INT, index_searchable=False,
-                           index_filterable=False)],
-}
-_DOC_FIELDS = list(DocumentRecord.model_fields)
 
-
-def hnsw_config(options: dict[str, int]) -> Any:
-    """The chunks collection's HNSW index: cosine, with the settings' ``max_connections``, ``ef_construction``
-    and ``ef`` where given (``store.weaviate_hnsw_*``; the server's defaults otherwise)."""
-    unknown = set(options) - {"max_connections", "ef_construction", "ef"}
-    if unknown:
-        raise StoreError(f"unknown HNSW setting(s): {', '.join(sorted(unknown))}", retryable=False)
-    return Configure.VectorIndex.hnsw(distance_metric=VectorDistances.COSINE,
-                                      max_connections=options.get("max_connections"),
-                                      ef_construction=options.get("ef_construction"), ef=options.get("ef"))
-
-
-def stem_text(text: str) -> str:
-    """Lower-cased, Snowball-stemmed words joined by spaces: what BM25 indexes and queries."""
-    return " ".join(_STEM.stemWords(re.findall(r"\w+", text.lower())))
-
-
-def search_text(title: str, chunk: ChunkRecord) -> str:
-    """The stemmed context line and chunk text (see :func:`infra.store.base.search_text`)."""
-    return stem_text(context_text(title, chunk))
-
-
-def chunk_uuid(chunk_id: str) -> str:
-    return str(generate_uuid5(chunk_id))
-
-
-def doc_uuid(doc_id: str) -> str:
-    return str(generate_uuid5("doc:" + doc_id))
-
-
-def chunk_object(chunk: ChunkRecord, title: str, vector: Sequence[float]) -> DataObject[dict[str, Any], None]:
-    """The Weaviate object of a chunk: its fields, the stemmed search text, its vector."""
-    props: dict[str, Any] = chunk.model_dump()
-    props["pages"] = list(chunk.pages)
-    props["search_text"] = search_text(title, chunk)
-    return DataObject(properties=props, uuid=chunk_uuid(chunk.chunk_id), vector=list(vector))
-
-
-def doc_object(doc: DocumentRecord) -> DataObject[dict[str, Any], None]:
-    props = {k: (list(v) if isinstance(v, tuple) else v) for k, v in doc.model_dump().items() if v is not None}
-    return DataObject(properties=props, uuid=doc_uuid(doc.doc_id))
-
-
-def to_chunk(props: dict[str, Any]) -> ChunkRecord:
-    data = {name: props.get(name) for name in _CHUNK_FIELDS}
-    data["pages"] = tuple(props.get("pages") or ())
-    data["text"] = props.get("text") or ""
-    data["section_path"] = props.get("section_path") or ""
-    data["context"] = props.get("context") or ""
-    return ChunkRecord.model_validate(data)
-
-
-def to_doc(props: dict[str, Any]) -> DocumentRecord:
-    data: dict[str, Any] = {name: props.get(name) for name in _DOC_FIELDS}
-    for name in ("authors", "sections", "flags", "references"):
-        data[name] = tuple(props.get(name) or ())
-    for name in ("abstract", "markdown", "parser", "origin", "title", "venue", "venue_kind", "oa_status"):
-        data[name] = props.get(name) or ""
-    data["is_retracted"], data["preprint_only"] = bool(props.get("is_retracted")), bool(props.get("preprint_only"))
-    data["n_chunks"] = props.get("n_chunks") or 0
-    return DocumentRecord.model_validate(data)
-
-
-def _like_prefix(prefix: str) -> str:
-    """A ``like`` pattern for a literal prefix: Weaviate's wildcards ``*``/``?`` cannot be escaped,
-    so they become ``?`` (any one character) and :func:`matches` checks the exact prefix after."""
-    return prefix.replace("*", "?") + "*"
-
-
-def build_filter(flt: ChunkFilter) -> _Filters | None:
-    """The Weaviate filter on chunks for a :class:`ChunkFilter` (None when it filters nothing).
-    ``doc_ids == ()`` matches nothing: callers return early before asking. Years and sources are
-    resolved to doc ids first (:meth:`WeaviateStore.document_ids`): chunks carry no year or key."""
-    if flt.by_document:
-        raise ValueError("resolve the filter's years and sources to doc ids before building a chunk filter")
-    parts: list[_Filters] = []
-    if flt.doc_ids:
-        parts.append(Filter.by_property("doc_id").contains_any(list(flt.doc_ids)))
-    if flt.section_path is not None:
-        prop = Filter.by_property("section_path")
-        path = flt.section_path
-        parts.append(prop.like(_like_prefix(path[:-1])) if path.endswith("*") else prop.equal(path))
-    parts += [Filter.by_property("chunk_id").not_equal(c) for c in flt.exclude_chunk_ids]
-    parts += [Filter.by_property("section_kind").not_equal(k) for k in flt.exclude_kinds]
-    if not parts:
-        return None
-    return parts[0] if len(parts) == 1 else Filter.all_of(parts)
-
-
-def build_doc_filter(flt: ChunkFilter) -> _Filters | None:
-    """The Weaviate filter on the registry for the document conditions of a :class:`ChunkFilter`
-    (doc_ids, years, sources; None when it has none). A key prefix becomes a ``like`` pattern (a
-    superset when it holds ``*`` or ``?``: :meth:`ChunkFilter.admits` checks the exact prefix after).
-    ``doc_ids == ()`` and ``sources == ()`` match nothing: callers return early before asking."""
-    parts: list[_Filters] = []
-    if flt.doc_ids:
-        parts.append(Filter.by_property("doc_id").contains_any(list(flt.doc_ids)))
-    if flt.year_min is not None:
-        parts.append(Filter.by_property("year").greater_or_equal(flt.year_min))
-    if flt.year_max is not None:
-        parts.append(Filter.by_property("year").less_or_equal(flt.year_max))
-    keys = [Filter.by_property("key").like(_like_prefix(p)) for p in flt.key_prefixes() or ()]
-    if keys:
-        parts.append(keys[0] if len(keys) == 1 else Filter.any_of(keys))
-    if not parts:
-        return None
-    return parts[0] if len(parts) == 1 else Filter.all_of(parts)
-
-
-def matches(flt: ChunkFilter, chunk: ChunkRecord) -> bool:
-    """The exact prefix check behind a ``like`` filter (wildcard characters in a prefix)."""
-    path = flt.section_path
-    return path is None or not path.endswith("*") or chunk.section_path.startswith(path[:-1])
-
-
-class WeaviateStore(Store):
+class WeaviateStore(WeaviateSearch, Store):
     """The :class:`~infra.store.base.Store` contract on one library in a Weaviate server.
 
     Connects lazily on first use; :meth:`close` (or ``with``) releases the connection.
@@ -301,29 +173,12 @@ class WeaviateStore(Store):
         return client.collections.use(name)
 
     def _create(self, client: WeaviateClient, name: str) -> None:
-        field = Tokenization.FIELD
         if name == self.chunks_name:
-            props = [Property(name=n, data_type=DataType.TEXT, tokenization=field, index_searchable=False)
-                     for n in ("chunk_id", "doc_id", "section_path", "section_kind")]
-            props += [Property(name=n, data_type=DataType.INT) for n in
-                      ("ordinal", "char_start", "char_end", "token_count")]
-            props += [Property(name="pages", data_type=DataType.INT_ARRAY, index_filterable=False),
-                      Property(name="text", data_type=DataType.TEXT, index_searchable=False, index_filterable=False),
-                      Property(name="search_text", data_type=DataType.TEXT, tokenization=Tokenization.WHITESPACE,
-                               index_filterable=False),
-                      *ADDED_PROPERTIES["chunks"]]
-            vectors = Configure.Vectors.self_provided(
-                vector_index_config=hnsw_config(self.hnsw))
+            props = chunk_properties()
+            vectors = Configure.Vectors.self_provided(vector_index_config=hnsw_config(self.hnsw))
             description = LibraryMeta(embed_model=self.embed_model, dim=self.dim).dumps()
         else:
-            props = [Property(name=n, data_type=DataType.TEXT, tokenization=field, index_searchable=False)
-                     for n in ("doc_id", "key")]
-            props += [Property(name=n, data_type=DataType.TEXT, index_searchable=False, index_filterable=False)
-                      for n in ("title", "abstract", "markdown", "parser", "origin")]
-            props += [Property(name=n, data_type=DataType.TEXT_ARRAY, index_searchable=False, index_filterable=False)
-                      for n in ("authors", "sections", "flags")]
-            props += [Property(name=n, data_type=DataType.INT) for n in ("year", "n_chunks")]
-            props += ADDED_PROPERTIES["documents"]
+            props = document_properties()
             vectors = Configure.Vectors.self_provided()
             description = "Forage document registry"
         try:
@@ -549,97 +404,9 @@ class WeaviateStore(Store):
             where = Filter.by_property("doc_id").equal(doc.doc_id)
             res = self._run("export", lambda: collection.query.fetch_objects(
                 filters=where, limit=MAX_RESULTS, sort=Sort.by_property("ordinal"), include_vector=True))
-            pairs = [(to_chunk(dict(o.properties)), list(_default_vector(o.vector))) for o in res.objects]
+            pairs = [(to_chunk(dict(o.properties)), list(default_vector(o.vector))) for o in res.objects]
             yield doc, [p[0] for p in pairs], [p[1] for p in pairs]
 
-    # ------------------------------------------------------------------ search
-
-    def _hits(self, objects: Sequence[Any], score: Any, flt: ChunkFilter) -> list[Hit]:
-        hits = [Hit(chunk=c, score=float(score(o.metadata))) for o in objects
-                if matches(flt, c := to_chunk(dict(o.properties)))]
-        return sorted(hits, key=lambda h: (-h.score, h.chunk.doc_id, h.chunk.ordinal))
-
-    def bm25(self, query: str, k: int, flt: ChunkFilter | None = None) -> list[Hit]:
-        """BM25 over the stemmed search text; ties break in document order."""
-        flt = flt or ChunkFilter()
-        words = stem_text(query)
-        collection = self._chunks()
-        if collection is None or k <= 0 or not words:
-            return []
-        flt = self._resolve(flt)
-        if flt.doc_ids == ():
-            return []
-        res = self._run("bm25", lambda: collection.query.bm25(
-            query=words, query_properties=["search_text"], limit=k, filters=build_filter(flt),
-            return_metadata=MetadataQuery(score=True)))
-        return self._hits(res.objects, lambda m: m.score or 0.0, flt)
-
-    def vector(self, vector: Sequence[float], k: int, flt: ChunkFilter | None = None) -> list[Hit]:
-        """Nearest chunks by cosine similarity (score = 1 - cosine distance)."""
-        query = self.checked_vectors([vector], 1)[0].tolist()
-        flt = flt or ChunkFilter()
-        collection = self._chunks()
-        if collection is None or k <= 0:
-            return []
-        flt = self._resolve(flt)
-        if flt.doc_ids == ():
-            return []
-        res = self._run("vector search", lambda: collection.query.near_vector(
-            near_vector=query, limit=k, filters=build_filter(flt), return_metadata=MetadataQuery(distance=True)))
-        return self._hits(res.objects, lambda m: 1.0 - float(m.distance or 0.0), flt)
-
-    def similarity(self, vector: Sequence[float], chunk_ids: Sequence[str]) -> dict[str, float]:
-        """Each listed chunk's cosine with ``vector`` (Weaviate keeps no windows), from its stored vector."""
-        query = self.checked_vectors([vector], 1)[0]
-        wanted = list(dict.fromkeys(chunk_ids))
-        collection = self._chunks()
-        if collection is None or not wanted:
-            return {}
-        def fetch(part: list[str]) -> Any:
-            return self._run("similarity", lambda: collection.query.fetch_objects(
-                filters=Filter.by_property("chunk_id").contains_any(part), limit=len(part), include_vector=True))
-
-        out: dict[str, float] = {}
-        for start in range(0, len(wanted), MAX_RESULTS):
-            for o in fetch(wanted[start:start + MAX_RESULTS]).objects:
-                own = np.asarray(_default_vector(o.vector), dtype=np.float32)
-                norm = float(np.linalg.norm(own) * np.linalg.norm(query)) or 1.0
-                out[str(o.properties["chunk_id"])] = float(own @ query) / norm
-        return out
-
-    def hybrid(self, query: str, vector: Sequence[float], k: int, alpha: float = 0.5,
-               flt: ChunkFilter | None = None, *, fusion: Fusion | None = None) -> list[Hit]:
-        """BM25 and vector search fused; alpha=1 pure vector, alpha=0 pure BM25 (module docstring)."""
-        fusion = fusion or self.fusion
-        query_vector = self.check_hybrid(alpha, fusion, vector).tolist()
-        if k <= 0:
-            return []
-        flt = self._resolve(flt or ChunkFilter())  # once for both sides
-        if self.hybrid_mode == "weaviate":
-            return self._native_hybrid(query, query_vector, k, alpha, flt, fusion)
-
-        pool = k * self.hybrid_candidates
-        lexical = self.bm25(query, pool, flt) if alpha < 1.0 else []
-        semantic = self.vector(vector, pool, flt) if alpha > 0.0 else []
-        return fuse(lexical, semantic, alpha, k, fusion)
-
-    def _native_hybrid(self, query: str, vector: list[float], k: int, alpha: float, flt: ChunkFilter,
-                       fusion: Fusion) -> list[Hit]:
-        collection = self._chunks()
-        if collection is None or flt.doc_ids == ():
-            return []
-        kind = HybridFusion.RELATIVE_SCORE if fusion == "relative_score" else HybridFusion.RANKED
-        res = self._run("hybrid search", lambda: collection.query.hybrid(
-            query=stem_text(query), vector=vector, alpha=alpha, fusion_type=kind, query_properties=["search_text"],
-            limit=k, filters=build_filter(flt), return_metadata=MetadataQuery(score=True)))
-        return self._hits(res.objects, lambda m: m.score or 0.0, flt)
-
-
-def _default_vector(vector: Any) -> Sequence[float]:
-    """The chunk's vector from a v4 result (a dict of named vectors)."""
-    if isinstance(vector, dict):
-        vector = vector.get("default", next(iter(vector.values()), []))
-    return [float(x) for x in vector]
 
 
 def _reopen(host: str, options: dict[str, Any]) -> WeaviateStore:

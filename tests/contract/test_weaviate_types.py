@@ -20,7 +20,8 @@ def test_weaviate_adapter_passes_mypy_strict() -> None:
     # follow-imports=silent: the adapter is checked strictly, the modules it imports are only read
     result = subprocess.run(
         [sys.executable, "-m", "mypy", "--strict", "--follow-imports=silent", "--no-incremental",
-         "infra/store/weaviate.py", "infra/store/meta.py"],
+         "infra/store/weaviate.py", "infra/store/weaviate_schema.py", "infra/store/weaviate_search.py",
+         "infra/store/meta.py"],
         cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "Success" in result.stdout

@@ -19,8 +19,9 @@ from infra.settings import Settings
 from infra.store import build_store, embedding_name
 from infra.store.base import ChunkFilter, ChunkRecord, DocumentRecord
 from infra.store.meta import LibraryMeta
-from infra.store.weaviate import (WeaviateStore, build_doc_filter, build_filter, chunk_object, chunk_uuid, doc_object,
-                                  doc_uuid, hnsw_config, matches, stem_text, to_chunk, to_doc)
+from infra.store.weaviate import WeaviateStore
+from infra.store.weaviate_schema import (build_doc_filter, build_filter, chunk_object, chunk_uuid, doc_object, doc_uuid,
+                                         hnsw_config, matches, stem_text, to_chunk, to_doc)
 
 CHUNK = ChunkRecord(chunk_id="abcdef0123456789:3", doc_id="d" * 64, ordinal=3, text="Households were surveyed.",
                     section_path="Methods > Data", char_start=10, char_end=35, token_count=4, pages=(2, 3))
