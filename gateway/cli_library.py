@@ -257,7 +257,7 @@ def add_csv(
     store: Annotated[Path | None, typer.Option(help="Store folder (default: settings).")] = None,
 ) -> None:
     """Ingest the PDFs listed in a Zotero CSV export; files already in the store are skipped."""
-    from infra.sources.zotero import read_zotero_csv
+    from infra.sources.zotero_records import read_zotero_csv
 
     settings = library_settings(store)
     try:
@@ -413,7 +413,7 @@ def resolve_ids(documents: Sequence[Any], wanted: Sequence[str],
 def _forget_in_zotero_state(settings: Settings, doc_ids: set[str]) -> list[Path]:
     """Drop the removed files from the default Zotero state files next to the store (``<store>.zotero-*.json``),
     so the next ``add zotero`` ingests them again instead of calling them unchanged. Returns the files changed."""
-    from infra.sources.zotero import load_state, save_state
+    from infra.sources.zotero_records import load_state, save_state
 
     store_path = Path(settings.store.path)
     changed = []

@@ -215,7 +215,8 @@ def _delete_documents(settings: Settings, rundir: RunDir, state: RunState | None
 def _delete_zotero_collection(settings: Settings, run_id: str) -> str:
     """Delete the run's Zotero collection ('Forage <run_id>'); the items stay in the library."""
     from infra.net import Egress, EgressLedger
-    from infra.sources.zotero import ZoteroError, ZoteroLibrary, describe_error
+    from infra.sources.zotero import ZoteroLibrary
+    from infra.sources.zotero_records import ZoteroError, describe_error
 
     name = f"Forage {run_id}"
     with ZoteroLibrary(settings.zotero, Egress(settings.net, EgressLedger())) as library:

@@ -11,7 +11,8 @@ import pytest
 from infra.errors import ConfigError
 from infra.net import Egress, EgressLedger
 from infra.settings import NetSettings, ZoteroSettings
-from infra.sources.zotero import ZoteroError, ZoteroLibrary, load_state, read_zotero_csv
+from infra.sources.zotero import ZoteroLibrary
+from infra.sources.zotero_records import ZoteroError, load_state, read_zotero_csv
 from messages.search import Candidate
 from tests.loopback_zotero import LoopbackZotero
 
