@@ -18,8 +18,8 @@ URL (``Zotero.endpoint``), which is how a loopback server stands in for api.zote
   JSON state file (attachment key → version, md5, sha256, path) makes it incremental: unchanged
   attachments are neither fetched nor returned. The state is written by :meth:`commit` (``pull``
   does it unless told not to), so a caller can commit only what it ingested.
-* :func:`~infra.sources.zotero_records.read_zotero_csv` reads Zotero's CSV export: each row's first readable PDF attachment
-  becomes a Candidate; rows without one are skipped with the reason.
+* :func:`~infra.sources.zotero_records.read_zotero_csv` reads Zotero's CSV export: each row's first readable PDF
+  attachment becomes a Candidate; rows without one are skipped with the reason.
 
 The pull is :class:`~infra.sources.zotero_pull.ZoteroPull` (part of :class:`ZoteroLibrary`); the results' models, the
 normalisations, the state file and the CSV reader are :mod:`infra.sources.zotero_records`.
