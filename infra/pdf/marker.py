@@ -134,7 +134,7 @@ def split_pages(paginated: str) -> tuple[str, tuple[tuple[int, int, int], ...]]:
 
 def page_boxes(markdown: str) -> list[tuple[str, str]]:
     """(layout class, block) of a page's Markdown blocks: '#' lines are section headers, the rest text
-    (the shape :func:`infra.pdf.pymupdf._pick_title` and ``_authors_under_title`` read)."""
+    (the shape :func:`infra.pdf.pymupdf.pick_title` and ``authors_under_title`` read)."""
     return [("section-header" if block.lstrip().startswith("#") else "text", block)
             for block in _BLOCKS.split(markdown) if block.strip()]
 
@@ -175,15 +175,16 @@ class MarkerParser:
 
     def parse(self, path: Path) -> ParsedDocument:
         """Markdown, page spans and metadata of the PDF at ``path``; PDFError for files that cannot be used."""
-        from infra.pdf.pymupdf import (_authors_under_title, _choose_authors, _metadata_authors, _page_one_lines,
-                                       _pick_title, _pick_year, open_pdf, preflight, read_pdf)
+        from infra.pdf.page_one import (authors_under_title, choose_authors, metadata_authors, page_one_lines,
+                                        pick_title, pick_year)
+        from infra.pdf.pymupdf import open_pdf, preflight, read_pdf
 
         path = Path(path)
         data = read_pdf(path, self.max_bytes)
         with open_pdf(data, path) as doc:
             n_pages, keep, flags = preflight(doc, data, path, self.max_pages)
             meta = doc.metadata or {}
-            first_page = _page_one_lines(doc)
+            first_page = page_one_lines(doc)
             try:
                 page1_text = doc[0].get_text()
             except Exception:  # noqa: BLE001 - a title hint only
@@ -199,13 +200,13 @@ class MarkerParser:
                            f"enabled)", retryable=False)
         page1 = markdown[spans[0][1]:spans[0][2]] if spans and spans[0][0] == 1 else ""
         boxes1 = page_boxes(page1)
-        title = _pick_title(meta.get("title") or "", boxes1, first_page, page1_text or page1)
+        title = pick_title(meta.get("title") or "", boxes1, first_page, page1_text or page1)
         if keep < n_pages:
             markdown += (f"\n> Note: only the first {keep} of {n_pages} pages were parsed "
                          f"(ingest.max_pages = {keep}); pages {keep + 1}–{n_pages} are not in this document.\n")
-        authors = _choose_authors(_metadata_authors(meta.get("author") or ""), _authors_under_title(boxes1, title))
+        authors = choose_authors(metadata_authors(meta.get("author") or ""), authors_under_title(boxes1, title))
         return ParsedDocument(markdown=markdown, page_spans=spans, title=title or None, authors=tuple(authors),
-                              year=_pick_year(meta, page1_text or page1), n_pages=n_pages, parser=self.name,
+                              year=pick_year(meta, page1_text or page1), n_pages=n_pages, parser=self.name,
                               flags=tuple(flags))
 
 

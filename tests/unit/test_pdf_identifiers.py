@@ -4,7 +4,7 @@ Real papers: tests/real/test_real_pdfs.py (every one of the 16 shared PDFs, agai
 
 from __future__ import annotations
 
-from infra.pdf.pymupdf import _names_in_lines_under, page_one_ids
+from infra.pdf.page_one import names_in_lines_under, page_one_ids
 
 
 def test_a_labelled_doi_is_the_papers_and_a_bare_one_is_not():
@@ -31,12 +31,12 @@ def test_an_author_grid_gives_its_names_and_passes_over_mail_places_and_affiliat
              (12.0, 220.0, "ABSTRACT"),
              (9.0, 240.0, "Jane Roe")]  # below the abstract heading: not an author
     title = "CiteSee: Augmenting Citations in Scientific Papers with Persistent and Personalized Historical Context"
-    assert _names_in_lines_under(lines, title) == ["Joseph Chee Chang", "Amy X. Zhang", "Kyle Lo", "Doug Downey"]
+    assert names_in_lines_under(lines, title) == ["Joseph Chee Chang", "Amy X. Zhang", "Kyle Lo", "Doug Downey"]
 
 
 def test_running_prose_under_the_title_gives_no_names():
     lines = [(18.0, 60.0, "A Study of Things"),
              (10.0, 90.0, "In this paper we study many things that matter to a great many people in the world"),
              (10.0, 100.0, "Jane Roe")]
-    assert _names_in_lines_under(lines, "A Study of Things") == []
-    assert _names_in_lines_under(lines, "") == []
+    assert names_in_lines_under(lines, "A Study of Things") == []
+    assert names_in_lines_under(lines, "") == []

@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 
 from infra.errors import PDFError
-from infra.pdf.pymupdf import (PyMuPDFParser, _metadata_authors, _page_one_lines, _pick_year, _sensible_title,
-                               _title_from_lines)
+from infra.pdf.page_one import (_sensible_title, _title_from_lines, metadata_authors, page_one_lines,
+                                 pick_year)
+from infra.pdf.pymupdf import PyMuPDFParser
 from tests.factories import html_pdf
 
 DATA = Path(__file__).parents[1] / "data"
@@ -69,7 +70,7 @@ def test_marks_set_as_superscripts_are_not_part_of_the_page_lines(tmp_path: Path
     path = html_pdf(tmp_path / "marks.pdf", paper_html("", "A Short Title", "Ada Lovelace<sup>1,2</sup>, "
                                                        "Alan Turing<sup>∗</sup>"))
     with pymupdf.open(path) as pdf:
-        texts = [text for _, _, text in _page_one_lines(pdf)]
+        texts = [text for _, _, text in page_one_lines(pdf)]
     assert "Ada Lovelace , Alan Turing" in texts
 
 
@@ -125,13 +126,13 @@ def test_venue_and_issue_lines_are_never_a_title() -> None:
 
 
 def test_metadata_authors_lose_degrees_marks_and_publishers() -> None:
-    assert _metadata_authors("Christopher Wildeman, PhD, Alyssa W. Goldman, MA, and Emily A. Wang, MD, MAS") == \
+    assert metadata_authors("Christopher Wildeman, PhD, Alyssa W. Goldman, MA, and Emily A. Wang, MD, MAS") == \
         ["Christopher Wildeman", "Alyssa W. Goldman", "Emily A. Wang"]
-    assert _metadata_authors("Pablo E. Branchi *") == ["Pablo E. Branchi"]
-    assert _metadata_authors("Nina Brooks MPP") == ["Nina Brooks"]
-    assert _metadata_authors("Cambridge Journals") == []
-    assert _metadata_authors("Association for Computational Linguistics") == []
-    assert _metadata_authors("ATLAS and CMS Collaborations") == ["ATLAS and CMS Collaborations"]
+    assert metadata_authors("Pablo E. Branchi *") == ["Pablo E. Branchi"]
+    assert metadata_authors("Nina Brooks MPP") == ["Nina Brooks"]
+    assert metadata_authors("Cambridge Journals") == []
+    assert metadata_authors("Association for Computational Linguistics") == []
+    assert metadata_authors("ATLAS and CMS Collaborations") == ["ATLAS and CMS Collaborations"]
 
 
 @pytest.mark.parametrize(("text", "meta", "year"), [
@@ -146,7 +147,7 @@ def test_metadata_authors_lose_degrees_marks_and_publishers() -> None:
     ("Proceedings of NAACL-HLT 2018 c 2017 Association for Computational Linguistics", {}, 2018),
 ])
 def test_the_year_comes_from_venue_date_and_copyright_lines_and_arxiv_ids(text: str, meta: dict, year: int) -> None:
-    assert _pick_year(meta, text) == year
+    assert pick_year(meta, text) == year
 
 
 # ---------------------------------------------------------------------- the real papers of both shared folders

@@ -9,7 +9,8 @@ import pytest
 
 from infra.errors import PDFError
 from infra.pdf import build_parser
-from infra.pdf.pymupdf import PyMuPDFParser, _page_markdown, _pick_year, _running_keys
+from infra.pdf.page_one import pick_year
+from infra.pdf.pymupdf import PyMuPDFParser, _page_markdown, _running_keys
 from infra.settings import Settings
 from tests.factories import html_pdf
 
@@ -169,10 +170,10 @@ def test_a_footer_box_mid_page_is_kept_and_one_in_the_margin_dropped() -> None:
 
 def test_year_is_never_after_the_creation_year() -> None:
     meta = {"creationDate": "D:20090803160921Z"}
-    assert _pick_year(meta, "arXiv:0908.0054v1 1 Aug 2009; see [Smith 2004] and 2031 events") == 2009
-    assert _pick_year(meta, "no year printed") == 2009
-    assert _pick_year({}, "Proceedings 2017, cites 2015") == 2017
-    assert _pick_year({}, "nothing") is None
+    assert pick_year(meta, "arXiv:0908.0054v1 1 Aug 2009; see [Smith 2004] and 2031 events") == 2009
+    assert pick_year(meta, "no year printed") == 2009
+    assert pick_year({}, "Proceedings 2017, cites 2015") == 2017
+    assert pick_year({}, "nothing") is None
 
 
 # ---------------------------------------------------------------- bad files: clear, non-retryable PDFError
