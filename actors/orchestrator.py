@@ -41,7 +41,8 @@ from actors.llm_endpoint import actor_llm
 from actors.searcher import online
 from actors.status_hub import HubEmit
 from actors.steps.events import Emit
-from actors.steps.plan.requirements import MAX_PLAN_REQUIREMENTS, derive_requirements, replan_requirements
+from actors.steps.plan.replan import replan_requirements
+from actors.steps.plan.requirements import MAX_PLAN_REQUIREMENTS, derive_requirements
 from actors.steps.plan.search_terms import propose_search_queries
 from actors.steps.run.record import (
     ANSWERED, RunRecord, RunSuperseded, final_settled, mean_coverage, settled, stop_reason,

@@ -26,7 +26,7 @@ REQUIREMENTS_SYSTEM = (
     "Answer with JSON only."
 )
 
-# requirements.replan_requirements -> ReplanDraft; format(n=most new requirements)
+# plan.replan.replan_requirements -> ReplanDraft; format(n=most new requirements)
 REPLAN_SYSTEM = (
     "You review the progress of a literature search. Each requirement is a piece of information a report "
     "must contain; for each you see how well the papers found so far cover it and what kind of evidence "

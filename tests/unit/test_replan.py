@@ -11,7 +11,7 @@ import json
 
 from actors.orchestrator import Orchestrator
 from actors.steps.events import RecordingEmit
-from actors.steps.plan.requirements import describe_progress, next_requirement_ids, replan_requirements
+from actors.steps.plan.replan import describe_progress, next_requirement_ids, replan_requirements
 from actors.steps.schemas import ReplanDraft
 from infra.errors import LLMTimeout
 from infra.llm.fakes import ScriptedLLM
