@@ -30,7 +30,8 @@ from actors.steps.evaluation.retrieval import load_beir, load_corpus, select_que
 from actors.steps.forage.credit import JudgeCredit  # noqa: E402
 from actors.steps.plan.requirements import content_words, word_share  # noqa: E402
 from infra.embed import build_embedder  # noqa: E402
-from infra.settings import CONFIRM_WORD_WEIGHT, Settings  # noqa: E402
+from infra.calibrated import CONFIRM_WORD_WEIGHT  # noqa: E402
+from infra.settings import Settings  # noqa: E402
 from infra.store import build_store  # noqa: E402
 
 JUDGES = ((1.0, 1.0), (1.0, 0.0), (0.8, 0.2), (0.6, 0.4))  # (1, 1): a yes-man, whose word carries nothing

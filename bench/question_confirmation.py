@@ -41,7 +41,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from actors.steps.plan.requirements import content_words, own_question, word_share  # noqa: E402
-from infra.settings import CONFIRM_WORD_WEIGHT, Settings  # noqa: E402
+from infra.calibrated import CONFIRM_WORD_WEIGHT  # noqa: E402
+from infra.settings import Settings  # noqa: E402
 
 FLOORS = (0.75, 0.8, 0.85, 0.9, 0.95, 1.0, 1.05, 1.1)
 

@@ -275,7 +275,7 @@ def test_minilm_gives_the_demo_reviews_own_labels_as_the_closest(minilm, shared_
     from actors.steps.ingest.sections import outline
     from actors.steps.write.compare import LabelCheck
     from infra.pdf.pymupdf import PyMuPDFParser
-    from infra.settings import METHOD_LABELS, PROBLEM_LABELS
+    from infra.settings_sections import METHOD_LABELS, PROBLEM_LABELS
     pdf = next(p for p in shared_pdfs if p.name == "dvt_prophylaxis_trauma_bmc2010.pdf")
     parsed = PyMuPDFParser(max_pages=2).parse(pdf)
     text = f"{parsed.title}\n{outline(parsed.markdown, parsed.title).abstract}"

@@ -26,7 +26,8 @@ from actors.steps.schemas import PassageVerdict, batch_schema
 from actors.steps.text import block, clip
 from infra.llm.base import ChatMessage
 from infra.rerank import Relevance
-from infra.settings import CONFIRM_WORD_WEIGHT, Settings
+from infra.calibrated import CONFIRM_WORD_WEIGHT
+from infra.settings import Settings
 from infra.store.base import ChunkRecord
 from messages.forage import ChunkJudgement
 from messages.plan import Requirement
