@@ -57,8 +57,7 @@ class IngestCache:
     def parsed_key(doc_id: str, parser: PDFParser) -> str:
         """``doc_id`` (the file's sha256), the parser's name (with its version), Forage's own revision of what
         it reads from that parser's output, and its page limit."""
-        return _digest("parsed", doc_id, parser.name, str(getattr(parser, "revision", "")),
-                       str(getattr(parser, "max_pages", "")))
+        return _digest("parsed", doc_id, parser.name, parser.revision, str(parser.max_pages))
 
     @staticmethod
     def vectors_key(embedder_name: str, items: Sequence[Windowed], pooled: bool = False) -> str:

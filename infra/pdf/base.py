@@ -32,7 +32,11 @@ class ParsedDocument(BaseModel):
 
 @runtime_checkable
 class PDFParser(Protocol):
-    name: str
+    name: str  # with the parser's version
+    #: Forage's own revision of what it reads from this parser's output ("" where it reads nothing of its own): part
+    #: of the ingest cache's key, so a change to that reading makes every cached parse a miss
+    revision: str
+    max_pages: int  # pages parsed at most: part of the ingest cache's key too
 
     def parse(self, path: Path) -> ParsedDocument:
         """Raise PDFError (retryable=False) with a clear reason for files that cannot be used."""

@@ -156,6 +156,7 @@ class MarkerParser:
             raise ConfigError(why)
         privacy.apply()
         point_at_models(cache)
+        self.revision = ""  # what Forage reads from Marker's Markdown (page 1's metadata rules) has no revision yet
         self.max_pages = max_pages
         self.max_bytes = max_bytes
         self.cache_dir = cache

@@ -93,6 +93,8 @@ def arxiv_query(q: SearchQuery) -> str:
 
 class ArxivSource:
     name = "arxiv"
+    kinds = frozenset({"keywords", "title", "author"})
+    cites = False  # arXiv's API knows no citations
 
     def __init__(self, search: SearchSettings, net: NetSettings, egress: Egress) -> None:
         self.search_settings, self.net = search, net
@@ -138,6 +140,14 @@ class ArxivSource:
     def lookup_author(self, name: str, limit: int | None = None, query: SearchQuery | None = None) -> list[Candidate]:
         """Papers by a named author (``au:"..."``)."""
         return self.search(_as_kind(query, name, "author"), limit)
+
+    def references(self, work_id: str, limit: int) -> list[Candidate]:
+        """Nothing: arXiv's API knows no citations (``cites`` is False, so no one asks)."""
+        return []
+
+    def cited_by(self, work_id: str, limit: int) -> list[Candidate]:
+        """Nothing: arXiv's API knows no citations (``cites`` is False, so no one asks)."""
+        return []
 
     def exhausted(self, q: SearchQuery) -> bool:
         return _key(q) in self._exhausted

@@ -51,6 +51,8 @@ class _Pager:
 
 class OpenAlexSource:
     name = "openalex"
+    kinds = frozenset({"keywords", "title", "author"})
+    cites = True  # references and citing works of a work (citation snowballing)
 
     def __init__(self, search: SearchSettings, net: NetSettings, egress: Egress) -> None:
         self.search_settings, self.net = search, net

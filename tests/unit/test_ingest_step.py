@@ -45,7 +45,7 @@ class CountingParser:
 
     def __init__(self) -> None:
         self.inner = PyMuPDFParser()
-        self.name = self.inner.name
+        self.name, self.revision, self.max_pages = self.inner.name, self.inner.revision, self.inner.max_pages
         self.calls = 0
 
     def parse(self, path: Path) -> ParsedDocument:
@@ -57,6 +57,8 @@ class ExplodingParser:
     """A parser with a bug: the step must still answer, not raise."""
 
     name = "exploding"
+    revision = ""
+    max_pages = 60
 
     def parse(self, path: Path) -> ParsedDocument:
         raise RuntimeError("boom")

@@ -32,6 +32,11 @@ def paper(n: int, source: str = "openalex", **kw) -> Candidate:
 
 
 class PagedSource:
+    """A source of keyword pages only (no direct lookup, no citations)."""
+
+    kinds = frozenset({"keywords"})
+    cites = False
+
     def __init__(self, name: str, pages: list[list[Candidate]], fail: Exception | None = None) -> None:
         self.name, self.pages, self.fail, self.asked = name, list(pages), fail, []
         self.last: list[Candidate] | None = None
@@ -49,6 +54,8 @@ class PagedSource:
 
 
 class SnowballSource(PagedSource):
+    cites = True
+
     def __init__(self, *a, refs: dict[str, list[Candidate]] | None = None, **kw) -> None:
         super().__init__(*a, **kw)
         self.refs = refs or {}
@@ -177,6 +184,8 @@ def test_a_model_that_fails_every_score_still_keeps_the_top_ranked():
 
 def test_title_lookup_is_asked_once():
     class Lookup(PagedSource):
+        kinds = frozenset({"keywords", "title"})
+
         def lookup_title(self, title: str, query: SearchQuery | None = None) -> list[Candidate]:
             self.asked.append(("title", title))
             assert query is not None and query.text == title  # the approved string, with its filters

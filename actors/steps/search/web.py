@@ -38,9 +38,30 @@ from messages.status import Stage
 
 class PaperSource(Protocol):
     name: str
+    #: the search-string kinds the source answers: "keywords" (paged :meth:`search`), and "title" / "author"
+    #: (:meth:`lookup_title` / :meth:`lookup_author`, answered once)
+    kinds: frozenset[str]
+    #: whether the source knows who cites whom (:meth:`references`, :meth:`cited_by`: citation snowballing)
+    cites: bool
 
     def search(self, query: SearchQuery, limit: int) -> list[Candidate]:
         """The next page of results for ``query`` ([] once exhausted)."""
+        ...
+
+    def lookup_title(self, title: str, limit: int | None = None, query: SearchQuery | None = None) -> list[Candidate]:
+        """Works with this title (where "title" is one of :attr:`kinds`), with ``query``'s filters."""
+        ...
+
+    def lookup_author(self, name: str, limit: int | None = None, query: SearchQuery | None = None) -> list[Candidate]:
+        """Works by this author (where "author" is one of :attr:`kinds`), with ``query``'s filters."""
+        ...
+
+    def references(self, work_id: str, limit: int) -> list[Candidate]:
+        """The works ``work_id`` cites (where :attr:`cites`)."""
+        ...
+
+    def cited_by(self, work_id: str, limit: int) -> list[Candidate]:
+        """The works citing ``work_id`` (where :attr:`cites`)."""
         ...
 
     def exhausted(self, query: SearchQuery) -> bool:
@@ -85,14 +106,14 @@ class WebSearch:
                 if pair in self.exhausted_pairs:
                     continue
                 try:
-                    if query.kind == "title" and hasattr(source, "lookup_title"):
+                    if query.kind not in source.kinds:
+                        continue  # this source has no direct lookup of this kind
+                    if query.kind == "title":
                         page = source.lookup_title(query.text, query=query)  # with the string's filters
                         self.exhausted_pairs.add(pair)  # a lookup is answered once
-                    elif query.kind == "author" and hasattr(source, "lookup_author"):
+                    elif query.kind == "author":
                         page = source.lookup_author(query.text, query=query)
                         self.exhausted_pairs.add(pair)
-                    elif query.kind != "keywords":
-                        continue  # this source has no direct lookup
                     else:
                         page = source.search(query, limit)
                 except Exception as exc:  # noqa: BLE001 — one source failing is recorded; the others go on
@@ -119,8 +140,8 @@ class WebSearch:
         return found
 
     def _snowball(self, request: SearchRequest, skipped: list[Skipped]) -> list[Candidate]:
-        openalex = next((s for s in self.sources if hasattr(s, "references") and hasattr(s, "cited_by")), None)
-        if openalex is None:
+        citing = next((s for s in self.sources if s.cites), None)
+        if citing is None:
             return []
         seeds = [w for w in dict.fromkeys([*request.accepted_ids, *self.accepted_ids]) if w not in self.snowballed]
         budget = self.settings.search.snowball_max
@@ -133,7 +154,7 @@ class WebSearch:
                 if budget <= 0:
                     break
                 try:
-                    got = getattr(openalex, direction)(seed, budget)
+                    got = (citing.references if direction == "references" else citing.cited_by)(seed, budget)
                 except ForageError as exc:
                     skipped.append(Skipped(item=f"snowball {direction} {seed}", reason=str(exc),
                                            retryable=exc.retryable))
@@ -201,7 +222,7 @@ class WebSearch:
     def _snowball_left(self, request: SearchRequest) -> bool:
         if not (self.settings.search.snowball and self.settings.search.snowball_max > 0):
             return False
-        if not any(hasattr(s, "references") for s in self.sources):
+        if not any(s.cites for s in self.sources):
             return False
         return any(w not in self.snowballed for w in [*request.accepted_ids, *self.accepted_ids])
 
