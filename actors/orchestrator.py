@@ -38,7 +38,6 @@ from typing import Any
 from actors.crew import Crew
 from actors.ray_crew import RayCrew
 from actors.llm_endpoint import actor_llm
-from actors.searcher import online
 from actors.status_hub import HubEmit
 from actors.steps.events import Emit
 from actors.steps.plan.replan import replan_requirements
@@ -101,7 +100,7 @@ class Orchestrator:
     async def propose_search(self, plan: RequirementsPlan) -> RequirementsPlan:
         """Add proposed search strings to a plan when online sources may be used (never when offline)."""
 
-        if not online(self.settings):
+        if not self.settings.online():
             return plan
         queries, degraded = await propose_search_queries(plan.query.text, plan.requirements, self._model(),
                                                          max_strings=self.settings.search.max_search_strings)

@@ -26,11 +26,6 @@ def merge_results(request: SearchRequest, parts: list[SearchResults]) -> SearchR
                          exhausted=all(p.exhausted for p in parts))
 
 
-def online(settings: Settings) -> bool:
-    """Whether this run may ask online databases at all (approved strings are still needed)."""
-    return not settings.net.offline and bool(settings.search.sources)
-
-
 def build_web_search(settings: Settings, run_id: str, llm: Any, emit: Any) -> Any:
     """The run's WebSearch: sources, downloader and (optionally) Zotero over one ledgered Egress."""
     from actors.steps.run.rundir import RunDir
@@ -85,7 +80,7 @@ class Searcher:
             parts: list[SearchResults] = []
             if self._library is not None:
                 parts.append(await asyncio.to_thread(self._library.search, request))
-            if request.search_queries and online(self.settings):
+            if request.search_queries and self.settings.online():
                 parts.append(await self._web_search().search(request))
             if not parts:
                 raise ConfigError("no source to search: give a library folder (--library DIR) or approve search "

@@ -133,12 +133,11 @@ def edit_search_strings(plan: RequirementsPlan) -> RequirementsPlan:
 def preflight(settings: Settings, query: str, follow_up: bool = False) -> None:
     """Everything that can be checked before any work starts, each failure one clear sentence.
     A follow-up run (``follow_up``) may have nothing new to search: it has the earlier run's documents."""
-    from actors.searcher import online
     from actors.steps.search.library import library_files
     from gateway.session import check_model_servers
 
     ResearchQuery(run_id="preflight", text=query)  # empty query → ValidationError
-    if settings.search.library is None and not online(settings) and not follow_up:
+    if settings.search.library is None and not settings.online() and not follow_up:
         raise ForageError("nothing to search: pass --library DIR (a folder of PDFs), or drop --offline to search "
                           "OpenAlex and arXiv")
     if settings.search.library is not None:
@@ -148,7 +147,6 @@ def preflight(settings: Settings, query: str, follow_up: bool = False) -> None:
 
 def execute(settings: Settings, query: str, *, yes: bool, requirements_file: Path | None,
             llm: Any | None = None, searches_file: Path | None = None, from_run: str | None = None) -> int:
-    from actors.searcher import online
     from actors.steps.plan.requirements import requirements_from_text
     from actors.steps.plan.search_terms import parse_search_lines
     from gateway.session import ResearchSession
@@ -156,7 +154,7 @@ def execute(settings: Settings, query: str, *, yes: bool, requirements_file: Pat
     searches = None
     if searches_file is not None:  # read before anything starts: a bad line is one clear error, nothing lost
         searches = parse_search_lines(Path(searches_file).read_text(encoding="utf-8"))
-        if searches and not online(settings):
+        if searches and not settings.online():
             console.print(f"[yellow]offline:[/yellow] the {len(searches)} search string(s) in {searches_file} are "
                           "not sent; nothing leaves this machine.")
             searches = ()

@@ -134,9 +134,8 @@ class RunManager:
                                     model=req.model)
         if lib is not None:  # a folder a caller named: read no file whose real path lies outside it
             settings = settings.updated(search={"library_confined": True})
-        from actors.searcher import online
 
-        if settings.search.library is None and not online(settings):
+        if settings.search.library is None and not settings.online():
             raise Invalid("nothing to search: give a library folder, or allow online search")
         return settings
 

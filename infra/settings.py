@@ -161,6 +161,10 @@ class Settings(BaseSettings):
         """(intercept, slope, penalty) of the signal's calibration curve for this embedder (None: not calibrated)."""
         return ANSWER_CURVE.get((signal, self.embed.backend))
 
+    def online(self) -> bool:
+        """Whether a run may ask online databases at all (the researcher's approved strings are still needed)."""
+        return not self.net.offline and bool(self.search.sources)
+
     def extractive(self) -> bool:
         """Whether reports and answers quote their evidence instead of asking the LLM to write (write.extractive;
         None: when the LLM is the embedded model)."""
