@@ -79,13 +79,13 @@ def approve(plan: RequirementsPlan, *, yes: bool, interactive: bool | None = Non
     while True:
         show_requirements(plan)
         if yes:
-            return plan.model_copy(update={"approved": True})
+            return plan.approve()
         if not interactive:
             raise ForageError("cannot ask for approval without a terminal: pass --yes, or --requirements FILE")
         answer = typer.prompt("[a]ccept, [e]dit requirements, edit [s]earch strings, [d]rop N, [q]uit",
                               default="a").strip().lower()
         if answer in ("a", "accept", "y", "yes"):
-            return plan.model_copy(update={"approved": True})
+            return plan.approve()
         if answer in ("q", "quit"):
             raise typer.Exit(1)
         if answer in ("e", "edit"):

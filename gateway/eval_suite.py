@@ -58,7 +58,7 @@ def research_run(settings: Settings, query: str, llm: Any | None = None) -> RunD
 
     session = ResearchSession(settings, llm=llm, quiet=True)
     try:
-        plan = session.plan(query).model_copy(update={"approved": True})
+        plan = session.plan(query).approve()
         session.run(plan)
     finally:
         session.close()

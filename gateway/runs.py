@@ -223,12 +223,11 @@ class RunManager:
             raise Conflict(f"run {run.run_id} is {run.status}, not awaiting approval")
         plan = run.plan
         try:
-            update: dict[str, Any] = {"approved": True}
-            if approval.requirements is not None:
-                update["requirements"] = tuple(Requirement(id=r.id, text=r.text) for r in approval.requirements)
-            if approval.search_queries is not None:
-                update["search_queries"] = tuple(SearchQuery.model_validate(q) for q in approval.search_queries)
-            plan = RequirementsPlan.model_validate({**plan.model_dump(), **update})
+            plan = plan.approve(
+                requirements=None if approval.requirements is None else tuple(
+                    Requirement(id=r.id, text=r.text) for r in approval.requirements),
+                search_queries=None if approval.search_queries is None else tuple(
+                    SearchQuery.model_validate(q) for q in approval.search_queries))
         except ValidationError as exc:
             raise Invalid(validation_text(exc)) from None
         run.plan = plan

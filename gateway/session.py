@@ -64,7 +64,7 @@ class ResearchSession:
         """Run the approved plan; ``from_run``: follow up that earlier run (its documents and evidence)."""
         import ray
 
-        approved = plan if plan.approved else plan.model_copy(update={"approved": True})
+        approved = plan if plan.approved else plan.approve()
         done = self.orchestrator.run.remote(approved, from_run=from_run)
         # once the run's future is ready, the hub already holds the final event (it is published and awaited
         # before run() returns): read until it is delivered

@@ -136,3 +136,15 @@ class RequirementsPlan(Message):
         if len(ids) != len(set(ids)):
             raise ValueError(f"duplicate requirement ids: {ids}")
         return value
+
+    def approve(self, requirements: tuple[Requirement, ...] | None = None,
+                search_queries: tuple[SearchQuery, ...] | None = None) -> RequirementsPlan:
+        """This plan approved, with the researcher's edits of its requirements and search strings where given:
+        validated like a new plan (ValidationError for an empty or duplicated set). The one way a plan is approved,
+        whether in the CLI, the gateway or a benchmark."""
+        update: dict[str, object] = {"approved": True}
+        if requirements is not None:
+            update["requirements"] = requirements
+        if search_queries is not None:
+            update["search_queries"] = search_queries
+        return RequirementsPlan.model_validate({**self.model_dump(), **update})

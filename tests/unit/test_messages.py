@@ -128,3 +128,16 @@ def test_validation_errors_read_as_one_plain_sentence_naming_the_value() -> None
             ResearchQuery(run_id="r", text=text)
         message = validation_text(caught.value, field_names=names)
         assert message.startswith(expected) and "Value error" not in message and "xxxx" not in message
+
+
+def test_a_plan_is_approved_in_one_way_with_the_researchers_edits_validated() -> None:
+    plan = RequirementsPlan(run_id=RUN, query=QUERY, requirements=(REQ,))
+    assert plan.approve().approved and plan.approve().requirements == plan.requirements and not plan.approved
+    edited = plan.approve(requirements=(Requirement(id="R1", text="Bleeding after heparin in trauma patients"),),
+                          search_queries=(SearchQuery(text="heparin bleeding trauma"),))
+    assert edited.approved and edited.requirements[0].text == "Bleeding after heparin in trauma patients"
+    assert [q.text for q in edited.search_queries] == ["heparin bleeding trauma"]
+    with pytest.raises(pydantic.ValidationError):  # an edit that leaves a plan no valid plan could be is refused
+        plan.approve(requirements=())
+    with pytest.raises(pydantic.ValidationError):
+        plan.approve(requirements=(Requirement(id="R1", text="A first need"), Requirement(id="R1", text="Another")))
