@@ -181,6 +181,19 @@ def search_query(raw: str, max_words: int = 32) -> str:
     return " ".join(words[:max_words]).rstrip("…").strip()
 
 
+def echoes_prompt(query: str, prompt: str, subject: str) -> bool:
+    """Whether a model-written query is only the prompt's own wording echoed back — every word of it from the
+    instructions or block labels (``prompt``), none from what the query is about (``subject``: the requirement, the
+    titles shown): SmolLM2-135M answered a reformulation request with "TITLES", the label of the titles' block. A
+    query using other words than the requirement's (what a reformulation asks for) is not an echo."""
+    words = {w.casefold() for w in re.findall(r"[^\W\d_]{3,}", query)}
+    if not words:
+        return False
+    own = {w.casefold() for w in re.findall(r"[^\W\d_]{3,}", subject)}
+    scaffold = {w.casefold() for w in re.findall(r"[^\W\d_]{3,}", prompt)}
+    return words <= scaffold and not words & own
+
+
 def trim_cut(text: str) -> str:
     """Text cut off mid-sentence, trimmed back to its last complete sentence or, when there is none, to
     its last whole word followed by "…" (the last word may itself be cut, so it goes too)."""

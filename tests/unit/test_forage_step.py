@@ -681,6 +681,8 @@ def test_too_few_answering_papers_reformulates_once(store, embedder):
     ("leaf-energy-budget-canopy-light-measurement-measurement-measurement-measurement-measurement-measurement",
      "leaf energy budget canopy light measurement"),  # a small model's slug and loop (seen with SmolLM2-135M)
     ("canopy canopy canopy canopy canopy canopy canopy canopy canopy canopy canopy canopy", None),  # only a loop
+    ("TITLES", "TITLES"),  # the prompt's block label echoed back (SmolLM2-135M in a run): not searched
+    ("photosynthetic electron transport", "photosynthetic electron transport"),  # other words than the requirement's
 ])
 def test_a_slug_or_looping_reformulation_is_searched_as_words_or_not_at_all(store, embedder, written, searched):
     emit = RecordingEmit(RUN)
@@ -690,6 +692,8 @@ def test_a_slug_or_looping_reformulation_is_searched_as_words_or_not_at_all(stor
     queries = [e.payload["query"] for e in emit.events if e.kind == "retrieved"]
     if searched is None:
         assert event["query"] == "" and event["retrieved"] == 0 and queries == [REQ.text]
+    elif searched == "TITLES":
+        assert event["query"] == "TITLES" and event["retrieved"] == 0 and queries == [REQ.text]
     else:
         assert event["query"] == searched and queries == [REQ.text, searched]
 

@@ -65,7 +65,7 @@ from actors.steps.forage.retrieval import Retrieval
 from actors.steps.forage.runtime import Runtime
 from actors.steps.prompts import REFORMULATE_SYSTEM
 from actors.steps.schemas import DocumentGist, Reformulation, RelevanceGate, SectionChoice, batch_schema
-from actors.steps.text import block, search_query
+from actors.steps.text import block, echoes_prompt, search_query
 from infra.embed.base import Embedder
 from infra.errors import StoreError
 from infra.llm.base import LLM
@@ -358,19 +358,19 @@ class ForageStep:
         seen = [self.rt.doc(d).title for d in self.ledger.useful_docs()][:10]
         listed = "\n".join(f"- {t}" for t in seen) or "- (none)"
         # reformulate, judge, summaries; the judging waits for a search first: no slot kept for it
+        asked = (f"Only {before} paper(s) answer it so far (at least {self.cfg.min_papers} are wanted). Papers found "
+                 f"on the topic:\n{block('TITLES', listed)}\n\nWrite one different search query for the requirement: "
+                 "other words, the method or measurement names a paper would use.")
         with rounds_ahead(REFORMULATE_ROUNDS, next_at_once=False):
             answer = await self.rt.ask([
                 {"role": "system", "content": REFORMULATE_SYSTEM},
-                {"role": "user", "content": (
-                    f"Requirement: {req.text}\n\nOnly {before} paper(s) answer it so far "
-                    f"(at least {self.cfg.min_papers} are wanted). Papers found on the topic:\n"
-                    f"{block('TITLES', listed)}\n\nWrite one different search query for the requirement: other "
-                    "words, the method or measurement names a paper would use.")}],
+                {"role": "user", "content": f"Requirement: {req.text}\n\n{asked}"}],
                 Reformulation, "reformulate", it)
         if answer is None:
             return
         query = search_query(answer.query)  # a weak model's slug or repetition loop made a query, or ''
-        if not query or query.casefold() == req.text.casefold():
+        if (not query or query.casefold() == req.text.casefold()
+                or echoes_prompt(query, REFORMULATE_SYSTEM + asked.replace(listed, ""), f"{req.text} {listed}")):
             self.emit(Stage.FORAGE, "reformulated", f"{req.id}: no new query", iteration=it.number,
                       requirement_id=req.id, query=query, retrieved=0, judged=0, answering_papers_before=before,
                       answering_papers_after=before)
