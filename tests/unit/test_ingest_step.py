@@ -97,7 +97,7 @@ def test_stores_document_chunks_and_vectors(setup, server: LoopbackOllama, tmp_p
 
     assert result.status == "stored" and result.reason is None
     assert result.doc_id == hashlib.sha256(path.read_bytes()).hexdigest()
-    assert result.title == TITLE and result.parser == parser.name and result.seconds > 0
+    assert result.title == TITLE and result.parser == f"{parser.name} r{parser.revision}" and result.seconds > 0
     doc = store.get_document(result.doc_id)
     assert doc is not None and doc.key == f"file:{path}" and doc.origin == "wheat.pdf"
     assert doc.authors == ("Ada Lovelace", "Alan Turing")
@@ -368,3 +368,27 @@ def test_vector_cache_keys_tell_pooled_windows_from_windows_embedded_alone() -> 
     pooled = IngestCache.vectors_key("all-MiniLM-L6-v2", [item], pooled=True)
     assert pooled != alone and pooled != IngestCache.vectors_key("all-MiniLM-L6-v2", [Windowed(text)], pooled=True)
     assert IngestCache.vectors_key("other-model", [item]) != alone
+
+
+def test_a_document_an_older_reading_parsed_is_parsed_again_once(setup, server: LoopbackOllama, tmp_path: Path) -> None:
+    """A library stored before a fix to Forage's reading of the parser's output (parser revision: line numbers, a
+    title rule) gets the fix: the file is parsed again and its stored document replaced, once; another parser's
+    record (the researcher chose it) is left as it is."""
+    step, store, parser, _ = setup
+    path = wheat_pdf(tmp_path / "wheat.pdf")
+    first = step.ingest(request(path))
+    doc = store.get_document(first.doc_id)
+    assert doc is not None and doc.parser == f"{parser.name} r{parser.revision}"
+    chunks = all_chunks(store, doc.doc_id)
+    store.upsert_document(doc.model_copy(update={"parser": parser.name}), chunks,  # as an older Forage stored it
+                          [[1.0] + [0.0] * 767 for _ in chunks])
+    calls = parser.calls
+    again = step.ingest(request(path))
+    assert again.status == "stored" and parser.calls == calls + 1
+    assert again.reason == f"parsed again: stored by {parser.name}, now {parser.name} r{parser.revision}"
+    assert store.get_document(first.doc_id).parser == f"{parser.name} r{parser.revision}"
+    assert step.ingest(request(path)).status == "skipped" and parser.calls == calls + 1  # once
+    store.upsert_document(doc.model_copy(update={"parser": "marker-1.9"}), chunks,
+                          [[1.0] + [0.0] * 767 for _ in chunks])
+    assert step.ingest(request(path)).status == "skipped" and parser.calls == calls + 1
+

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from infra.pdf.base import PDFParser
 from messages.search import Candidate, VenueKind
 
 TEXT_PARSER = "text"
@@ -94,3 +95,18 @@ class TextDocument:
     venue: str = ""
     venue_kind: VenueKind = ""
     weight: dict[str, Any] | None = None  # what the search result says it weighs (messages.search.weight_of)
+
+
+def parser_label(parser: PDFParser) -> str:
+    """What a document record says parsed it: the parser's name (with its version) and Forage's revision of what it
+    reads from that parser's output ("pymupdf4llm-2.0+layout r5"), so a library knows which documents an older
+    reading parsed."""
+    return f"{parser.name} r{parser.revision}" if parser.revision else parser.name
+
+
+def stale_parse(recorded: str, label: str) -> bool:
+    """Whether a stored document's parser (``recorded``) is an older reading by the same parser as ``label``: the
+    same parser and version, another (or no) revision. Another parser's record (Marker's, a text's) is not stale:
+    the researcher chose it."""
+    return recorded != label and recorded.split(" r")[0] == label.split(" r")[0]
+

@@ -31,8 +31,8 @@ from time import perf_counter
 
 from actors.steps.events import Emit, null_emit
 from actors.steps.ingest.contextual import Contextualizer
-from actors.steps.ingest.documents import TEXT_PARSER, TextDocument, file_sha256, known_venue, source_origin, \
-    text_markdown
+from actors.steps.ingest.documents import (TEXT_PARSER, TextDocument, file_sha256, known_venue, parser_label,
+                                           source_origin, stale_parse, text_markdown)
 from actors.steps.ingest.indexing import Indexer, Prepared
 from infra.embed.base import Embedder
 from infra.errors import ForageError, PDFError
@@ -174,6 +174,11 @@ class IngestStep:
             raise PDFError(f"{path}: is a folder, not a file", retryable=False) from None
         except OSError as exc:
             raise ForageError(f"{path.name}: cannot read the file: {exc}", retryable=True) from exc
+        stored = self.store.get_document(doc_id)
+        if stored is not None and stale_parse(stored.parser, parser_label(self.parser)):
+            # parsed by an older revision of Forage's reading of this parser (a fix since: line numbers, a title
+            # rule): parsed again, and the stored document replaced
+            return CheckedFile(request, path, doc_id, started, stored)
         known = self._known(request.run_id, candidate.key, str(path), doc_id, started)
         if known is not None:
             return known
@@ -229,7 +234,7 @@ class IngestStep:
             doc_id, candidate.key, parsed.markdown, outline_title=parsed.title or candidate.title,
             title=candidate.title or parsed.title, fallback_title=path.stem, page_spans=parsed.page_spans,
             authors=candidate.authors or parsed.authors, year=candidate.year or parsed.year,
-            parser=parsed.parser, flags=parsed.flags,
+            parser=parser_label(self.parser) if self.parser is not None else parsed.parser, flags=parsed.flags,
             origin=source_origin(path.name, candidate.doi or parsed.doi, candidate.arxiv_id or parsed.arxiv_id),
             venue=venue, venue_kind=venue_kind, weight=weight_of(candidate))
 
@@ -357,8 +362,11 @@ class IngestStep:
     def _stored(self, run_id: str, item: Prepared, path: str | None, previous: DocumentRecord | None,
                 started: float, changed: str) -> IngestResult:
         doc = item.doc
-        note = (f"replaces {previous.doc_id[:16]} ({changed})"
-                if previous is not None and previous.doc_id != doc.doc_id else None)
+        note = None
+        if previous is not None and previous.doc_id != doc.doc_id:
+            note = f"replaces {previous.doc_id[:16]} ({changed})"
+        elif previous is not None and previous.parser != doc.parser:
+            note = f"parsed again: stored by {previous.parser}, now {doc.parser}"
         return IngestResult(run_id=run_id, key=doc.key, path=path, doc_id=doc.doc_id, status="stored",
                             title=doc.title, n_chunks=len(item.chunks), parser=doc.parser, flags=doc.flags,
                             reason=note, seconds=perf_counter() - started)
