@@ -32,7 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
-from infra.embed.base import Windowed
+from infra.embed.base import Windowed, separate_inputs
 from infra.pdf.base import ParsedDocument, PDFParser
 from infra.private_files import private_dir
 
@@ -64,7 +64,7 @@ class IngestCache:
         """The embedder's name and what it reads: each chunk's string, then each window's as a text of its own, or,
         where the windows are pooled from their chunk's pass, the chunks' strings and the windows' spans."""
         if not pooled:
-            inputs = [item.text for item in items] + [text for item in items for text in item.window_texts()]
+            inputs = separate_inputs(items)
             return _digest("vectors", embedder_name, str(len(inputs)), *inputs)
         windows = [f"windows {n} {item.lead} {item.windows}" for n, item in enumerate(items) if item.windows]
         return _digest("vectors", embedder_name, str(len(items)), *(item.text for item in items), *windows,

@@ -38,10 +38,16 @@ class _Embeds(Protocol):
     def embed(self, texts: Sequence[str]) -> list[list[float]]: ...
 
 
+def separate_inputs(items: Sequence[Windowed]) -> list[str]:
+    """Every text a model reads for ``items`` when each window is a text of its own: the items' texts, then their
+    windows' (in the order :meth:`Embedder.embed_windowed` returns vectors)."""
+    return [item.text for item in items] + [text for item in items for text in item.window_texts()]
+
+
 def embed_each(embedder: _Embeds, items: Sequence[Windowed]) -> list[list[float]]:
     """:meth:`Embedder.embed_windowed` for a model behind a server, which returns no token embeddings: every
     window is embedded as a text of its own (a forward pass each)."""
-    return embedder.embed([item.text for item in items] + [text for item in items for text in item.window_texts()])
+    return embedder.embed(separate_inputs(items))
 
 
 @runtime_checkable

@@ -15,7 +15,7 @@ from actors.steps.ingest.chunking import chunk_context_line, chunk_sections, con
 from actors.steps.ingest.contextual import Contextualizer
 from actors.steps.ingest.sections import outline
 from actors.steps.text import sentence_window_spans
-from infra.embed.base import Embedder, Windowed
+from infra.embed.base import Embedder, Windowed, separate_inputs
 from infra.errors import ForageError, PDFError
 from infra.ingest_cache import IngestCache
 from infra.settings import Settings
@@ -38,7 +38,7 @@ class Prepared:
     @property
     def inputs(self) -> list[str]:
         """Every string a model behind a server reads for this document: the chunks', then their windows'."""
-        return [item.text for item in self.items] + [text for item in self.items for text in item.window_texts()]
+        return separate_inputs(self.items)
 
     @property
     def n_vectors(self) -> int:
