@@ -175,14 +175,13 @@ class IngestStep:
         except OSError as exc:
             raise ForageError(f"{path.name}: cannot read the file: {exc}", retryable=True) from exc
         stored = self.store.get_document(doc_id)
-        if stored is not None and stale_parse(stored.parser, parser_label(self.parser)):
+        if stored is None:
+            return CheckedFile(request, path, doc_id, started, self.store.document_by_key(candidate.key))
+        if stale_parse(stored.parser, parser_label(self.parser)):
             # parsed by an older revision of Forage's reading of this parser (a fix since: line numbers, a title
             # rule): parsed again, and the stored document replaced
             return CheckedFile(request, path, doc_id, started, stored)
-        known = self._known(request.run_id, candidate.key, str(path), doc_id, started)
-        if known is not None:
-            return known
-        return CheckedFile(request, path, doc_id, started, self.store.document_by_key(candidate.key))
+        return self._skipped(request.run_id, candidate.key, str(path), stored, started)
 
     def store_parsed(self, parsed: Sequence[tuple[CheckedFile, ParsedDocument]], *,
                      report: bool = True) -> list[tuple[IngestResult, dict[str, float]]]:
@@ -334,28 +333,26 @@ class IngestStep:
         doc_id = hashlib.sha256(markdown.encode("utf-8")).hexdigest()
         if doc_id in first_with:
             return first_with[doc_id]
-        known = self._known(run_id, document.key, None, doc_id, started)
+        known = self.store.get_document(doc_id)
         if known is not None:
-            return known
+            return self._skipped(run_id, document.key, None, known, started)
         previous = self.store.document_by_key(document.key)
         self._progress(document.key, "chunking")
         title = " ".join(document.title.split())
         item = self.indexer.prepare(doc_id, document.key, markdown, outline_title=title or None, title=title or None,
-                             fallback_title=document.origin or document.key, page_spans=(),
-                             authors=document.authors, year=document.year, parser=TEXT_PARSER,
-                             flags=document.flags, origin=document.origin or document.key,
-                             venue=document.venue, venue_kind=document.venue_kind, weight=document.weight)
+                                    fallback_title=document.origin or document.key, page_spans=(),
+                                    authors=document.authors, year=document.year, parser=TEXT_PARSER,
+                                    flags=document.flags, origin=document.origin or document.key,
+                                    venue=document.venue, venue_kind=document.venue_kind, weight=document.weight)
         return item, previous
 
     # ------------------------------------------------------------------ the shared path
 
-    def _known(self, run_id: str, key: str, path: str | None, doc_id: str, started: float) -> IngestResult | None:
-        """A 'skipped' result when content with this doc_id is already stored, else None."""
-        known = self.store.get_document(doc_id)
-        if known is None:
-            return None
+    @staticmethod
+    def _skipped(run_id: str, key: str, path: str | None, known: DocumentRecord, started: float) -> IngestResult:
+        """The 'skipped' result of content already stored as ``known``."""
         note = None if known.key == key else f"same {'file' if path else 'text'} already stored as {known.key}"
-        return IngestResult(run_id=run_id, key=key, path=path, doc_id=doc_id, status="skipped", title=known.title,
+        return IngestResult(run_id=run_id, key=key, path=path, doc_id=known.doc_id, status="skipped", title=known.title,
                             n_chunks=known.n_chunks, parser=known.parser, flags=known.flags, reason=note,
                             seconds=perf_counter() - started)
 
