@@ -16,7 +16,7 @@ from infra.store.base import ChunkFilter, ChunkRecord, Hit
 from infra.store.fusion import Fusion, fuse
 from infra.store.lance_index import CHUNKS
 from infra.store.lance_schema import CHUNK_COLUMNS, WINDOWS, window_similarity
-from infra.store.lance_sql import filter_sql, sql_list
+from infra.store.lance_sql import sql_list
 
 T = TypeVar("T")
 
@@ -38,6 +38,8 @@ class LanceSearch:
 
         def _resolve(self, flt: ChunkFilter) -> ChunkFilter: ...
 
+        def _prefilter(self, flt: ChunkFilter) -> str | None: ...
+
         @staticmethod
         def _to_chunk(row: dict[str, Any]) -> ChunkRecord: ...
 
@@ -52,13 +54,9 @@ class LanceSearch:
         """BM25 over chunk text (Lance native full-text search: stemmed, stop words removed).
         Scores are BM25 scores (higher is better); ties break in document order.
         ``flt=None`` means the default :class:`ChunkFilter` (references excluded)."""
-        flt = flt or ChunkFilter()
-        if k <= 0 or not query.strip():
+        where = self._prefilter(flt or ChunkFilter()) if k > 0 and query.strip() else None
+        if where is None:
             return []
-        flt = self._resolve(flt)
-        if flt.doc_ids == ():
-            return []
-        where = filter_sql(flt)
 
         def run(t: Table) -> list[dict[str, Any]]:
             q = t.search(query, query_type="fts", fts_columns=self._fts_column(t))
@@ -76,13 +74,9 @@ class LanceSearch:
         (:data:`WINDOWS`; a chunk without windows keeps its own) and re-ordered by that. ``flt=None`` means the
         default :class:`ChunkFilter` (references excluded)."""
         query_vector = self.checked_vector(vector)
-        flt = flt or ChunkFilter()
-        if k <= 0:
+        where = self._prefilter(flt or ChunkFilter()) if k > 0 else None
+        if where is None:
             return []
-        flt = self._resolve(flt)
-        if flt.doc_ids == ():
-            return []
-        where = filter_sql(flt)
 
         def run(t: Table) -> list[dict[str, Any]]:
             q = t.search(query_vector, query_type="vector", vector_column_name="vector").distance_type("cosine")

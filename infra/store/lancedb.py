@@ -363,6 +363,12 @@ class LanceStore(LanceTables, LanceSearch, LanceUpkeep, Store):
         that meet them (one registry read), intersected with its doc_ids."""
         return flt.narrowed(self.document_ids(flt)) if flt.by_document else flt
 
+    def _prefilter(self, flt: ChunkFilter) -> str | None:
+        """The where-clause on chunks for ``flt`` (:meth:`_resolve`, then :func:`filter_sql`; "" for no condition),
+        or None when no document can match (a read of nothing)."""
+        flt = self._resolve(flt)
+        return None if flt.doc_ids == () else filter_sql(flt) or ""
+
     def delete_document(self, doc_id: str) -> None:
         """Unregister the document first, then delete its chunks. Unknown ids are a no-op."""
         if not any(name in self._db for name in (DOCUMENTS, CHUNKS)):
@@ -405,12 +411,9 @@ class LanceStore(LanceTables, LanceSearch, LanceUpkeep, Store):
 
     def chunks(self, flt: ChunkFilter, limit: int = 50) -> list[ChunkRecord]:
         """Chunks matching the filter in document order (doc_id, ordinal), at most ``limit``."""
-        if limit <= 0:
+        where = self._prefilter(flt) if limit > 0 else None
+        if where is None:
             return []
-        flt = self._resolve(flt)
-        if flt.doc_ids == ():
-            return []
-        where = filter_sql(flt)
         order = [ColumnOrdering(column_name="doc_id"), ColumnOrdering(column_name="ordinal")]
 
         def run(t: Table) -> list[dict[str, Any]]:
