@@ -63,18 +63,21 @@ def unit(v: np.ndarray) -> np.ndarray:
     return v / max(float(np.linalg.norm(v)), 1e-12)
 
 
+POOLINGS = ("span", "lead+span", "cls+lead+span+sep", "chunk-mix 0.5", "chunk-mix 0.75")
+
+
 def poolings(item, tokens, offsets) -> dict[str, list[np.ndarray]]:
     """Each pooling's window vectors for one chunk (a window its pass did not reach: the chunk's own vector)."""
     t = tokens.numpy()
     own = unit(t.mean(axis=0))
     special = [k for k, (a, b) in enumerate(offsets) if a == b]
     lead = [k for k, (a, b) in enumerate(offsets) if a < b and b <= item.lead]
-    out: dict[str, list[np.ndarray]] = {}
+    out: dict[str, list[np.ndarray]] = {name: [] for name in POOLINGS}
     for first, last in item.windows:
         inside = [k for k, (a, b) in enumerate(offsets) if a < b and a < last and b > first and a >= item.lead]
-        if not inside:
-            for name in out or ("span",):
-                out.setdefault(name, []).append(own)
+        if not inside:  # every pooling gets the chunk's own vector, so the lists stay aligned with the windows
+            for vectors in out.values():
+                vectors.append(own)
             continue
         span = unit(t[inside].mean(axis=0))
         rows = {"span": span, "lead+span": unit(t[lead + inside].mean(axis=0)),
@@ -82,7 +85,7 @@ def poolings(item, tokens, offsets) -> dict[str, list[np.ndarray]]:
         for beta in (0.5, 0.75):
             rows[f"chunk-mix {beta}"] = unit(beta * span + (1 - beta) * own)
         for name, vector in rows.items():
-            out.setdefault(name, []).append(vector)
+            out[name].append(vector)
     return out
 
 
@@ -124,7 +127,7 @@ def main() -> None:
     window_chunk: list[int] = []
     for c, ((_, item), (tokens, offsets)) in enumerate(zip(items, states, strict=True)):
         for name, vectors in poolings(item, tokens, offsets).items():
-            windows.setdefault(name, []).extend(vectors)
+            windows.setdefault(name, []).extend(vectors)  # every pooling, every window: aligned with window_chunk
         window_chunk.extend([c] * len(item.windows))
     qrels = {q: rels for q, rels in dataset.qrels(args.split).items() if any(d in corpus for d in rels)}
     qids = sorted(qrels)
