@@ -10,6 +10,15 @@ probability TPR (relevant) or FPR (other), seeded per claim and chunk, and count
 by the judge's relief. Answered = answerable claims with a counted candidate, hit = with a counted relevant one,
 false = claims with a counted candidate once their relevant papers are left out (top ``--k`` of the rest).
 
+Then fits a coverage prior on these candidates (P(answerable) from the shown candidates' scores — the log of their
+summed odds under the curve and the best score — by logistic regression over every train claim, once with its
+relevant papers and once without; one candidate per document, its best) and prints, per judge, what a requirement's
+coverage as a probability (``JudgeCredit.coverage``: the prior times the Bayes factor of the judge's verdicts) gives
+on train and test. (``Settings.coverage_prior`` is fitted on the Forager's own shown passages instead:
+bench/coverage_prior.py.) Figures:
+answered (answerable claims at coverage >= 0.75), false coverage (unanswerable ones at >= 0.75), mean coverage of
+each, and the expected calibration error against the share answerable (the bins of ``forage eval evidence``).
+
 Usage: FORAGE_INGEST__CACHE_DIR=… python bench/judge_credit.py --store DIR [--beir DIR] [--k 12] [--out FILE]
 """
 
@@ -20,6 +29,7 @@ import hashlib
 import json
 import math
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -27,7 +37,8 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from actors.steps.evaluation.retrieval import load_beir, load_corpus, select_queries  # noqa: E402
-from actors.steps.forage.credit import JudgeCredit  # noqa: E402
+from actors.steps.evaluation.evidence import expected_calibration_error, reliability as coverage_bins  # noqa: E402
+from actors.steps.forage.credit import JudgeCredit, signal_features  # noqa: E402
 from actors.steps.plan.requirements import content_words, word_share  # noqa: E402
 from infra.embed import build_embedder  # noqa: E402
 from infra.calibrated import CONFIRM_WORD_WEIGHT  # noqa: E402
@@ -63,19 +74,71 @@ def score(c: dict) -> float:
     return c["sim"] + CONFIRM_WORD_WEIGHT * c["share"]
 
 
-def fit_logistic(x: np.ndarray, y: np.ndarray, steps: int = 50) -> tuple[float, float]:
-    """(intercept, slope) maximising the likelihood of y ~ sigmoid(a + b x) (Newton's method)."""
-    w = np.zeros(2)
-    design = np.stack([np.ones_like(x), x], axis=1)
+def fit_logistic(x: np.ndarray, y: np.ndarray, steps: int = 100, weights: np.ndarray | None = None
+                 ) -> tuple[float, ...]:
+    """(intercept, slope per column of x) maximising the (weighted) likelihood of y ~ sigmoid(a + x b) (Newton's
+    method)."""
+    design = np.hstack([np.ones((len(x), 1)), x.reshape(len(x), -1)])
+    weight = np.ones(len(y)) if weights is None else weights
+    w = np.zeros(design.shape[1])
     for _ in range(steps):
         p = 1.0 / (1.0 + np.exp(-design @ w))
-        gradient = design.T @ (y - p)
-        hessian = (design * (p * (1 - p))[:, None]).T @ design
-        step = np.linalg.solve(hessian + 1e-9 * np.eye(2), gradient)
+        gradient = design.T @ (weight * (y - p))
+        hessian = (design * (weight * p * (1 - p))[:, None]).T @ design
+        step = np.linalg.solve(hessian + 1e-9 * np.eye(len(w)), gradient)
         w += step
         if np.abs(step).max() < 1e-10:
             break
-    return float(w[0]), float(w[1])
+    return tuple(float(v) for v in w)
+
+
+@dataclass
+class Outcome:  # what the reliability bins of `forage eval evidence` read of a requirement
+    coverage: float
+    answerable: bool
+
+
+def best_per_document(cands: list[dict], topic: float) -> list[dict]:
+    """The candidates shown from the topic floor on, one per document (chunk ids are "<doc>:<n>"): its best-scoring,
+    as the ledger weighs them (Ledger.best_shown)."""
+    best: dict[str, dict] = {}
+    for c in cands:
+        doc = c["chunk"].rsplit(":", 1)[0]
+        if c["sim"] >= topic and (doc not in best or score(c) > score(best[doc])):
+            best[doc] = c
+    return list(best.values())
+
+
+def claim_versions(rows: list[dict]) -> list[tuple[str, list[dict], bool]]:
+    """Every claim twice: (qid, its candidates, answerable) with its relevant papers and without."""
+    return [(r["qid"], r[side], side == "answerable") for r in rows for side in ("answerable", "unanswerable")]
+
+
+def fit_prior(rows: list[dict], curve: tuple[float, float, float], topic: float) -> tuple[float, float, float]:
+    """The coverage prior, fitted on ``rows`` (train): P(answerable | the shown candidates' signal features)."""
+    features, labels = [], []
+    for _, cands, answerable in claim_versions(rows):
+        scores = [score(c) for c in best_per_document(cands, topic)]
+        if scores:  # nothing shown: coverage 0, nothing to fit
+            features.append(signal_features(scores, curve))
+            labels.append(float(answerable))
+    a, b, c = fit_logistic(np.array(features), np.array(labels))
+    return round(a, 3), round(b, 3), round(c, 3)
+
+
+def coverage_figures(rows: list[dict], credit: JudgeCredit, topic: float) -> dict:
+    """Coverage as a probability (JudgeCredit.coverage) of every claim version, judged by a simulated judge of the
+    credit's rates: answered, false coverage, mean coverage and ECE."""
+    outcomes = [Outcome(credit.coverage([(score(c), judged(q, c["chunk"], c["relevant"], credit.tpr, credit.fpr))
+                                         for c in best_per_document(cands, topic)]) or 0.0, answerable)
+                for q, cands, answerable in claim_versions(rows)]
+    ans = [o.coverage for o in outcomes if o.answerable]
+    una = [o.coverage for o in outcomes if not o.answerable]
+    return {"answered": round(sum(c >= 0.75 for c in ans) / len(ans), 3),
+            "false": round(sum(c >= 0.75 for c in una) / len(una), 3),
+            "coverage_answerable": round(sum(ans) / len(ans), 3),
+            "coverage_unanswerable": round(sum(una) / len(una), 3),
+            "ece": expected_calibration_error(coverage_bins(outcomes))}  # type: ignore[arg-type]
 
 
 def reliability(rows: list[dict], curve: tuple[float, ...], bins: int = 5) -> list[dict]:
@@ -167,6 +230,19 @@ def main() -> None:
         out["judges"].append({"tpr": tpr, "fpr": fpr, "train": tr, "test": te})
         print(f"({tpr}, {fpr}) | {tr['relief']:.3f} | {tr['answered']} / {tr['hit']} / {tr['false']} | "
               f"{te['answered']} / {te['hit']} / {te['false']}")
+    prior = fit_prior(splits["train"], curve, floors[1])
+    out["prior"] = list(prior)
+    out["coverage"] = []
+    print(f"coverage prior on train (top {args.k}): P(answerable) = sigmoid({prior[0]} + {prior[1]} log-summed-odds + "
+          f"{prior[2]} best)")
+    print("judge (TPR, FPR) | train answered / false / ECE / mean answerable, unanswerable | test the same")
+    for tpr, fpr in (*JUDGES, (0.95, 0.05), (0.9, 0.1), (0.7, 0.3)):
+        credit = JudgeCredit(tpr, fpr, curve, prior)
+        tr, te = (coverage_figures(splits[s], credit, floors[1]) for s in ("train", "test"))
+        out["coverage"].append({"tpr": tpr, "fpr": fpr, "train": tr, "test": te})
+        print(f"({tpr}, {fpr}) | " + " | ".join(
+            f"{f['answered']} / {f['false']} / {f['ece']:.3f} / {f['coverage_answerable']:.2f}, "
+            f"{f['coverage_unanswerable']:.2f}" for f in (tr, te)))
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(out, indent=2) + "\n")

@@ -25,6 +25,14 @@ STORE_CONFIRMATION: dict[str, float] = {"minilm": 1.0}
 # (0.95, 0.05) to (0.6, 0.4)): bench/judge_credit.py, docs/evidence.md. The check weighs the judge by it
 # (actors/steps/forage/credit.py). Only the store's score with MiniLM is fitted: the text's gives no relief.
 ANSWER_CURVE: dict[tuple[str, str], tuple[float, float, float]] = {("store", "minilm"): (-7.826, 8.038, 1.3)}
+# The coverage prior: P(the library answers a requirement | the scores of the passages shown to the judge) =
+# sigmoid(intercept + w1 x log of their summed odds under the curve + w2 x the best score), one passage per document
+# (its best), fitted on what the Forager showed simulated judges (1, 1), (0.8, 0.2), (0.6, 0.4) and (1, 0) for 200
+# SciFact train claims each (`forage eval evidence --split train`, bench/coverage_prior.py, docs/evidence.md; the
+# answerable ones and those whose relevant papers were held out weighted to count alike); a requirement's coverage is
+# this prior times the Bayes factor of the judge's verdicts (actors/steps/forage/credit.py). Only where the curve is
+# fitted.
+COVERAGE_PRIOR: dict[tuple[str, str], tuple[float, float, float]] = {("store", "minilm"): (-14.1, -1.879, 16.654)}
 # The judge's rates (true positive, false positive: the share of answering passages it calls answers, and of other
 # passages) when forage.judge_tpr / judge_fpr are not set. An uncalibrated model's "answers" is taken to carry no
 # information (the rates of a judge that calls every passage an answer): the check then asks of it what the floors

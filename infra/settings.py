@@ -14,7 +14,8 @@ from pydantic import BaseModel, Field, ModelWrapValidatorHandler, PrivateAttr, m
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from infra import judges
-from infra.calibrated import (ANSWER_CURVE, CONFIRMATION, PACKAGED_JUDGE, SIMILARITY, STORE_CONFIRMATION, STORE_SIMILARITY, UNCALIBRATED_JUDGE)
+from infra.calibrated import (ANSWER_CURVE, CONFIRMATION, COVERAGE_PRIOR, PACKAGED_JUDGE, SIMILARITY,
+                              STORE_CONFIRMATION, STORE_SIMILARITY, UNCALIBRATED_JUDGE)
 from infra.settings_sections import (EmbedSettings, ForageSettings, IngestSettings, LLMSettings, NetSettings, RayOptions,
                                      RunSettings, SearchSettings, StoreSettings, WriteSettings, ZoteroSettings)
 
@@ -160,6 +161,11 @@ class Settings(BaseSettings):
     def answer_curve(self, signal: Literal["store", "text"] = "text") -> tuple[float, float, float] | None:
         """(intercept, slope, penalty) of the signal's calibration curve for this embedder (None: not calibrated)."""
         return ANSWER_CURVE.get((signal, self.embed.backend))
+
+    def coverage_prior(self, signal: Literal["store", "text"] = "text") -> tuple[float, float, float] | None:
+        """(intercept, weight of the log summed odds, weight of the best score) of the coverage prior for this
+        embedder (None: not calibrated; coverage is then the ledger's ladder)."""
+        return COVERAGE_PRIOR.get((signal, self.embed.backend))
 
     def online(self) -> bool:
         """Whether a run may ask online databases at all (the researcher's approved strings are still needed)."""

@@ -35,6 +35,10 @@ class ChunkJudgement(Frozen):
     relevance: float | None = Field(
         default=None, description="How close the passage is to the requirement by a signal independent of the judge "
                                   "(cosine similarity of their embeddings); None: not checked.")
+    signal: float | None = Field(
+        default=None, description="The check's score of the passage: ``relevance`` plus 0.4 x the share of the "
+                                  "requirement's content words it holds; what a calibrated coverage weighs it by. "
+                                  "None: not shown to the judge, or coverage not calibrated for this signal.")
     model_tag: Tag | None = Field(
         default=None, description="The judge's own tag when the relevance check overruled it (``tag`` is then what "
                                   "counts); None: the check agreed, or the passage was never shown to the judge.")

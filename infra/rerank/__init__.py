@@ -39,6 +39,9 @@ class Relevance(Protocol):
     # (intercept, slope, penalty): P(answers | similarity + 0.4 x word share) fitted on SciFact train
     # (Settings.answer_curve); None: not calibrated (forage/credit.py then gives the judge no relief)
     curve: tuple[float, float, float] | None
+    # P(the library answers | the shown passages' scores) (Settings.coverage_prior); None: not calibrated (coverage
+    # is then the ledger's ladder)
+    prior: tuple[float, float, float] | None
 
     def score(self, query: str, chunks: Sequence[ChunkRecord]) -> list[float]:
         """One score per chunk, in order; higher is closer to ``query``."""
@@ -66,10 +69,12 @@ class _Similarity:
     kind: str
 
     def __init__(self, embedder: Embedder, floors: tuple[float, float], confirmation: float | None = None,
-                 curve: tuple[float, float, float] | None = None) -> None:
+                 curve: tuple[float, float, float] | None = None, *,
+                 prior: tuple[float, float, float] | None = None) -> None:
         self.floors = floors
         self.confirmation = confirmation
         self.curve = curve
+        self.prior = prior if curve is not None else None
         self.name = f"{self.kind}:{getattr(embedder, 'name', type(embedder).__name__)}"
         self.query_vector = QueryVector(embedder)
 
@@ -80,8 +85,9 @@ class EmbeddingSimilarity(_Similarity):
     kind = "similarity"
 
     def __init__(self, embedder: Embedder, floors: tuple[float, float], confirmation: float | None = None,
-                 curve: tuple[float, float, float] | None = None) -> None:
-        super().__init__(embedder, floors, confirmation, curve)
+                 curve: tuple[float, float, float] | None = None, *,
+                 prior: tuple[float, float, float] | None = None) -> None:
+        super().__init__(embedder, floors, confirmation, curve, prior=prior)
         self.embedder = embedder
 
     def score(self, query: str, chunks: Sequence[ChunkRecord]) -> list[float]:
@@ -104,8 +110,9 @@ class StoreSimilarity(_Similarity):
     kind = "store"
 
     def __init__(self, store: Store, embedder: Embedder, floors: tuple[float, float],
-                 confirmation: float | None = None, curve: tuple[float, float, float] | None = None) -> None:
-        super().__init__(embedder, floors, confirmation, curve)
+                 confirmation: float | None = None, curve: tuple[float, float, float] | None = None, *,
+                 prior: tuple[float, float, float] | None = None) -> None:
+        super().__init__(embedder, floors, confirmation, curve, prior=prior)
         self.store = store
 
     def score(self, query: str, chunks: Sequence[ChunkRecord]) -> list[float]:
@@ -126,6 +133,7 @@ class CrossEncoderReranker:
         self.name = f"cross-encoder:{model}"
         self.confirmation: float | None = None  # on its own scale: the word-share confirmation is not calibrated for it
         self.curve: tuple[float, float, float] | None = None
+        self.prior: tuple[float, float, float] | None = None
         self._encoder: Any = None
         self._lock = threading.Lock()
 
@@ -158,10 +166,12 @@ def build_relevance(settings: Settings, embedder: Embedder, store: Store | None 
     similarity: Relevance
     if signal == "store" and store is not None:
         similarity = StoreSimilarity(store, embedder, settings.similarity_floors("store"),
-                                     settings.answer_confirmation("store"), settings.answer_curve("store"))
+                                     settings.answer_confirmation("store"), settings.answer_curve("store"),
+                                     prior=settings.coverage_prior("store"))
     else:
         similarity = EmbeddingSimilarity(embedder, settings.similarity_floors("text"),
-                                         settings.answer_confirmation("text"), settings.answer_curve("text"))
+                                         settings.answer_confirmation("text"), settings.answer_curve("text"),
+                                         prior=settings.coverage_prior("text"))
     model = settings.forage.reranker
     if not model:
         return similarity, None

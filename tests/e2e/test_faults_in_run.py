@@ -83,12 +83,13 @@ def test_no_document_lost_and_no_chunk_stored_twice(faulty_run) -> None:
 
 
 def test_the_killed_foragers_requirement_failed_once_then_was_foraged(faulty_run) -> None:
-    _, state, events, _, _ = faulty_run
+    _, state, events, settings, _ = faulty_run
     first, second = state["iterations"][:2]
     assert first["status"]["R2"] == "failed" and first["status"]["R1"] == "ok"
     assert first["coverage"]["R2"] == 0.0 and first["coverage"]["R1"] > 0  # the other Forager did its work
     assert second["status"]["R2"] == "ok" and state["coverage"]["R2"] > 0
-    assert state["coverage"]["R1"] == 1.0  # "heparin"/"bleeding" are in the DVT paper the killed Ingestor had
+    # answered: "heparin"/"bleeding" are in the DVT paper the killed Ingestor had (coverage a probability: at the goal)
+    assert state["coverage"]["R1"] >= settings.run.min_coverage
     died = [e for e in events if e.stage == "forage" and e.kind == "failed" and e.requirement_id == "R2"]
     assert died and "forager died" in died[0].message
     pids = [e.payload["pid"] for e in events if e.stage == "forage" and e.kind == "actor" and e.requirement_id == "R2"]

@@ -192,10 +192,11 @@ def test_loop_stops_on_coverage_or_iteration_limit(finished_run) -> None:
 
 
 def test_failed_forager_fails_only_its_requirement(finished_run) -> None:
-    summary, state, _, _ = finished_run
+    summary, state, _, settings = finished_run
     assert "R3" in state["failed_requirements"]
     assert "scripted forager failure" in state["failed_requirements"]["R3"]
-    assert state["coverage"]["R1"] == 1.0  # "heparin"/"bleeding" are in the DVT paper
+    # answered: "heparin"/"bleeding" are in the DVT paper (coverage a probability: at the goal)
+    assert state["coverage"]["R1"] >= settings.run.min_coverage
     report = Path(summary.report_path).read_text()
     assert "failed" in report.split("## ")[-2] or "failed" in report
 

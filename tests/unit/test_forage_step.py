@@ -999,6 +999,7 @@ class PhraseRelevance:
     floors = (0.6, 0.2)
     confirmation = None  # its own scale, as a reranker's
     curve = None  # not calibrated
+    prior = None  # nor its coverage
 
     def __init__(self, table: dict[str, float]) -> None:
         self.table = table

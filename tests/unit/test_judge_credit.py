@@ -47,3 +47,67 @@ def test_settings_give_the_judges_rates() -> None:
     for backend in ("ollama", "embedded"):
         tpr, fpr = Settings.load().updated(llm={"backend": backend}).judge_rates()
         assert 0.0 <= fpr <= 1.0 and 0.0 <= tpr <= 1.0
+
+
+CURVE, PRIOR = (-7.826, 8.038, 1.3), (-14.1, -1.879, 16.654)  # MiniLM's store signal (infra/calibrated.py)
+
+
+def test_coverage_is_the_signals_prior_moved_by_the_judges_bayes_factor() -> None:
+    """A yes-man's verdicts leave the prior; a reliable judge's 'answers' on the likeliest passage raises it, its
+    'unrelated' lowers it, the more the more reliable the judge; nothing shown is 0; no calibration: None."""
+    shown = [(0.95, True), (0.6, False), (0.55, False)]
+    silent = [(0.95, False), (0.6, False), (0.55, False)]
+    yes_man = JudgeCredit(1.0, 1.0, CURVE, PRIOR)
+    prior = yes_man.coverage(shown)
+    assert prior is not None and 0.0 < prior < 1.0
+    assert yes_man.coverage(silent) == pytest.approx(prior)  # its word carries nothing
+    good, perfect = JudgeCredit(0.8, 0.2, CURVE, PRIOR), JudgeCredit(1.0, 0.0, CURVE, PRIOR)
+    assert perfect.coverage(shown) > good.coverage(shown) > prior  # type: ignore[operator]
+    assert perfect.coverage(silent) < good.coverage(silent) < prior  # type: ignore[operator]
+    assert perfect.coverage([]) == 0.0
+    assert JudgeCredit(1.0, 0.0, CURVE, None).coverage(shown) is None
+    assert JudgeCredit(1.0, 0.0, None, PRIOR).coverage(shown) is None
+
+
+def test_coverage_weighs_an_answer_by_how_likely_the_signal_makes_it_the_answering_passage() -> None:
+    """The same judge's 'answers' counts for more on the passage closest to the requirement than on a distant one,
+    and only the 12 highest-scoring passages count."""
+    judge = JudgeCredit(0.9, 0.1, CURVE, PRIOR)
+    near = judge.coverage([(0.95, True), (0.6, False)])
+    far = judge.coverage([(0.95, False), (0.6, True)])
+    assert near > far  # type: ignore[operator]
+    many = [(0.95, True)] + [(0.5, False)] * 11
+    assert judge.coverage(many + [(0.4, False)] * 30) == pytest.approx(judge.coverage(many))
+
+
+def test_settings_give_the_coverage_prior_only_where_the_curve_is_fitted() -> None:
+    settings = Settings.load()
+    assert settings.coverage_prior("store") is not None and settings.answer_curve("store") is not None
+    assert settings.coverage_prior("text") is None
+    assert settings.updated(embed={"backend": "ollama"}).coverage_prior("store") is None
+
+
+def test_the_ledger_reports_the_calibrated_coverage_over_the_passages_shown_to_the_judge() -> None:
+    """Where the check is calibrated the ledger's coverage is the probability over the verdicts it holds (the judge's
+    own tag where the check overruled it, passages under the shown floor left out); not calibrated, the ladder."""
+    from actors.steps.forage.ledger import Iteration, Ledger
+    from messages.forage import ChunkJudgement
+
+    credit = JudgeCredit(0.9, 0.1, CURVE, PRIOR)
+    verdicts = [ChunkJudgement(chunk_id="c1", doc_id="d1", tag="interesting", model_tag="answers", relevance=0.8,
+                               signal=0.95),
+                ChunkJudgement(chunk_id="c2", doc_id="d2", tag="unrelated", relevance=0.5, signal=0.6),
+                ChunkJudgement(chunk_id="c3", doc_id="d3", tag="answers", relevance=0.3, signal=0.9)]  # under the floor
+    ledger = Ledger(related_floor=0.52, credit=credit, shown_floor=0.4)
+    ledger.record(verdicts, Iteration(1))
+    assert ledger.coverage() == pytest.approx(credit.coverage([(0.95, True), (0.6, False)]), abs=1e-4)
+    ladder = Ledger(related_floor=0.52, credit=JudgeCredit(0.9, 0.1, CURVE, None), shown_floor=0.4)
+    ladder.record(verdicts, Iteration(1))
+    assert ladder.coverage() == ladder.ladder() == 1.0  # c3: an answer with no confirmation asked counts
+    # a second passage of d2 (a deep dive's), lower than its first: one candidate per document, its best
+    ledger.record([ChunkJudgement(chunk_id="c4", doc_id="d2", tag="answers", relevance=0.45, signal=0.5)],
+                  Iteration(2))
+    assert ledger.best_shown() == [(0.95, True), (0.6, False)]
+    nothing = Ledger(related_floor=0.52, credit=credit, shown_floor=0.4)
+    nothing.record(verdicts[2:], Iteration(1))
+    assert nothing.coverage() == 0.0  # calibrated, but no passage shown from the floor on

@@ -81,8 +81,8 @@ def test_report_structure_and_numbering(store):
     assert "Iterations: 2" in scope and "Requirements: 4" in scope
     assert "- Judge: " in scope and "not calibrated" in scope  # the scripted model's rates were never measured
     assert "3 in the whole store (every run's and library's papers); 3 gave evidence" in scope
-    assert f"| R1: {R1.text} | 1.0 (answered) | 2 |" in scope
-    assert f"| R3: {R3.text} | 0.0 (not covered) | 0 |" in scope
+    assert f"| R1: {R1.text} | 1.00 (answered) | 2 |" in scope
+    assert f"| R3: {R3.text} | 0.00 (not covered) | 0 |" in scope
     assert f"| R4: {R4.text} | failed | 0 |" in scope
     # Harvard-style entries
     sources = section(md, "Sources Consulted")

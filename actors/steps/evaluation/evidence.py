@@ -52,11 +52,12 @@ from actors.steps.evaluation.retrieval import (
     load_corpus,
     select_queries,
 )
+from actors.steps.forage.ledger import Iteration, Ledger
 from infra.embed.base import Embedder
 from infra.errors import ConfigError
 from infra.settings import Settings
 from infra.store.base import Store
-from messages.forage import ForageRequest
+from messages.forage import ChunkJudgement, ForageRequest
 from messages.plan import Requirement
 
 EvidenceMode = Literal["judge", "checked"]
@@ -82,6 +83,9 @@ class QueryOutcome:
     verdicts: list[tuple[str, str | None, float | None, bool | None]] = field(default_factory=list)
     # (the judge's own tag, whether the passage is of a relevant document) of every passage shown to the judge
     judged: list[tuple[str, bool]] = field(default_factory=list)
+    # (score, the judge called it an answer) of each document's best passage shown from the calibrated topic floor
+    # on (Ledger.best_shown): what a calibrated coverage weighs, and what bench/coverage_prior.py fits the prior on
+    best_shown: list[tuple[float, bool]] = field(default_factory=list)
 
 
 @dataclass
@@ -288,7 +292,8 @@ def evaluate_evidence(settings: Settings, folder: Path, *, n_queries: int = 50, 
                     failed_steps=len(cov.failed_steps),
                     verdicts=[(j.model_tag or j.tag, j.kind, j.relevance, j.confirmed) for j in shown],
                     judged=[(j.model_tag or j.tag, bool(relevant & set(corpus_ids.get(j.doc_id, []))))
-                            for j in shown])
+                            for j in shown],
+                    best_shown=best_shown(cov.judgements, base.similarity_floors(signal)[1]))
                 summary.outcomes.append(outcome)
                 if progress is not None:
                     progress(mode, n, len(qids), outcome)
@@ -298,6 +303,14 @@ def evaluate_evidence(settings: Settings, folder: Path, *, n_queries: int = 50, 
                 out["answer_floor_sweep"] = answer_floor_sweep(summary.outcomes)
             out["queries"][mode] = [vars(o) | {"seconds": round(o.seconds, 2)} for o in summary.outcomes]
     return out
+
+
+def best_shown(judgements: Sequence[ChunkJudgement], topic_floor: float) -> list[tuple[float, bool]]:
+    """Each document's best passage shown from ``topic_floor`` on, as a calibrated coverage weighs them
+    (:meth:`Ledger.best_shown`); empty where the check recorded no scores (not calibrated, or ``judge`` mode)."""
+    ledger = Ledger(related_floor=-math.inf, shown_floor=topic_floor)
+    ledger.record(judgements, Iteration(1))
+    return ledger.best_shown()
 
 
 SWEEP_FLOORS = (0.43, 0.5, 0.52, 0.55, 0.6, 0.65, 0.7, 0.73, 0.76)  # the text's and the store's floors

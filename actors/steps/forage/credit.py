@@ -19,14 +19,36 @@ passages shown for it, and when the library holds no answer its best distractors
 is chosen on train as the least that keeps that false coverage within 10 % for judges from (0.95, 0.05) to
 (0.6, 0.4). A judge whose weight does not exceed it gets no relief, never a stricter check; a signal without a
 calibration curve (an uncalibrated embedder, a reranker) gives none either.
+
+:meth:`JudgeCredit.coverage` is a requirement's coverage as a probability: that the library answers it, given the
+passages shown to the judge. The signal alone gives the prior, a logistic model of the shown passages' scores
+(``Settings.coverage_prior``: the log of their summed odds under the curve and the best score; one passage per
+document, its best, so that a paper read passage by passage weighs as one candidate), fitted on what the Forager
+showed simulated judges for SciFact train claims, some with their relevant papers held out; the judge's verdicts
+multiply its odds by their Bayes factor: with one passage answering, the passage the curve makes likeliest is the
+likeliest answer, so the factor is the curve-weighted mean of each passage's likelihood ratio (``TPR / FPR`` where the
+judge said 'answers', ``(1 - TPR) / (1 - FPR)`` where it did not). A judge whose word carries nothing leaves the
+prior; a reliable one moves it far either way. The prior takes a requirement to be as likely answerable as not (the
+fit weighs the answerable and the unanswerable claims alike).
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 RATE_FLOOR = 0.01  # rates are clipped to [0.01, 0.99]: a perfect judge's ratio is 99, not infinite
+#: the passages a requirement's coverage weighs: its highest-scoring shown ones, as many as the prior was fitted on
+COVERAGE_PASSAGES = 12
+
+
+def clip_rate(rate: float) -> float:
+    return min(max(rate, RATE_FLOOR), 1.0 - RATE_FLOOR)
+
+
+def sigmoid(logit: float) -> float:
+    return 1.0 / (1.0 + math.exp(-logit)) if logit > -700 else 0.0
 
 
 @dataclass(frozen=True)
@@ -36,13 +58,13 @@ class JudgeCredit:
     tpr: float
     fpr: float
     curve: tuple[float, float, float] | None = None  # (intercept, slope, penalty) of the signal's log-odds
+    # (intercept, weight of the log summed odds, weight of the best score): P(answerable) from the shown passages'
+    # scores alone; None: not calibrated (coverage is then the ledger's ladder)
+    prior: tuple[float, float, float] | None = None
 
     def weight(self) -> float:
         """The log-likelihood ratio of the judge's 'answers' (0 when it is no better than chance)."""
-        def clip(rate: float) -> float:
-            return min(max(rate, RATE_FLOOR), 1.0 - RATE_FLOOR)
-
-        return max(0.0, math.log(clip(self.tpr) / clip(self.fpr)))
+        return max(0.0, math.log(clip_rate(self.tpr) / clip_rate(self.fpr)))
 
     def relief(self) -> float:
         """How far the answer and confirmation floors move down for this judge, in the signal's units."""
@@ -57,3 +79,31 @@ class JudgeCredit:
             return None
         logit = self.curve[0] + self.curve[1] * score + max(0.0, self.weight() - self.curve[2])
         return 1.0 / (1.0 + math.exp(-logit))
+
+    def coverage(self, passages: Iterable[tuple[float, bool]]) -> float | None:
+        """The probability that the library answers the requirement, from the passages shown to the judge (one per
+        document, its best: :meth:`Ledger.best_shown`): each its score (similarity + 0.4 x word share) and whether the
+        judge called it an answer; the ``COVERAGE_PASSAGES`` highest-scoring count. 0.0 with none shown; None without
+        a calibration (curve and prior)."""
+        if self.curve is None or self.prior is None:
+            return None
+        shown = sorted(passages, key=lambda p: -p[0])[:COVERAGE_PASSAGES]
+        if not shown:
+            return 0.0
+        summed, best = signal_features([score for score, _ in shown], self.curve)
+        prior = self.prior[0] + self.prior[1] * summed + self.prior[2] * best
+        said, other = math.log(clip_rate(self.tpr) / clip_rate(self.fpr)), \
+            math.log((1 - clip_rate(self.tpr)) / (1 - clip_rate(self.fpr)))
+        # the Bayes factor of the verdicts: each passage's likelihood ratio weighted by how likely the curve makes it
+        # the answering one
+        factor = sum(math.exp(self.curve[0] + self.curve[1] * score - summed + (said if answers else other))
+                     for score, answers in shown)
+        return sigmoid(prior + math.log(factor))
+
+
+def signal_features(scores: Sequence[float], curve: tuple[float, float, float]) -> tuple[float, float]:
+    """What the coverage prior reads of the shown passages' scores: the log of their summed odds under the curve, and
+    the best score."""
+    odds = [curve[0] + curve[1] * score for score in scores]
+    top = max(odds)
+    return top + math.log(sum(math.exp(o - top) for o in odds)), max(scores)

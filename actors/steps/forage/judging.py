@@ -58,7 +58,7 @@ class RelevanceCheck:
         # what the judge's 'answers' is worth beside the signal (its rates, the signal's calibration curve): the
         # topic, answer and confirmation floors move down by its relief (credit.py); the floor a related passage
         # must reach (Ledger.supported) does not: the rates are those of its 'answers'
-        self.credit = JudgeCredit(*settings.judge_rates(), curve=relevance.curve)
+        self.credit = JudgeCredit(*settings.judge_rates(), curve=relevance.curve, prior=relevance.prior if on else None)
         relief = self.credit.relief() if on else 0.0
         self.answer_floor = self.floors[0] - relief
         self.topic_floor = self.floors[1] - relief  # a reliable judge is shown more, as its answers count more
@@ -92,6 +92,8 @@ class RelevanceCheck:
         if relevance is None:
             return judgement
         update: dict[str, Any] = {"relevance": relevance}
+        if self.credit.prior is not None:  # what the calibrated coverage weighs the verdict by (Ledger.coverage)
+            update["signal"] = self.signal(req, chunk.text, relevance)
         if judgement.tag == "answers" and relevance < self.answer_floor:
             update.update(tag="interesting", model_tag="answers")
         elif judgement.tag == "answers" and self.confirmation is not None:
@@ -109,8 +111,13 @@ class RelevanceCheck:
         of a requirement anchored to the query's subject are those of its own question (:func:`own_question`): the
         subject in brackets is what every passage on the topic shares, not what the requirement asks."""
         assert self.confirmation is not None
-        wanted = content_words(own_question(req.text))
-        return relevance + CONFIRM_WORD_WEIGHT * word_share(wanted, text) >= self.confirmation
+        return self.signal(req, text, relevance) >= self.confirmation
+
+    @staticmethod
+    def signal(req: Requirement, text: str, relevance: float) -> float:
+        """The check's score of a passage: its similarity to the requirement plus CONFIRM_WORD_WEIGHT x the share of
+        the requirement's own content words it holds."""
+        return relevance + CONFIRM_WORD_WEIGHT * word_share(content_words(own_question(req.text)), text)
 
 
 #: one counted structured LLM call: (messages, schema, the step's name, the iteration) -> the answer, or None when

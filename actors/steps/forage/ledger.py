@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
+from actors.steps.forage.credit import JudgeCredit
 from messages.forage import ChunkJudgement, Evidence
 
 KIND_RANK = {"method": 0, "result": 0, None: 0, "background": 1}
@@ -37,10 +38,15 @@ class Iteration:
 
 class Ledger:
     """chunk id → its verdict, in judging order. ``related_floor``: the similarity an 'interesting' verdict needs to
-    stand as evidence (the relevance check's answer floor; -inf without the check)."""
+    stand as evidence (the relevance check's answer floor; -inf without the check). ``credit``: what the judge's
+    verdicts are worth beside the signal; where it is calibrated (:meth:`JudgeCredit.coverage`), coverage is a
+    probability over the verdicts of passages from ``shown_floor`` (the calibrated topic floor) on."""
 
-    def __init__(self, related_floor: float) -> None:
+    def __init__(self, related_floor: float, credit: JudgeCredit | None = None,
+                 shown_floor: float = float("-inf")) -> None:
         self.related_floor = related_floor
+        self.credit = credit
+        self.shown_floor = shown_floor
         self.judgements: dict[str, ChunkJudgement] = {}
 
     def __contains__(self, chunk_id: object) -> bool:
@@ -59,10 +65,31 @@ class Ledger:
             it.judged.append(judgement)
 
     def coverage(self) -> float:
-        """1.0: a confirmed answer with a method or a result; 0.75: confirmed answers are background only; 0.5:
-        answers the retrieval signals do not confirm, or interesting chunks as close to the requirement as an answer
-        must be (:meth:`supported`); 0.0: nothing. (Without a confirmation configured every answer counts as
-        confirmed.)"""
+        """Where the check is calibrated: the probability that the library answers the requirement, from the
+        passages shown to the judge and its verdicts on them (:meth:`JudgeCredit.coverage`). Else a ladder: 1.0: a
+        confirmed answer with a method or a result; 0.75: confirmed answers are background only; 0.5: answers the
+        retrieval signals do not confirm, or interesting chunks as close to the requirement as an answer must be
+        (:meth:`supported`); 0.0: nothing. (Without a confirmation configured every answer counts as confirmed.)"""
+        if self.credit is not None:
+            weighed = self.credit.coverage(self.best_shown())
+            if weighed is not None:
+                return round(weighed, 4)
+        return self.ladder()
+
+    def best_shown(self) -> list[tuple[float, bool]]:
+        """Per document, its highest-scoring passage shown to the judge from ``shown_floor`` on: (its score, whether
+        the judge called it an answer). One per document: a paper read passage by passage (a deep dive) weighs as
+        one candidate, as the coverage prior was fitted."""
+        best: dict[str, ChunkJudgement] = {}
+        for j in self.judgements.values():
+            if j.signal is None or j.relevance is None or j.relevance < self.shown_floor:
+                continue
+            if j.doc_id not in best or j.signal > best[j.doc_id].signal:  # type: ignore[operator]
+                best[j.doc_id] = j
+        return [(j.signal, (j.model_tag or j.tag) == "answers") for j in best.values()]  # type: ignore[misc]
+
+    def ladder(self) -> float:
+        """The coverage ladder (:meth:`coverage` without a calibration)."""
         answers = [j for j in self.judgements.values() if counts(j)]
         if any(KIND_RANK[j.kind] == 0 for j in answers):
             return 1.0

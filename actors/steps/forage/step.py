@@ -105,7 +105,9 @@ class ForageStep:
                                                           settings.answer_confirmation("text"),
                                                           settings.answer_curve("text"))
         self.check = RelevanceCheck(settings, self.relevance)
-        self.ledger = Ledger(related_floor=self.check.floors[0])  # every verdict, all iterations
+        # every verdict, all iterations
+        self.ledger = Ledger(related_floor=self.check.floors[0], credit=self.check.credit,
+                             shown_floor=self.check.floors[1])
         self.retrieval = Retrieval(settings, store, embedder)
         self.judge = BatchJudge(self.rt.ask, self.rt.step_failed, lambda doc_id: self.rt.doc(doc_id).title)
         self.summaries = Summaries(self.rt, self.retrieval)

@@ -48,9 +48,10 @@ def source_ref(src: Source) -> SourceRef:
                      venue_kind=src.venue_kind, chunk_ids=tuple(src.chunk_ids), **weight_of(src))
 
 
-def coverage_word(coverage: float) -> str:
-    """How the Scope and the overview name a coverage."""
-    return "answered" if coverage >= 1.0 else "partly" if coverage > 0 else "not covered"
+def coverage_word(coverage: float, goal: float) -> str:
+    """How the Scope and the overview name a coverage: answered once it reaches the run's goal (``run.min_coverage``,
+    where the loop settles a requirement as answered), partly above 0."""
+    return "answered" if coverage >= goal else "partly" if coverage > 0 else "not covered"
 
 
 def on_topic(title: str, texts: Iterable[str]) -> bool:
@@ -80,10 +81,11 @@ def query_topic(query: str, limit: int = 90) -> str:
 
 
 def render_report(request: WriteRequest, title: str, overview: str, sections: Sequence[Section],
-                  numbered: Sequence[Source], *, consulted: str, judge: str, comparison: Comparison | None = None,
-                  figures: Sequence[Figure] = ()) -> str:
+                  numbered: Sequence[Source], *, consulted: str, judge: str, goal: float,
+                  comparison: Comparison | None = None, figures: Sequence[Figure] = ()) -> str:
     """The report's Markdown. ``consulted``: which documents the run read (the Scope's "Documents consulted");
-    ``judge``: the Scope's line on the judge (``Settings.judge_summary``)."""
+    ``judge``: the Scope's line on the judge (``Settings.judge_summary``); ``goal``: the coverage a requirement is
+    answered at (``run.min_coverage``)."""
     out = [f"# {escape_md(title)} — Report", "", "## Overview", "", overview, "", "## Scope", ""]
     with_evidence = len(numbered)
     added = sum(1 for s in sections if s.coverage.requirement.added_after is not None)
@@ -96,7 +98,7 @@ def render_report(request: WriteRequest, title: str, overview: str, sections: Se
             "| Requirement | Coverage | Evidence documents |", "| --- | --- | --- |"]
     for s in sections:
         cov = s.coverage
-        state = "failed" if cov.status == "failed" else f"{cov.coverage:.1f} ({coverage_word(cov.coverage)})"
+        state = "failed" if cov.status == "failed" else f"{cov.coverage:.2f} ({coverage_word(cov.coverage, goal)})"
         req = cov.requirement
         mark = f" (added after iteration {req.added_after})" if req.added_after is not None else ""
         out.append(f"| {req.id}: {escape_md(req.text)}{mark} | {state} | {len(cov.evidence)} |")

@@ -303,7 +303,7 @@ class WriteStep:
         lines = []
         for s in sections:
             req, cov = s.coverage.requirement, s.coverage
-            state = "failed" if cov.status == "failed" else coverage_word(cov.coverage)
+            state = "failed" if cov.status == "failed" else coverage_word(cov.coverage, self.settings.run.min_coverage)
             mech = next((x.text for x in s.sentences if x.kind == "Mechanism" and x.text != NO_MECHANISM), "")
             lines.append(f"- {req.text} ({state})" + (f": {mech}" if mech else ""))
         if self.settings.extractive():  # a model too small to synthesise sections would only pad the overview
@@ -332,11 +332,11 @@ class WriteStep:
             title = query_title(request.query.text)
         return title, overview
 
-    @staticmethod
-    def _overview_fallback(request: WriteRequest, sections: Sequence[Section]) -> str:
+    def _overview_fallback(self, request: WriteRequest, sections: Sequence[Section]) -> str:
         covs = [s.coverage for s in sections]
-        answered = sum(1 for c in covs if c.status == "ok" and c.coverage >= 1.0)
-        partial = sum(1 for c in covs if c.status == "ok" and 0 < c.coverage < 1.0)
+        goal = self.settings.run.min_coverage
+        answered = sum(1 for c in covs if c.status == "ok" and c.coverage >= goal)
+        partial = sum(1 for c in covs if c.status == "ok" and 0 < c.coverage < goal)
         failed = sum(1 for c in covs if c.status == "failed")
         uncovered = len(covs) - answered - partial - failed
         docs = {ev.doc_id for c in covs for ev in c.evidence}
@@ -408,4 +408,5 @@ class WriteStep:
         else:
             consulted = f"{len(request.doc_ids)} read by this run (its own sources; the rest of the store was not used)"
         return render_report(request, title, overview, sections, numbered, consulted=consulted,
-                             judge=self.settings.judge_summary(), comparison=comparison, figures=figures)
+                             judge=self.settings.judge_summary(), goal=self.settings.run.min_coverage,
+                             comparison=comparison, figures=figures)
