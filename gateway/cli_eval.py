@@ -174,17 +174,16 @@ def show_evidence(results: dict) -> None:
                        highlight=False)
 
 
-DEFAULT_LABELLED = Path(__file__).resolve().parents[2] / "shared" / "data" / "beir-scifact"  # its train split
-
-
 def calibrate(
     llm: Annotated[str | None, typer.Option(
         help="LLM backend: embedded, ollama or openai (default: settings).")] = None,
     model: Annotated[str | None, typer.Option(help="Model name (Ollama, or the served model id).")] = None,
     beir: Annotated[Path | None, typer.Option(
-        help="Labelled set: a BEIR folder (corpus.jsonl, queries.jsonl, qrels/). Default: BEIR SciFact beside the "
-             "repository (../shared/data/beir-scifact), its train split.")] = None,
-    split: Annotated[str, typer.Option(help="qrels split to measure on (not the one you report on).")] = "train",
+        help="Labelled set: a BEIR folder (corpus.jsonl, queries.jsonl, qrels/). Default: the set Forage ships (19 "
+             "questions on passages of 13 CC BY papers of 11 fields, labelled by hand).")] = None,
+    split: Annotated[str | None, typer.Option(help="qrels split to measure on (not the one you report on); default: "
+                                                   "train for a folder you name, test (all its questions) for the "
+                                                   "set Forage ships.")] = None,
     queries: Annotated[int, typer.Option(min=1, help="Queries judged: each its relevant documents' passages and "
                                                      "as many near ones that are not.")] = 20,
     near: Annotated[int, typer.Option(min=1, help="Passages of near, not relevant documents per query.")] = 3,
@@ -193,20 +192,19 @@ def calibrate(
 ) -> None:
     """Measure how well the configured model judges (its true and false positive rate on a labelled set, with the
     Forager's own judging prompt) and keep the rates for that model: its runs then weigh its verdicts by them."""
-    from actors.steps.evaluation.calibrate import measure_judge
+    from actors.steps.evaluation.calibrate import LABELLED_SET, measure_judge
     from infra.judges import keep_rates
 
     settings = settings_for_run(Settings.load(), llm_backend=llm, model=model)  # type: ignore[arg-type]
-    folder = beir or DEFAULT_LABELLED
+    folder = beir or LABELLED_SET
 
     def progress(n: int, total: int, qid: str, got: list) -> None:
         shown = ", ".join(f"{tag}{'*' if rel else ''}" for tag, rel in got)
         base.err.print(f"[dim]{n}/{total} query {qid}: {shown} (* relevant)[/dim]", highlight=False)
 
     try:
-        if beir is None and not folder.is_dir():
-            raise ForageError(f"no labelled set at {folder}: name a BEIR folder with --beir")
-        result = measure_judge(settings, folder, n_queries=queries, split=split, near=near, progress=progress)
+        result = measure_judge(settings, folder, n_queries=queries, split=split or ("train" if beir else "test"),
+                               near=near, progress=progress)
         path = keep_rates(result["key"], {k: result[k] for k in ("tpr", "fpr", "relevant", "other", "calibrated",
                                                                  "labelled_set", "queries")}) if save else None
     except ForageError as exc:

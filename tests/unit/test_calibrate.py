@@ -162,3 +162,25 @@ def test_the_cli_keeps_the_rates_and_a_run_of_that_model_credits_by_them(tiny: P
     requirement = Requirement(id="R1", text="Does aspirin prevent heart attacks?")
     assert calibrated.check.checked(verdict, between, chunk, requirement).tag == "answers"
     assert uncalibrated.check.checked(verdict, between, chunk, requirement).tag == "interesting"
+
+
+def test_the_shipped_labelled_set_is_whole_and_the_default_of_forage_calibrate(monkeypatch, tmp_path: Path) -> None:
+    """The set Forage ships (actors/steps/evaluation/labelled, its SOURCE.md): 19 questions on 13 papers, every one
+    with answering passages in its corpus and three near others to judge; `forage calibrate` without --beir judges
+    its questions (split test), here with a simulated perfect judge."""
+    import actors.steps.evaluation.calibrate as calibrate
+    from gateway.cli import app
+
+    data = load_beir(calibrate.LABELLED_SET)
+    qrels = data.qrels("test")
+    assert len(data.queries) == len(qrels) == 19 and len({title for title, _ in data.corpus.values()}) == 13
+    for qid, rels in qrels.items():
+        assert rels and all(c in data.corpus for c in rels), qid
+    shown = labelled_passages(data, qrels, list(qrels)[:5], near=3)
+    assert all(sum(not rel for _, rel in passages) == 3 for passages in shown.values())
+    monkeypatch.setattr(calibrate, "build_llm",
+                        lambda settings: SimulatedJudge(data.corpus, data.queries, qrels, 1.0, 0.0))
+    result = CliRunner().invoke(app, ["calibrate", "--llm", "ollama", "--model", "shipped-m", "--queries", "4",
+                                      "--no-save"], env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    assert "TPR 1.00" in result.output and "FPR 0.00" in result.output and "labelled:test" in result.output

@@ -2,7 +2,9 @@
 
 The relevance check weighs the judge's "answers" by its true and false positive rates
 (actors/steps/forage/credit.py); this measures them for the model a researcher runs. Each chosen query of a BEIR
-folder (default: SciFact's train split, so nothing is measured on the test queries the benches report on) becomes
+folder (default: :data:`LABELLED_SET`, the set Forage ships — 19 questions on passages of 13 CC BY papers of 11
+fields, labelled by hand, labelled/SOURCE.md —; or a folder the researcher names, e.g. SciFact's train split, so that
+nothing is measured on the test queries the benches report on) becomes
 a requirement, and the model judges, with the Forager's own judging prompt and batches
 (``actors.steps.forage.judging.BatchJudge``), the passages of its relevant documents and of as many *near*
 documents the qrels do not call relevant — those sharing the most of the query's content words, the kind of passage retrieval puts before
@@ -34,6 +36,8 @@ from infra.store.base import ChunkRecord
 from messages.plan import Requirement
 
 NEAR_PER_QUERY = 3  # passages of documents the qrels do not call relevant, per query
+#: the labelled set Forage ships (its split "test": every question), the default of `forage calibrate`
+LABELLED_SET = Path(__file__).resolve().parent / "labelled"
 
 
 def _words(text: str) -> set[str]:
