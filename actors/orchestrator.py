@@ -16,8 +16,8 @@ When coverage stalls (mean coverage rose by no more than ``run.replan_min_gain``
 iteration, still below the goal), the Orchestrator re-plans: the LLM names the missing dimensions and
 adds 1-3 requirements with fresh ids (at most ``run.max_added_requirements`` per run), recorded in
 ``run.json`` (``replans``) and as a ``replanned`` event, and foraged from the next iteration on.
-A follow-up run (``run(plan, from_run=...)``, ``forage research --from RUN``) starts from an earlier
-run: its documents become this run's first documents (no search in iteration 1), every search of its
+A follow-up run (``run(plan, follow_up=...)``, ``forage research --from RUN``; the caller reads the earlier run
+once: :func:`~actors.steps.run.record.follow_up_of`) starts from it: its documents become this run's first documents (no search in iteration 1), every search of its
 Foragers is limited to those documents and the ones this run adds, and the earlier run's evidence
 chunks are judged first.
 
@@ -48,12 +48,12 @@ from actors.steps.run.record import (
 )
 from actors.steps.run.rundir import RunDir
 from infra.cluster import ray_node
-from infra.errors import ConfigError, describe
+from infra.errors import describe
 from infra.settings import Settings
 from messages.forage import ForageRequest, RequirementCoverage
 from messages.ingest import IngestRequest
 from messages.plan import PlanRequest, Requirement, RequirementsPlan
-from messages.run_state import Replan, RunState
+from messages.run_state import FollowUp, Replan, RunState
 from messages.search import SearchRequest
 from messages.status import RunSummary, Stage
 from messages.write import WriteRequest
@@ -128,8 +128,9 @@ class Orchestrator:
         # every worker builds its own client from Settings in its own process
         return self._llm if self._llm is not None and self._llm.shippable else None
 
-    async def run(self, plan: RequirementsPlan, from_run: str | None = None) -> RunSummary:
-        """The loop, then the report. ``from_run``: an earlier run id in the same runs folder to follow up."""
+    async def run(self, plan: RequirementsPlan, follow_up: FollowUp | None = None) -> RunSummary:
+        """The loop, then the report. ``follow_up``: the earlier run this one follows up, as the caller read it
+        (:func:`~actors.steps.run.record.follow_up_of`)."""
         if not plan.approved:
             raise ValueError("requirements must be approved before the run starts")
         s = self.settings.run
@@ -138,8 +139,8 @@ class Orchestrator:
         started = time.monotonic()
         record.claim()  # from now on an Orchestrator still running for this run stops
         coverages, resumed = record.start(plan, self.settings)  # an earlier process's progress: resume it
-        if from_run and not resumed:
-            self._inherit(from_run)
+        if follow_up is not None and not resumed:
+            self._inherit(follow_up)
         plan = record.requirements_with_replanned(plan)
         record.checkpoint()
         self.emit(Stage.RUN, "started", f"run {self.run_id} started", requirements=len(plan.requirements),
@@ -239,17 +240,12 @@ class Orchestrator:
         if self.rundir.cancel_requested():
             raise RunCancelled
 
-    def _inherit(self, from_run: str) -> None:
-        """Follow up ``from_run`` (RunRecord.inherit: its documents and evidence seeds)."""
-
-        earlier = RunDir(self.settings.run.runs_dir, from_run)
-        state = earlier.load_state() if from_run != self.run_id else None
-        if state is None:
-            raise ConfigError(f"no earlier run {from_run!r} in {earlier.path.parent} to follow up")
-        docs, seeds = self.record.inherit(state, from_run, self.settings.forage.seed_chunks)
-        self.emit(Stage.RUN, "follow_up", f"following up run {from_run}: {docs} documents, "
+    def _inherit(self, follow_up: FollowUp) -> None:
+        """Follow up an earlier run (RunRecord.inherit: its documents and evidence seeds)."""
+        docs, seeds = self.record.inherit(follow_up)
+        self.emit(Stage.RUN, "follow_up", f"following up run {follow_up.earlier_run}: {docs} documents, "
                                           f"{seeds} evidence chunks as a starting point",
-                  from_run=from_run, documents=docs, seed_chunks=seeds)
+                  from_run=follow_up.earlier_run, documents=docs, seed_chunks=seeds)
 
     async def _replan(self, crew: Crew, plan: RequirementsPlan, coverages: Sequence[RequirementCoverage],
                       iteration: int, mean: float) -> tuple[Requirement, ...]:

@@ -22,6 +22,7 @@ import typer
 from rich.live import Live
 from rich.table import Table
 
+from actors.steps.run.record import follow_up_of
 from actors.steps.run.rundir import find_run_dir
 from gateway import (cli_ask, cli_eval, cli_library, cli_metadata, cli_privacy, cli_report, cli_runs, cli_serve,
                      cli_store)
@@ -29,7 +30,7 @@ from gateway.cli_base import ProgressView, app, console, err, eval_app, one_line
 from infra.errors import ConfigError, ForageError
 from infra.settings import EMBEDDED_WINDOW, PresetName, Settings, settings_for_run
 from messages.plan import RequirementsPlan, ResearchQuery
-from messages.run_state import RunState
+from messages.run_state import FollowUp, RunState
 
 DEMO_QUERY = ("What complications and risks are associated with thromboprophylaxis for deep venous thrombosis "
               "in trauma patients, and how is it evaluated?")
@@ -146,7 +147,7 @@ def preflight(settings: Settings, query: str, follow_up: bool = False) -> None:
 
 
 def execute(settings: Settings, query: str, *, yes: bool, requirements_file: Path | None,
-            llm: Any | None = None, searches_file: Path | None = None, from_run: str | None = None) -> int:
+            llm: Any | None = None, searches_file: Path | None = None, follow_up: FollowUp | None = None) -> int:
     from actors.steps.plan.requirements import requirements_from_text
     from actors.steps.plan.search_terms import parse_search_lines
     from gateway.session import ResearchSession
@@ -160,8 +161,8 @@ def execute(settings: Settings, query: str, *, yes: bool, requirements_file: Pat
             searches = ()
     session = ResearchSession(settings, llm=llm, quiet=True)
     console.print(f"run [bold]{session.run_id}[/bold] → {session.rundir.path}")
-    if from_run:
-        console.print(f"following up run [bold]{from_run}[/bold]: its documents and evidence come first")
+    if follow_up is not None:
+        console.print(f"following up run [bold]{follow_up.earlier_run}[/bold]: its documents and evidence come first")
     try:
         if requirements_file is not None:
             text = Path(requirements_file).read_text(encoding="utf-8")
@@ -180,9 +181,9 @@ def execute(settings: Settings, query: str, *, yes: bool, requirements_file: Pat
         view = ProgressView(plan, live=console.is_terminal)
         if view.live:
             with Live(view, console=console, refresh_per_second=4, transient=False):
-                summary = session.run(plan, on_event=view.update, from_run=from_run)
+                summary = session.run(plan, on_event=view.update, follow_up=follow_up)
         else:
-            summary = session.run(plan, on_event=view.update, from_run=from_run)
+            summary = session.run(plan, on_event=view.update, follow_up=follow_up)
     finally:
         session.close()
     if summary.status != "finished":
@@ -263,9 +264,9 @@ def research(
 
 
 def follow_up_settings(settings: Settings, from_run: str, *, keep_library: bool = False,
-                       keep_store: bool = False) -> Settings:
-    """Settings of a follow-up run: the earlier run's store, embedder and library (unless given on the
-    command line). ForageError naming the problem when the earlier run cannot be followed up."""
+                       keep_store: bool = False) -> tuple[Settings, FollowUp]:
+    """The earlier run read once (:func:`follow_up_of`), and the follow-up's settings: its store, embedder and
+    library (unless given on the command line). ForageError naming the problem when it cannot be followed up."""
     earlier = find_run_dir(settings.run.runs_dir, from_run)
     try:
         state = earlier.load_state()
@@ -273,13 +274,12 @@ def follow_up_settings(settings: Settings, from_run: str, *, keep_library: bool 
         raise ForageError(f"cannot read run {from_run!r}: {exc}") from exc
     if state is None:
         raise ForageError(f"no run {from_run!r} in {earlier.path.parent}: see `forage runs`")
-    if not state.stored_doc_ids():
-        raise ForageError(f"run {from_run!r} has no stored documents to follow up: start a new run instead")
-    embedder = state.settings.embedder if state.settings else None
+    follow_up = follow_up_of(state, earlier.path.name, settings.forage.seed_chunks)
+    embedder = follow_up.embedder
     return settings_for_run(
-        settings, store=Path(state.store_path) if state.store_path and not keep_store else None,
+        settings, store=Path(follow_up.store_path) if follow_up.store_path and not keep_store else None,
         embedder=embedder if embedder in ("minilm", "ollama") else None,  # the store's vectors come from it
-        library=Path(state.library) if state.library and not keep_library else None)
+        library=Path(follow_up.library) if follow_up.library and not keep_library else None), follow_up
 
 
 def checked_run(settings: Settings, query: str, *, yes: bool, requirements_file: Path | None,
@@ -290,11 +290,13 @@ def checked_run(settings: Settings, query: str, *, yes: bool, requirements_file:
         from gateway.forget import apply_retention
 
         apply_retention(settings, say=console.print)  # run.retention_days: forget expired runs first
+        follow_up = None
         if from_run:
-            settings = follow_up_settings(settings, from_run, keep_library=keep_library, keep_store=keep_store)
-        preflight(settings, query, follow_up=bool(from_run))
+            settings, follow_up = follow_up_settings(settings, from_run, keep_library=keep_library,
+                                                     keep_store=keep_store)
+        preflight(settings, query, follow_up=follow_up is not None)
         return execute(settings, query, yes=yes, requirements_file=requirements_file, searches_file=searches_file,
-                       from_run=from_run)
+                       follow_up=follow_up)
     except (ForageError, ValueError) as exc:
         err.print(f"[red]error:[/red] {one_line(exc)}")
         raise typer.Exit(2) from None

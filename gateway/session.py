@@ -21,7 +21,7 @@ from gateway.events import follow_hub
 from infra.errors import ConfigError
 from infra.settings import Settings, settings_for_run
 from messages.plan import PlanRequest, RequirementsPlan, ResearchQuery
-from messages.run_state import RecordedSettings, RunState
+from messages.run_state import FollowUp, RecordedSettings, RunState
 from messages.status import RunSummary, StatusEvent
 
 
@@ -60,12 +60,12 @@ class ResearchSession:
         return ray.get(self.orchestrator.propose_search.remote(plan))
 
     def run(self, plan: RequirementsPlan, on_event: Callable[[StatusEvent], None] | None = None,
-            poll_s: float = 0.5, from_run: str | None = None) -> RunSummary:
-        """Run the approved plan; ``from_run``: follow up that earlier run (its documents and evidence)."""
+            poll_s: float = 0.5, follow_up: FollowUp | None = None) -> RunSummary:
+        """Run the approved plan; ``follow_up``: the earlier run it follows up (its documents and evidence)."""
         import ray
 
         approved = plan if plan.approved else plan.approve()
-        done = self.orchestrator.run.remote(approved, from_run=from_run)
+        done = self.orchestrator.run.remote(approved, follow_up=follow_up)
         # once the run's future is ready, the hub already holds the final event (it is published and awaited
         # before run() returns): read until it is delivered
         for batch in follow_hub(self.hub, self.seen, ended=lambda: bool(ray.wait([done], timeout=0)[0]),

@@ -17,6 +17,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from messages.base import Frozen
 from messages.forage import RequirementCoverage
 from messages.plan import Requirement, SearchQuery
 from messages.search import Candidate, Skipped
@@ -116,6 +117,20 @@ class FromRun(_Record):
     run_id: str
     documents: int = 0
     seed_chunk_ids: list[str] = []
+
+
+class FollowUp(Frozen):
+    """An earlier run a new run follows up, read once from its run.json (actors/steps/run/record.py
+    :func:`follow_up_of`): where its documents are (store, embedder, library: the new run's settings take them), which
+    of them are in the store, and the chunks of its evidence the new run judges first."""
+
+    earlier_run: str = Field(min_length=1)
+    store_path: str | None = None
+    embedder: str | None = None
+    library: str | None = None
+    documents: dict[str, DocumentEntry] = Field(
+        description="Its documents in the store, by candidate key, marked as already in the store from that run.")
+    seed_chunk_ids: tuple[str, ...] = ()
 
 
 class RecordedSettings(_Record):

@@ -154,7 +154,7 @@ class RecordingSession:
         return RequirementsPlan(run_id=self.run_id, query=ResearchQuery(run_id=self.run_id, text=query),
                                 requirements=(Requirement(id="R1", text="soil moisture sensing methods"),))
 
-    def run(self, plan: RequirementsPlan, on_event=None, from_run=None):
+    def run(self, plan: RequirementsPlan, on_event=None, follow_up=None):
         from messages import RunSummary
 
         RecordingSession.ran.append(plan)

@@ -22,6 +22,7 @@ from typer.testing import CliRunner
 from actors.crew import LocalCrew
 from actors.orchestrator import Orchestrator
 from actors.steps.events import RecordingEmit
+from actors.steps.run.record import follow_up_of
 from actors.steps.run.rundir import RunDir
 from infra.errors import ForageError
 from infra.llm.fakes import FunctionLLM
@@ -133,7 +134,12 @@ def real_run(settings: Settings, run_id: str, query: str, embedder: Any, from_ru
         orch._crew = LocalCrew(LibrarySearch(settings.search.library, emit=emit),
                                IngestStep(settings, store, embedder, build_parser(settings), emit=emit),
                                Foragers(), WriteStep(settings, store, llm, emit=emit))
-        return await orch.run(plan.model_copy(update={"approved": True}), from_run=from_run)
+        follow_up = None
+        if from_run is not None:  # read once, as the CLI does
+            earlier = RunDir(settings.run.runs_dir, from_run).load_state()
+            assert earlier is not None
+            follow_up = follow_up_of(earlier, from_run, settings.forage.seed_chunks)
+        return await orch.run(plan.model_copy(update={"approved": True}), follow_up=follow_up)
 
     summary = asyncio.run(go())
     assert summary.status == "finished", summary.stop_reason
@@ -221,10 +227,12 @@ def test_follow_up_settings_take_the_earlier_runs_store_library_and_embedder(wor
     RunDir(world["runs"], "run-old").save_state({
         "run_id": "run-old", "status": "finished", "store_path": str(tmp_path / "old-store"), "library": str(tmp_path / "old-lib"),
         "settings": {"embedder": "ollama"}, "documents": {"file:/x.pdf": {"status": "stored", "doc_id": "d1"}}})
-    derived = follow_up_settings(settings, "run-old")
+    derived, follow_up = follow_up_settings(settings, "run-o")  # a unique prefix, as `forage runs` lists them
     assert derived.store.path == tmp_path / "old-store" and derived.search.library == tmp_path / "old-lib"
     assert derived.embed.backend == "ollama"
-    kept = follow_up_settings(settings, "run-old", keep_library=True, keep_store=True)
+    assert follow_up.earlier_run == "run-old" and list(follow_up.documents) == ["file:/x.pdf"]
+    assert follow_up.documents["file:/x.pdf"].status == "skipped"
+    kept, _ = follow_up_settings(settings, "run-old", keep_library=True, keep_store=True)
     assert kept.store.path == world["store"] and kept.search.library == world["library"]
     RunDir(world["runs"], "run-empty").save_state({"run_id": "run-empty", "status": "failed", "documents": {}})
     with pytest.raises(ForageError, match="no stored documents"):

@@ -19,8 +19,8 @@ from infra.errors import ConfigError
 from messages.forage import RequirementCoverage
 from messages.ingest import IngestResult
 from messages.plan import Requirement, RequirementsPlan
-from messages.run_state import (DocumentEntry, Foraging, FromRun, Ingested, IterationRecord, RecordedSettings, Replan,
-                                Resumed, RunState, Searched)
+from messages.run_state import (DocumentEntry, FollowUp, Foraging, FromRun, Ingested, IterationRecord,
+                                RecordedSettings, Replan, Resumed, RunState, Searched)
 from messages.search import SearchResults
 from messages.write import Report
 
@@ -202,22 +202,13 @@ class RunRecord:
                                                             status_was=previous.status)]})
         return list(previous.last_coverages), True
 
-    def inherit(self, earlier: RunState, from_run: str, seed_chunks: int) -> tuple[int, int]:
-        """A follow-up of ``earlier``: its stored documents become this run's (status "skipped": already in the
-        store, "from run X"), and up to ``seed_chunks`` chunks of its evidence, taken in turn from each of its
-        requirements, the seeds. Its query is not copied (forgetting it stays complete). (documents, seeds)."""
-        docs = {key: entry.model_copy(update={"status": "skipped", "reason": f"from run {from_run}"})
-                for key, entry in earlier.documents.items() if entry.in_store}
-        if not docs:
-            raise ConfigError(f"run {from_run!r} has no stored documents to follow up")
-        lists = [[cid for ev in cov.evidence for cid in ev.chunk_ids] for cov in earlier.last_coverages]
-        seeds: list[str] = []
-        for turn in range(max((len(x) for x in lists), default=0)):  # in turn: each requirement's best first
-            seeds.extend(x[turn] for x in lists if turn < len(x) and x[turn] not in seeds)
-        seeds = seeds[:seed_chunks]
-        self.s.documents.update(docs)
-        self.s.from_run = FromRun(run_id=from_run, documents=len(docs), seed_chunk_ids=seeds)
-        return len(docs), len(seeds)
+    def inherit(self, follow_up: FollowUp) -> tuple[int, int]:
+        """A follow-up (:func:`follow_up_of`): the earlier run's stored documents become this run's, its evidence
+        chunks the seeds. (documents, seeds)."""
+        self.s.documents.update(follow_up.documents)
+        self.s.from_run = FromRun(run_id=follow_up.earlier_run, documents=len(follow_up.documents),
+                                  seed_chunk_ids=list(follow_up.seed_chunk_ids))
+        return len(follow_up.documents), len(follow_up.seed_chunk_ids)
 
     def requirements_with_replanned(self, plan: RequirementsPlan) -> RequirementsPlan:
         """``plan`` plus the requirements an earlier process of this run added by re-planning."""
@@ -389,3 +380,21 @@ class RunRecord:
 
 __all__ = ["RESUMABLE", "RunRecord", "RunSuperseded", "final_settled", "mean_coverage", "new_passages", "resumable",
            "settled", "shown_status", "stop_reason"]
+
+
+def follow_up_of(earlier: RunState, from_run: str, seed_chunks: int) -> FollowUp:
+    """What a follow-up of ``earlier`` (run ``from_run``) takes from it, read once: its store, embedder and library,
+    its stored documents (status "skipped": already in the store, "from run X"), and up to ``seed_chunks`` chunks of
+    its evidence, taken in turn from each of its requirements. Its query is not copied (forgetting it stays
+    complete). ConfigError when it has no stored document."""
+    docs = {key: entry.model_copy(update={"status": "skipped", "reason": f"from run {from_run}"})
+            for key, entry in earlier.documents.items() if entry.in_store}
+    if not docs:
+        raise ConfigError(f"run {from_run!r} has no stored documents to follow up: start a new run instead")
+    lists = [[cid for ev in cov.evidence for cid in ev.chunk_ids] for cov in earlier.last_coverages]
+    seeds: list[str] = []
+    for turn in range(max((len(x) for x in lists), default=0)):  # in turn: each requirement's best first
+        seeds.extend(x[turn] for x in lists if turn < len(x) and x[turn] not in seeds)
+    return FollowUp(earlier_run=from_run, store_path=earlier.store_path,
+                    embedder=earlier.settings.embedder if earlier.settings else None, library=earlier.library,
+                    documents=docs, seed_chunk_ids=tuple(seeds[:seed_chunks]))
