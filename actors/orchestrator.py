@@ -17,9 +17,9 @@ iteration, still below the goal), the Orchestrator re-plans: the LLM names the m
 adds 1-3 requirements with fresh ids (at most ``run.max_added_requirements`` per run), recorded in
 ``run.json`` (``replans``) and as a ``replanned`` event, and foraged from the next iteration on.
 A follow-up run (``run(plan, follow_up=...)``, ``forage research --from RUN``; the caller reads the earlier run
-once: :func:`~actors.steps.run.record.follow_up_of`) starts from it: its documents become this run's first documents (no search in iteration 1), every search of its
-Foragers is limited to those documents and the ones this run adds, and the earlier run's evidence
-chunks are judged first.
+once: :func:`~actors.steps.run.record.follow_up_of`) starts from it: its documents become this run's first
+documents (no search in iteration 1), every search of its Foragers is limited to those documents and the ones this
+run adds, and the earlier run's evidence chunks are judged first.
 
 The logic lives in :class:`Orchestrator`, a plain class that talks to its workers through a
 :class:`~actors.crew.Crew` (actors/crew.py): :class:`~actors.ray_crew.RayCrew` runs them as Ray actors,

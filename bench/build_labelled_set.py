@@ -31,7 +31,8 @@ QUESTIONS: dict[str, tuple[str, str, str]] = {
     "higgs-mass": ("Higgs", "What Higgs boson mass did the combined ATLAS and CMS Run 1 measurement obtain?",
                    r"125\.09"),
     "sh3-affinity": ("SH3", "Where are the Pbs2 mutations that increase binding to the Sho1 SH3 domain located?",
-                     r"increase affinity are situated outside|increas\w* (binding )?(affinity|strength).{0,150}outside"),
+                     r"increase affinity are situated outside|"
+                     r"increas\w* (binding )?(affinity|strength).{0,150}outside"),
     "gck-coverage": ("glucokinase", "What share of all possible glucokinase missense and nonsense variants did the "
                                     "multiplexed yeast assay measure?", r"97\s?%"),
     "gck-hypoactive": ("glucokinase", "Where in the glucokinase structure are hypoactive variants concentrated?",
