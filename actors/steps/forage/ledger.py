@@ -101,10 +101,9 @@ class Ledger:
         """Whether a verdict other than 'unrelated' stands as evidence: an answer (confirmed or not; one below the
         answer floor is interesting by now), or an 'interesting' passage whose similarity to the requirement reaches
         the answer floor. The judge sees passages from the looser topic floor on (so that few answers are hidden from
-        it); a weak judge calls many of those interesting — in the held-out run a spectroscopy package for a question
-        on JIT compilers (similarity 0.36) and an AI-writing paper for sepsis prediction (0.34) — and the similarity
-        a relevant passage reaches (90 % of SciFact's at 0.43) is what a related one must reach to count toward
-        coverage or be cited. Below it the verdict still steers the deep dives."""
+        it), and a weak judge calls many of those interesting: the similarity a relevant passage reaches is what a
+        related one must reach to count toward coverage or be cited (docs/evidence.md, "A related passage must be as
+        close as an answer", has the run that showed why). Below it the verdict still steers the deep dives."""
         if judgement.tag == "answers":
             return True
         return judgement.tag == "interesting" and (judgement.relevance is None
