@@ -49,7 +49,8 @@ def test_a_node_leaves_mid_run_and_the_run_finishes(shared_pdfs, tmp_path: Path)
     second = {e["requirement"]: e["node"] for e in actors if e["iteration"] == 2}
     assert second[lost] != gone and state["iterations"][1]["status"][lost] == "ok"
     assert gone not in second.values()
-    assert state["coverage"]["R1"] == 1.0  # the DVT paper answers R1, wherever it was foraged
+    # the DVT paper answers R1, wherever it was foraged (coverage a probability: at the run's goal, 0.85)
+    assert state["coverage"]["R1"] >= 0.85
 
     at_removal, at_end = result["removed"]["chats_at_removal"], result["chats_at_end"]
     assert at_end[gone] == at_removal[gone]  # no call reached the machine that left
