@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from infra.pdf.base import PDFParser
-from messages.search import Candidate, VenueKind
+from messages.search import Candidate, VenueKind, weight_of
 
 TEXT_PARSER = "text"
 
@@ -95,6 +95,17 @@ class TextDocument:
     venue: str = ""
     venue_kind: VenueKind = ""
     weight: dict[str, Any] | None = None  # what the search result says it weighs (messages.search.weight_of)
+
+
+def abstract_document(candidate: Candidate) -> TextDocument | None:
+    """The text document of a candidate with no PDF but an abstract (``abstract_only``): no PDF could be had, but the
+    title and abstract still carry evidence, stored flagged ``abstract_only``. None for a file."""
+    if candidate.path or not candidate.abstract_only or not (candidate.abstract or "").strip():
+        return None
+    venue, venue_kind = known_venue(candidate)
+    return TextDocument(key=candidate.key, title=candidate.title or "", text=candidate.abstract or "",
+                        authors=candidate.authors, year=candidate.year, origin=candidate.key,
+                        flags=("abstract_only",), venue=venue, venue_kind=venue_kind, weight=weight_of(candidate))
 
 
 def parser_label(parser: PDFParser) -> str:

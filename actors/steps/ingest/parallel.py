@@ -16,6 +16,7 @@ from time import perf_counter
 
 from pebble import ProcessExpired, ProcessPool
 
+from actors.steps.ingest.documents import abstract_document
 from actors.steps.ingest.step import CheckedFile, IngestStep
 from infra.errors import ForageError
 from infra.ingest_cache import IngestCache
@@ -86,7 +87,7 @@ class ParallelIngest:
         results: list[IngestResult | None] = [None] * len(candidates)
         todo: list[tuple[int, CheckedFile]] = []
         for i, candidate in enumerate(candidates):
-            abstract = self.step.abstract_document(candidate)
+            abstract = abstract_document(candidate)
             if abstract is not None:  # no file to parse: stored from its title and abstract (reports itself)
                 self._finish(state, results, i, self.step.ingest_texts(run_id, [abstract])[0], reported=True)
                 continue

@@ -31,8 +31,8 @@ from time import perf_counter
 
 from actors.steps.events import Emit, null_emit
 from actors.steps.ingest.contextual import Contextualizer
-from actors.steps.ingest.documents import (TEXT_PARSER, TextDocument, file_sha256, known_venue, parser_label,
-                                           source_origin, stale_parse, text_markdown)
+from actors.steps.ingest.documents import (TEXT_PARSER, TextDocument, abstract_document, file_sha256, known_venue,
+                                           parser_label, source_origin, stale_parse, text_markdown)
 from actors.steps.ingest.indexing import Indexer, Prepared
 from infra.embed.base import Embedder
 from infra.errors import ForageError, PDFError
@@ -104,7 +104,7 @@ class IngestStep:
 
     def ingest(self, request: IngestRequest) -> IngestResult:
         """Store the candidate's file (or skip it when known); a bad document gives status 'failed'."""
-        abstract = self.abstract_document(request.candidate)
+        abstract = abstract_document(request.candidate)
         if abstract is not None:
             return self.ingest_texts(request.run_id, [abstract])[0]
         started = perf_counter()
@@ -134,18 +134,6 @@ class IngestStep:
         [(result, own)] = self.store_parsed([(checked, parsed)], report=False)
         timings.update(own)
         return result
-
-    @staticmethod
-    def abstract_document(candidate: Candidate) -> TextDocument | None:
-        """The text document of a candidate with no PDF but an abstract (``abstract_only``): no PDF could be had,
-        but the title and abstract still carry evidence, stored flagged ``abstract_only``. None for a file."""
-        if candidate.path or not candidate.abstract_only or not (candidate.abstract or "").strip():
-            return None
-        venue, venue_kind = known_venue(candidate)
-        return TextDocument(key=candidate.key, title=candidate.title or "", text=candidate.abstract or "",
-                            authors=candidate.authors, year=candidate.year, origin=candidate.key,
-                            flags=("abstract_only",), venue=venue, venue_kind=venue_kind,
-                            weight=weight_of(candidate))
 
     def check_file(self, request: IngestRequest, started: float | None = None) -> CheckedFile | IngestResult:
         """What must hold before a candidate's file is parsed: a parser, a readable file under the size limit;
