@@ -1,16 +1,16 @@
 """How well the configured model judges, measured on a labelled set (`forage calibrate`).
 
 The relevance check weighs the judge's "answers" by its true and false positive rates
-(actors/steps/forage/credit.py); this measures them for the model a researcher runs. Each chosen query of a BEIR
-folder (default: :data:`LABELLED_SET`, the set Forage ships — 19 questions on passages of 13 CC BY papers of 11
-fields, labelled by hand, labelled/SOURCE.md —; or a folder the researcher names, e.g. SciFact's train split, so that
-nothing is measured on the test queries the benches report on) becomes
-a requirement, and the model judges, with the Forager's own judging prompt and batches
-(``actors.steps.forage.judging.BatchJudge``), the passages of its relevant documents and of as many *near*
-documents the qrels do not call relevant — those sharing the most of the query's content words, the kind of passage retrieval puts before
-the judge (a random document would make any judge look precise). The verdicts are scored against the qrels as the
-evidence bench scores a run's (:func:`~actors.steps.evaluation.evidence.judge_rates`): TPR is the share of relevant
-passages called "answers", FPR the share of the others. A passage left without a valid verdict counts as neither
+(actors/steps/forage/credit.py); this measures them for the model a researcher runs. Each chosen query of a labelled
+BEIR folder becomes a requirement: by default :data:`LABELLED_SET`, the set Forage ships (19 questions on passages of
+13 CC BY papers of 11 fields, labelled by hand: labelled/SOURCE.md), or a folder the researcher names (e.g. SciFact's
+train split, so that nothing is measured on the test queries the benches report on). The model judges, with the
+Forager's own judging prompt and batches (``actors.steps.forage.judging.BatchJudge``), the passages of its relevant
+documents and of as many *near* documents the qrels do not call relevant — those sharing the most of the query's
+content words, the kind of passage retrieval puts before the judge (a random document would make any judge look
+precise). The verdicts are scored against the qrels as the evidence bench scores a run's
+(:func:`~actors.steps.evaluation.evidence.judge_rates`): TPR is the share of relevant passages called "answers", FPR
+the share of the others. A passage left without a valid verdict counts as neither
 (its count is reported).
 """
 
