@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -31,13 +30,7 @@ from actors.steps.forage.credit import JudgeCredit, signal_features  # noqa: E40
 from infra.settings import Settings  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from judge_credit import fit_logistic  # noqa: E402
-
-
-@dataclass
-class Outcome:  # what the reliability bins read of a requirement
-    coverage: float
-    answerable: bool
+from judge_credit import Outcome, fit_logistic  # noqa: E402
 
 
 def queries(path: Path) -> list[dict]:
