@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Annotated
 
@@ -115,6 +116,10 @@ def eval_evidence(
     store: Annotated[Path | None, typer.Option(
         help="A store of the whole corpus kept between runs (`forage eval retrieval --store`): copied, the held-out "
              "documents deleted from the copy, instead of embedding the corpus again.")] = None,
+    iterations: Annotated[int | None, typer.Option(
+        min=1, help="The most iterations a requirement gets, as in a run over a fixed library: it stops once its "
+                    "coverage reaches the goal or an iteration finds it nothing new (default: the preset's "
+                    "run.max_iterations; 1: the Forager's first iteration alone).")] = None,
 ) -> None:
     """Evidence quality of the real Forager, scored by the qrels alone (no LLM scores it): evidence hit rate,
     evidence recall, coverage on answerable vs unanswerable requirements, false coverage, LLM calls."""
@@ -134,7 +139,8 @@ def eval_evidence(
     try:
         results = evaluate_evidence(settings, beir, n_queries=queries, seed=seed, split=split,
                                     modes=tuple(mode or EVIDENCE_MODES), progress=progress,  # type: ignore[arg-type]
-                                    loading=loading, judge=judge, base_store=store)
+                                    loading=loading, judge=judge, base_store=store,
+                                    iterations=iterations)
     except ForageError as exc:
         base.err.print(f"[red]error:[/red] {base.one_line(exc)}")
         raise typer.Exit(1 if exc.retryable else 2) from None
@@ -148,15 +154,16 @@ def eval_evidence(
 def show_evidence(results: dict) -> None:
     table = Table(title=f"{results['dataset']} · {results['split']} · {results['answerable']} answerable + "
                         f"{results['unanswerable']} unanswerable requirements · {results['llm']} · "
-                        f"retrieval P@1 {results['retrieval_p1']:.2f}")
+                        f"retrieval P@1 {results['retrieval_p1']:.2f} · up to {results.get('max_iterations', 1)} "
+                        f"iterations, goal {results.get('min_coverage', math.nan):.2f}")
     columns = ("evidence_hit_rate", "evidence_recall", "coverage_answerable", "coverage_unanswerable",
-               "false_coverage", "answered_answerable", "ece", "judge_tpr", "judge_fpr", "llm_calls", "overruled",
-               "wall_s")
+               "false_coverage", "answered_answerable", "ece", "judge_tpr", "judge_fpr", "iterations", "llm_calls",
+               "overruled", "wall_s")
     table.add_column("mode")
     for col in columns:
         table.add_column(col.replace("_", " "), justify="right")
     for name, figures in results["modes"].items():
-        table.add_row(name, *(f"{figures[c]:.2f}" if c not in ("llm_calls", "overruled", "wall_s")
+        table.add_row(name, *(f"{figures.get(c, math.nan):.2f}" if c not in ("llm_calls", "overruled", "wall_s")
                               else f"{figures[c]:.0f}" for c in columns))
     base.console.print(table)
     for name, rows in results.get("reliability", {}).items():

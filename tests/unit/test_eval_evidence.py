@@ -20,6 +20,7 @@ from actors.steps.evaluation.evidence import (
     split_answerable,
 )
 from actors.steps.schemas import BatchVerdict, DeepDiveBatchVerdict, DocumentGist, Reformulation, RelevanceGate
+from infra.errors import ConfigError
 from infra.llm.fakes import FunctionLLM
 from infra.settings import Settings
 from tests.tiny_beir import QUERIES, write_beir
@@ -208,6 +209,37 @@ def test_the_bench_with_a_simulated_judge_measures_the_pipeline_and_the_judges_r
     nothing = told_nothing["modes"]["checked"]
     assert nothing["coverage_answerable"] < figures["coverage_answerable"]
     assert nothing["coverage_unanswerable"] >= figures["coverage_unanswerable"]
+
+
+def nobody_answers(messages, schema):
+    """A judge that finds nothing: every passage unrelated; other steps answered plainly."""
+    if issubclass(schema, (BatchVerdict, DeepDiveBatchVerdict)):
+        numbers = sorted({int(n) for n in re.findall(r"<<<PASSAGE (\d+)\n", messages[-1]["content"])})
+        return {"verdicts": [{"passage": n, "tag": "unrelated", "kind": "background", "motive": "No."}
+                             for n in numbers]}
+    return yes_man(messages, schema)
+
+
+def test_a_requirement_is_foraged_as_a_run_iterates_it(tiny: Path, minilm) -> None:
+    """As in a run over a fixed library: a requirement answered in its first iteration stops there; one the judge
+    finds nothing for goes on to passages it was not shown (never one twice) until an iteration brings nothing new or
+    the cap; ``iterations=1`` is the first iteration alone."""
+    settings = Settings.load().updated(forage={"min_papers": 0, "bm25_k": 2, "vector_k": 2, "paper_k": 1,
+                                               "max_deep_dives": 0})
+    answered = evaluate_evidence(settings, tiny, n_queries=4, seed=1, llm=FunctionLLM(yes_man), embedder=minilm,
+                                 modes=("judge",))
+    assert answered["max_iterations"] == settings.run.max_iterations
+    assert all(r["coverage"] == 1.0 and r["iterations"] == 1 for r in answered["queries"]["judge"])
+    deeper = evaluate_evidence(settings, tiny, n_queries=4, seed=1, llm=FunctionLLM(nobody_answers),
+                               embedder=minilm, modes=("judge",), iterations=3)
+    once = evaluate_evidence(settings, tiny, n_queries=4, seed=1, llm=FunctionLLM(nobody_answers),
+                             embedder=minilm, modes=("judge",), iterations=1)
+    for many, one in zip(deeper["queries"]["judge"], once["queries"]["judge"], strict=True):
+        assert one["iterations"] == 1 and 1 < many["iterations"] <= 3 and many["coverage"] == 0.0
+        assert len(many["judged"]) > len(one["judged"])  # later iterations showed passages the first did not
+    assert deeper["modes"]["judge"]["iterations"] > 1
+    with pytest.raises(ConfigError, match="--iterations"):
+        evaluate_evidence(settings, tiny, n_queries=4, llm=FunctionLLM(yes_man), embedder=minilm, iterations=0)
 
 
 def test_a_kept_store_is_copied_and_the_held_out_documents_left_out_of_the_copy(tiny: Path, tmp_path: Path,

@@ -1,7 +1,9 @@
 """Evidence quality on a BEIR-format dataset, scored without an LLM (`forage eval evidence`).
 
 Each chosen test query becomes one requirement over the corpus, foraged by the real
-:class:`~actors.steps.forage.step.ForageStep` (the configured model, one iteration). For half of the queries,
+:class:`~actors.steps.forage.step.ForageStep` (the configured model), iterated as a run over a fixed library iterates
+it (until its coverage reaches ``run.min_coverage``, an iteration finds it nothing new, or ``run.max_iterations``;
+``iterations=1``: the first iteration alone). For half of the queries,
 chosen by a seed, every relevant document is removed from the store before anything is foraged: those
 requirements are *unanswerable*, and any coverage they get is false. The qrels alone score the result:
 
@@ -53,6 +55,7 @@ from actors.steps.evaluation.retrieval import (
     select_queries,
 )
 from actors.steps.forage.ledger import Iteration, Ledger
+from actors.steps.run.record import settled
 from infra.embed.base import Embedder
 from infra.errors import ConfigError
 from infra.settings import Settings
@@ -86,6 +89,7 @@ class QueryOutcome:
     # (score, the judge called it an answer) of each document's best passage shown from the calibrated topic floor
     # on (Ledger.best_shown): what a calibrated coverage weighs, and what bench/coverage_prior.py fits the prior on
     best_shown: list[tuple[float, bool]] = field(default_factory=list)
+    iterations: int = 1  # the Forager's iterations for it (forage_query)
 
 
 @dataclass
@@ -112,6 +116,7 @@ class ModeSummary:
             "llm_calls": float(sum(o.llm_calls for o in self.outcomes)),
             "overruled": float(sum(o.overruled for o in self.outcomes)),
             "failed_steps": float(sum(o.failed_steps for o in self.outcomes)),
+            "iterations": mean([float(o.iterations) for o in self.outcomes]),
             "wall_s": round(sum(o.seconds for o in self.outcomes), 1),
             "ece": expected_calibration_error(reliability(self.outcomes)),
         }
@@ -188,30 +193,52 @@ def retrieval_p1(store: Store, embedder: Embedder, dataset: BeirDataset, qrels: 
     return round(hits / len(qids), 4)
 
 
+@dataclass(frozen=True)
+class Foraged:
+    """What the Forager did for one requirement across its iterations."""
+
+    coverage: Any  # the last iteration's RequirementCoverage (coverage, evidence, LLM calls: cumulative)
+    judgements: tuple[ChunkJudgement, ...]  # every iteration's
+    iterations: int
+
+
 async def forage_query(settings: Settings, store: Store, embedder: Embedder, llm: Any, requirement_text: str,
-                       run_id: str = "eval-evidence") -> Any:
-    """One iteration of the real Forager for one requirement, with the run's relevance signal
-    (:func:`~infra.rerank.build_relevance`): its RequirementCoverage."""
+                       run_id: str = "eval-evidence", iterations: int = 1) -> Foraged:
+    """The real Forager for one requirement, with the run's relevance signal
+    (:func:`~infra.rerank.build_relevance`), iterated as a run over a fixed library iterates it: up to
+    ``iterations`` times, until the requirement settles (:func:`~actors.steps.run.record.settled`: its coverage
+    reached ``run.min_coverage``, or an iteration found it no new passage above the topic floor)."""
     from actors.steps.forage.step import ForageStep
     from infra.rerank import build_relevance
 
     step = ForageStep(settings, store, embedder, llm, relevance=build_relevance(settings, embedder, store)[0])
     requirement = Requirement(id="R1", text=requirement_text)
-    return await step.forage(ForageRequest(run_id=run_id, iteration=1, requirement=requirement))
+    judgements: list[ChunkJudgement] = []
+    number = 0
+    while True:
+        number += 1
+        cov = await step.forage(ForageRequest(run_id=run_id, iteration=number, requirement=requirement))
+        judgements.extend(cov.judgements)
+        if number >= iterations or settled([cov], settings.run.min_coverage, new_documents=0)[requirement.id]:
+            return Foraged(cov, tuple(judgements), number)
 
 
 def evaluate_evidence(settings: Settings, folder: Path, *, n_queries: int = 50, seed: int = 0, split: str = "test",
                       modes: Sequence[EvidenceMode] = EVIDENCE_MODES, llm: Any | None = None,
                       embedder: Embedder | None = None, store_path: Path | None = None,
-                      judge: str | None = None, base_store: Path | None = None,
+                      judge: str | None = None, base_store: Path | None = None, iterations: int | None = None,
                       progress: Callable[[str, int, int, QueryOutcome], None] | None = None,
                       loading: Callable[[int, int, float], None] | None = None) -> dict[str, Any]:
     """Build the store (the corpus minus the unanswerable queries' documents), forage every chosen query
     once per mode and return the JSON-ready figures. ``llm`` and ``embedder``: default built from settings;
-    ``judge``: a simulated judge instead (module docstring); ``base_store``: a kept store of the whole corpus."""
+    ``judge``: a simulated judge instead (module docstring); ``base_store``: a kept store of the whole corpus;
+    ``iterations``: the most a requirement gets (default ``run.max_iterations``, as in a run; :func:`forage_query`)."""
     from infra.embed import build_embedder
     from infra.store import build_store
 
+    iterations = settings.run.max_iterations if iterations is None else iterations
+    if iterations < 1:
+        raise ConfigError(f"--iterations must be at least 1, got {iterations}")
     if n_queries < 2:
         raise ConfigError(f"--queries must be at least 2 (half are made unanswerable), got {n_queries}")
     for mode in modes:
@@ -271,7 +298,8 @@ def evaluate_evidence(settings: Settings, folder: Path, *, n_queries: int = 50, 
             "judge_rates_told": list(base.judge_rates()),
             "relevance_signal": signal,
             "similarity_floors": list(base.similarity_floors(signal)),
-            "load_s": round(load_s, 1),
+            "load_s": round(load_s, 1), "max_iterations": iterations,
+            "min_coverage": settings.run.min_coverage,
             "retrieval_p1": retrieval_p1(store, embedder, dataset, qrels, answerable, corpus_ids,
                                          base.store.hybrid_alpha),
             "modes": {}, "queries": {},
@@ -281,19 +309,21 @@ def evaluate_evidence(settings: Settings, folder: Path, *, n_queries: int = 50, 
             summary = ModeSummary(mode)
             for n, q in enumerate(qids, start=1):
                 started = perf_counter()
-                cov = asyncio.run(forage_query(mode_settings, store, embedder, llm, dataset.queries[q]))
+                foraged = asyncio.run(forage_query(mode_settings, store, embedder, llm, dataset.queries[q],
+                                                   iterations=iterations))
+                cov = foraged.coverage
                 docs = [c for e in cov.evidence for c in corpus_ids.get(e.doc_id, [])]
                 relevant = {c for c, g in qrels[q].items() if g > 0}
-                shown = [j for j in cov.judgements if not j.motive.startswith("not shown to the judge")]
+                shown = [j for j in foraged.judgements if not j.motive.startswith("not shown to the judge")]
                 outcome = QueryOutcome(
                     qid=q, answerable=q not in unanswerable, coverage=cov.coverage,
                     hit=bool(docs) and docs[0] in relevant, recall=bool(relevant & set(docs)), evidence=docs[:10],
                     llm_calls=cov.llm_calls, overruled=cov.overruled, seconds=perf_counter() - started,
-                    failed_steps=len(cov.failed_steps),
+                    failed_steps=len(cov.failed_steps), iterations=foraged.iterations,
                     verdicts=[(j.model_tag or j.tag, j.kind, j.relevance, j.confirmed) for j in shown],
                     judged=[(j.model_tag or j.tag, bool(relevant & set(corpus_ids.get(j.doc_id, []))))
                             for j in shown],
-                    best_shown=best_shown(cov.judgements, base.similarity_floors(signal)[1]))
+                    best_shown=best_shown(foraged.judgements, base.similarity_floors(signal)[1]))
                 summary.outcomes.append(outcome)
                 if progress is not None:
                     progress(mode, n, len(qids), outcome)
