@@ -358,7 +358,8 @@ def open_library_store(settings: Settings) -> Any:
 def _document_json(doc: Any) -> dict[str, Any]:
     return {"doc_id": doc.doc_id, "key": doc.key, "title": doc.title, "authors": list(doc.authors),
             "year": doc.year, "n_chunks": doc.n_chunks, "parser": doc.parser, "flags": list(doc.flags),
-            "origin": doc.origin, "venue": doc.venue, "venue_kind": doc.venue_kind}
+            "origin": doc.origin, "doi": doc.doi, "arxiv_id": doc.arxiv_id, "venue": doc.venue,
+            "venue_kind": doc.venue_kind}
 
 
 ID_WIDTH = 12  # the doc_id prefix `library list` shows (sha256 hex)

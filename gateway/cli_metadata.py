@@ -52,7 +52,7 @@ def fix_metadata(
 
     Reports and BibTeX/RIS exports written from then on use the corrected values (a run's own report keeps
     what it was written with); the document keeps its chunks and vectors, and searches match its new title."""
-    from actors.steps.ingest.documents import with_identifiers
+    from actors.steps.ingest.documents import identifier_changes
     from infra.store.base import update_metadata
 
     changes: dict[str, Any] = {}
@@ -72,7 +72,7 @@ def fix_metadata(
         library = open_library_store(settings)
         (chosen,) = resolve_ids(library.list_documents(), [doc], unchanged="nothing was changed")
         if doi is not None or arxiv is not None:
-            changes["origin"] = with_identifiers(chosen.origin or chosen.key, doi, arxiv)
+            changes.update(identifier_changes(chosen, doi, arxiv))
         if venue is not None:
             name = " ".join(venue.split())
             kind = (venue_kind or chosen.venue_kind) if name else ""

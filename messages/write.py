@@ -31,6 +31,8 @@ class SourceRef(Frozen):
     authors: tuple[str, ...] = ()
     year: int | None = None
     origin: str = Field(default="", description="File name, DOI or URL.")
+    doi: str = Field(default="", description="Its DOI ('' when not known, or in a report written before the field).")
+    arxiv_id: str = Field(default="", description="Its arXiv id ('' when not known).")
     venue: str = Field(default="", description="The journal or proceedings it appeared in ('' when not known).")
     venue_kind: VenueKind = Field(default="", description="'journal', 'conference' or ''.")
     chunk_ids: tuple[str, ...] = ()

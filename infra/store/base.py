@@ -55,6 +55,8 @@ class DocumentRecord(_Record):
     flags: tuple[str, ...] = ()
     n_chunks: int = 0
     origin: str = Field(default="", description="File name, DOI or URL shown in the report.")
+    doi: str = Field(default="", description="Its DOI, lower-cased ('' when not known).")
+    arxiv_id: str = Field(default="", description="Its arXiv id, without version ('' when not known).")
     venue: str = Field(default="", description="The journal or proceedings it appeared in ('' when not known).")
     venue_kind: VenueKind = Field(default="", description="'journal', 'conference' or '' (see messages.search).")
     references: tuple[str, ...] = Field(
@@ -64,6 +66,27 @@ class DocumentRecord(_Record):
     cited_by_count: int | None = Field(default=None, ge=0, description="Works citing it (OpenAlex; None: not known).")
     oa_status: OaStatus = Field(default="", description="Open-access status ('' when not known).")
     preprint_only: bool = Field(default=False, description="Only a preprint of it exists.")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _identifiers_of_an_older_record(cls, data: object) -> object:
+        """A record stored before the DOI and arXiv id had fields of their own (their columns read back null) named
+        them only in its origin ("paper.pdf, doi:10.…, arXiv:…", as the ingest wrote it): taken from there."""
+        if not isinstance(data, dict):
+            return data
+        doi, arxiv_id = data.get("doi") or "", data.get("arxiv_id") or ""
+        if not (doi or arxiv_id):
+            named = origin_identifiers(str(data.get("origin") or ""))
+            doi, arxiv_id = (named[0] or "").lower(), named[1] or ""
+        return {**data, "doi": doi, "arxiv_id": arxiv_id}
+
+
+def origin_identifiers(origin: str) -> tuple[str | None, str | None]:
+    """(DOI, arXiv id) an origin names in the parts the ingest writes ("doi:…", "arXiv:…"), None for each it does
+    not."""
+    parts = [p.strip() for p in origin.split(", ")]
+    return (next((p[4:] for p in parts if p.lower().startswith("doi:")), None),
+            next((p[6:] for p in parts if p.lower().startswith("arxiv:")), None))
 
 
 class Hit(_Record):
@@ -331,8 +354,8 @@ def documents_named(store: Store, doc_ids: Sequence[str] | None) -> list[Documen
     return store.get_documents(doc_ids)
 
 
-METADATA_FIELDS = frozenset({"title", "authors", "year", "origin", "venue", "venue_kind", "is_retracted",
-                             "cited_by_count", "oa_status", "preprint_only"})
+METADATA_FIELDS = frozenset({"title", "authors", "year", "origin", "doi", "arxiv_id", "venue", "venue_kind",
+                             "is_retracted", "cited_by_count", "oa_status", "preprint_only"})
 
 
 def update_metadata(store: Store, doc_id: str, changes: dict[str, object],

@@ -55,6 +55,8 @@ def chunk_schema(dim: int) -> pa.Schema:
 # what a reader weighs a paper by (messages.search.WEIGHT_FIELDS); null in a table written before them
 WEIGHT_COLUMNS = (pa.field("is_retracted", pa.bool_()), pa.field("cited_by_count", pa.int64()),
                   pa.field("oa_status", pa.string()), pa.field("preprint_only", pa.bool_()))
+# its DOI and arXiv id; null in a table written before them (read back from the origin: DocumentRecord)
+IDENTIFIER_COLUMNS = (pa.field("doi", pa.string()), pa.field("arxiv_id", pa.string()))
 DOCUMENT_SCHEMA = pa.schema([
     pa.field("doc_id", pa.string(), nullable=False),
     pa.field("key", pa.string(), nullable=False),
@@ -72,12 +74,13 @@ DOCUMENT_SCHEMA = pa.schema([
     pa.field("venue", pa.string()),
     pa.field("venue_kind", pa.string()),
     *WEIGHT_COLUMNS,
+    *IDENTIFIER_COLUMNS,
 ])
 # columns added after the first release: an older table gains them (all null) when opened
 ADDED_COLUMNS: dict[str, tuple[pa.Field, ...]] = {
     "chunks": (pa.field("context", pa.string()),),
     "documents": (pa.field("references", pa.list_(pa.string())), pa.field("venue", pa.string()),
-                  pa.field("venue_kind", pa.string()), *WEIGHT_COLUMNS),
+                  pa.field("venue_kind", pa.string()), *WEIGHT_COLUMNS, *IDENTIFIER_COLUMNS),
 }
 
 

@@ -27,7 +27,7 @@ ADDED_PROPERTIES: dict[str, list[Property]] = {
     "documents": [Property(name="references", data_type=DataType.TEXT_ARRAY, index_searchable=False,
                            index_filterable=False),
                   *(Property(name=n, data_type=DataType.TEXT, index_searchable=False, index_filterable=False)
-                    for n in ("venue", "venue_kind", "oa_status")),
+                    for n in ("venue", "venue_kind", "oa_status", "doi", "arxiv_id")),
                   *(Property(name=n, data_type=DataType.BOOL, index_searchable=False, index_filterable=False)
                     for n in ("is_retracted", "preprint_only")),
                   Property(name="cited_by_count", data_type=DataType.INT, index_searchable=False,

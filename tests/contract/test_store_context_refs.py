@@ -26,6 +26,24 @@ def test_context_and_references_round_trip(store: Store) -> None:
     assert store.chunks(ChunkFilter()) == chunks
 
 
+def test_a_documents_doi_and_arxiv_id_are_fields_of_its_own(store: Store) -> None:
+    """Written and read back as typed fields (each store), and a record that names them only in its origin (as an
+    older Forage wrote it) gets them from there; a record with fields of its own keeps them."""
+    from infra.store.base import DocumentRecord
+
+    doc, chunks = store_doc("9" * 64, ["a paper with identifiers"])
+    doc = doc.model_copy(update={"origin": "p.pdf, doi:10.1186/1752-2897-4-1, arXiv:2302.07302",
+                                 "doi": "10.1186/1752-2897-4-1", "arxiv_id": "2302.07302"})
+    put(store, doc, chunks)
+    got = store.get_document(doc.doc_id)
+    assert got is not None and (got.doi, got.arxiv_id) == ("10.1186/1752-2897-4-1", "2302.07302")
+    older = DocumentRecord.model_validate({**doc.model_dump(), "doi": None, "arxiv_id": None,
+                                           "origin": "q.pdf, doi:10.1000/ABC"})
+    assert (older.doi, older.arxiv_id) == ("10.1000/abc", "")
+    plain = DocumentRecord.model_validate({**doc.model_dump(), "doi": "", "arxiv_id": "", "origin": "r.pdf"})
+    assert (plain.doi, plain.arxiv_id) == ("", "")
+
+
 def test_bm25_finds_a_chunk_by_its_context_but_the_text_stays_the_original(store: Store) -> None:
     doc, chunks = store_doc("d" * 64, ["households were surveyed twice", "unrelated words here"])
     chunks[0] = chunks[0].model_copy(update={"context": "Describes the zebrafish regeneration cohort."})
@@ -62,14 +80,15 @@ def test_lance_store_written_before_context_and_references_gains_them(tmp_path: 
     for name in ("context", "windows"):
         old_chunks = old_chunks.remove(old_chunks.get_field_index(name))
     old_docs = DOCUMENT_SCHEMA
-    for name in ("references", "venue", "venue_kind"):
+    for name in ("references", "venue", "venue_kind", "doi", "arxiv_id"):
         old_docs = old_docs.remove(old_docs.get_field_index(name))
     db = lancedb.connect(str(path))
     old_doc, old_rows = store_doc("a" * 64, ["written by an older forage"])
+    old_doc = old_doc.model_copy(update={"origin": "old.pdf, doi:10.1000/XYZ.1, arXiv:2101.00001"})
     chunk_row = {**old_rows[0].model_dump(exclude={"context"}), "pages": list(old_rows[0].pages),
                  "vector": hash_vec(old_rows[0].text), "search_text": "A title\nwritten by an older forage"}
     db.create_table("chunks", data=[chunk_row], schema=old_chunks)
-    doc_row = {**old_doc.model_dump(exclude={"references", "venue", "venue_kind"}), "n_chunks": 1}
+    doc_row = {**old_doc.model_dump(exclude={"references", "venue", "venue_kind", "doi", "arxiv_id"}), "n_chunks": 1}
     for name in ("authors", "sections", "flags"):
         doc_row[name] = list(doc_row[name])
     db.create_table("documents", data=[doc_row], schema=old_docs)
@@ -77,6 +96,8 @@ def test_lance_store_written_before_context_and_references_gains_them(tmp_path: 
     store = LanceStore(path)
     old = store.get_document(old_doc.doc_id)
     assert old is not None and old.references == () and (old.venue, old.venue_kind) == ("", "")
+    # the DOI and arXiv id it named only in its origin are its typed fields now
+    assert (old.doi, old.arxiv_id) == ("10.1000/xyz.1", "2101.00001")
     assert store.get_chunk(old_rows[0].chunk_id).context == ""  # type: ignore[union-attr]
     new_doc, new_chunks = store_doc("b" * 64, ["written now"])
     new_doc = new_doc.model_copy(update={"references": REFS, "venue": "PLOS ONE", "venue_kind": "journal"})
@@ -84,8 +105,8 @@ def test_lance_store_written_before_context_and_references_gains_them(tmp_path: 
     put(store, new_doc, new_chunks)
     assert store.get_document(new_doc.doc_id) == new_doc.model_copy(update={"n_chunks": 1})
     assert ids(store.bm25("lampreys", 5)) == [new_chunks[0].chunk_id]
-    assert {f.name for f in lancedb.connect(str(path)).open_table("documents").schema} >= {"references", "venue",
-                                                                                        "venue_kind"}
+    assert {f.name for f in lancedb.connect(str(path)).open_table("documents").schema} >= {
+        "references", "venue", "venue_kind", "doi", "arxiv_id"}
     # the chunks gain the windows column: the old chunk is scored by its own vector, a new one by its windows too
     assert "windows" in lancedb.connect(str(path)).open_table("chunks").schema.names
     assert store.vector(hash_vec(old_rows[0].text), 2)[0].chunk.chunk_id == old_rows[0].chunk_id

@@ -121,7 +121,8 @@ def test_list_shows_ids_and_json_has_every_field(library: Library) -> None:
     assert {d["doc_id"] for d in listed} == {d.doc_id for d in documents}
     assert {d["origin"] for d in listed} == {f"{DVT}, doi:10.1186/1752-2897-4-1", PHRASE}  # the file, then its DOI
     assert set(listed[0]) == {"doc_id", "key", "title", "authors", "year", "n_chunks", "parser", "flags", "origin",
-                              "venue", "venue_kind"}
+                              "doi", "arxiv_id", "venue", "venue_kind"}
+    assert {d["doi"] for d in listed} == {"10.1186/1752-2897-4-1", ""}
     venues = {d["origin"].split(", ")[0]: (d["venue"], d["venue_kind"]) for d in listed}
     assert venues[DVT] == ("Journal of Trauma Management & Outcomes", "journal")  # page 1's running header
 
@@ -191,6 +192,7 @@ def test_the_dvt_paper_is_named_by_its_doi_and_fix_metadata_corrects_a_paper(lib
     store = library.copy(tmp_path)
     docs = {d.origin.split(", ")[0]: d for d in build_store(settings_for(store)).list_documents()}
     assert docs[DVT].origin == f"{DVT}, doi:10.1186/1752-2897-4-1"  # labelled in the PDF's subject metadata
+    assert (docs[DVT].doi, docs[DVT].arxiv_id) == ("10.1186/1752-2897-4-1", "")
     phrase = docs[PHRASE]
     assert phrase.origin == PHRASE  # the ACL 2014 paper prints no DOI
     result, text = invoke(["library", "fix-metadata", phrase.doc_id[:10], "--title", "How to make words with vectors",
@@ -202,6 +204,7 @@ def test_the_dvt_paper_is_named_by_its_doi_and_fix_metadata_corrects_a_paper(lib
     fixed = lance.get_document(phrase.doc_id)
     assert fixed is not None and fixed.title == "How to make words with vectors" and fixed.year == 2014
     assert fixed.origin == f"{PHRASE}, doi:10.3115/v1/p14-1059" and fixed.n_chunks == phrase.n_chunks
+    assert fixed.doi == "10.3115/v1/p14-1059" and phrase.doi == ""
     assert lance.count_chunks(phrase.doc_id) == phrase.n_chunks
     # the venue page 1 prints (ACL's proceedings): a conference paper, @inproceedings with its booktitle
     assert (fixed.venue, fixed.venue_kind) == ("Proceedings of the 52nd Annual Meeting of the Association for "
@@ -224,7 +227,8 @@ def test_the_dvt_paper_is_named_by_its_doi_and_fix_metadata_corrects_a_paper(lib
     assert result.exit_code == 2 and "--venue needs --venue-kind" in text
     # --doi '' drops it again; a wrong DOI, an unknown id or nothing to change is one clear error
     result, _ = invoke(["library", "fix-metadata", phrase.doc_id, "--doi", "", "--store", str(store)], tmp_path)
-    assert result.exit_code == 0 and build_store(settings_for(store)).get_document(phrase.doc_id).origin == PHRASE
+    dropped = build_store(settings_for(store)).get_document(phrase.doc_id)
+    assert result.exit_code == 0 and dropped.origin == PHRASE and dropped.doi == ""
     result, text = invoke(["library", "fix-metadata", phrase.doc_id, "--doi", "P14-1059", "--store", str(store)],
                           tmp_path)
     assert result.exit_code == 1 and "'P14-1059' is not a DOI" in text

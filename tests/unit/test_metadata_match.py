@@ -70,7 +70,7 @@ def test_a_title_match_takes_the_journal_version_and_refuses_works_that_disagree
     found = outcome(chem, works)
     assert found.work is not None and found.work.openalex_id == "W4396723768"  # not the ChemCrow preprint
     assert found.changes == {"venue": "Nature Machine Intelligence", "venue_kind": "journal",
-                             "origin": "chem.pdf, doi:10.1038/s42256-024-00832-8",
+                             "origin": "chem.pdf, doi:10.1038/s42256-024-00832-8", "doi": "10.1038/s42256-024-00832-8",
                              "cited_by_count": 236, "oa_status": "hybrid"}
     assert found.differences == ["year: 2023 here, 2024 in OpenAlex"]
     # another first author, a year too far, or another title: not this paper, nothing filled

@@ -108,6 +108,20 @@ def test_export_bibtex_parses_with_all_sources(finished, tmp_path):
     assert "Notes on [Leaf] *Energy*" in by_title  # brackets and asterisks survive as text
 
 
+def test_an_export_reads_a_sources_own_identifiers_and_an_older_reports_origin() -> None:
+    """A source's DOI and arXiv id are its fields; a report written before them names them in the origin only."""
+    from actors.steps.tools.export import arxiv_of, doi_of, url_of
+    from messages.write import SourceRef
+
+    typed = SourceRef(n=1, doc_id="a", title="T", origin="t.pdf", doi="10.1000/typed", arxiv_id="2302.07302")
+    assert (doi_of(typed), arxiv_of(typed), url_of(typed)) == ("10.1000/typed", "2302.07302",
+                                                               "https://doi.org/10.1000/typed")
+    older = SourceRef(n=2, doc_id="b", title="T", origin="o.pdf, doi:10.1000/old, arXiv:2101.00001")
+    assert (doi_of(older), arxiv_of(older)) == ("10.1000/old", "2101.00001")
+    preprint = SourceRef(n=3, doc_id="c", title="T", origin="p.pdf", arxiv_id="2101.00002")
+    assert doi_of(preprint) is None and url_of(preprint) == "https://arxiv.org/abs/2101.00002"
+
+
 def test_export_ris_has_its_fields(finished, tmp_path):
     _, folder = finished
     records = [r for r in export_text(folder, "ris", tmp_path).split("\n\n") if r.strip()]

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from infra.pdf.base import PDFParser
+from infra.store.base import DocumentRecord
 from messages.search import Candidate, VenueKind, weight_of
 
 TEXT_PARSER = "text"
@@ -35,19 +36,11 @@ _ARXIV_GIVEN = re.compile(r"^(?:arxiv:\s*|https?://arxiv\.org/abs/)?(\d{4}\.\d{4
                           re.IGNORECASE)
 
 
-def origin_identifiers(origin: str) -> tuple[str | None, str | None]:
-    """(DOI, arXiv id) an origin names (what :func:`source_origin` wrote), None for each it does not."""
-    parts = [p.strip() for p in origin.split(", ")]
-    return (next((p[4:] for p in parts if p.lower().startswith("doi:")), None),
-            next((p[6:] for p in parts if p.lower().startswith("arxiv:")), None))
-
-
-def with_identifiers(origin: str, doi: str | None, arxiv_id: str | None) -> str:
-    """``origin`` with its DOI and/or arXiv id replaced (None: keep the one it has; "": drop it). ValueError
-    for a DOI or arXiv id that is not one."""
-    parts = [p for p in (p.strip() for p in origin.split(", ")) if p]
-    name = ", ".join(p for p in parts if not _ID_PARTS.match(p))
-    old_doi, old_arxiv = origin_identifiers(origin)
+def identifier_changes(doc: DocumentRecord, doi: str | None, arxiv_id: str | None) -> dict[str, str]:
+    """The changes that give a stored document this DOI and/or arXiv id (None: keep the one it has; "": drop it):
+    its typed fields and the origin the report names it by (the file name first, as the ingest wrote it); only the
+    fields that change.
+    ValueError for a DOI or arXiv id that is not one."""
     if doi:
         found = _DOI_GIVEN.match(doi.strip())
         if not found:
@@ -58,8 +51,12 @@ def with_identifiers(origin: str, doi: str | None, arxiv_id: str | None) -> str:
         if not found:
             raise ValueError(f"{arxiv_id!r} is not an arXiv id (e.g. 2302.07302 or hep-th/0101001)")
         arxiv_id = found.group(1)
-    return source_origin(name, old_doi if doi is None else doi or None,
-                         old_arxiv if arxiv_id is None else arxiv_id or None)
+    new_doi = doc.doi if doi is None else doi
+    new_arxiv = doc.arxiv_id if arxiv_id is None else arxiv_id
+    parts = [p for p in (p.strip() for p in (doc.origin or doc.key).split(", ")) if p]
+    name = ", ".join(p for p in parts if not _ID_PARTS.match(p))
+    changes = {"doi": new_doi, "arxiv_id": new_arxiv, "origin": source_origin(name, new_doi or None, new_arxiv or None)}
+    return {field: value for field, value in changes.items() if getattr(doc, field) != value}
 
 
 def known_venue(candidate: Candidate) -> tuple[str, VenueKind]:
@@ -95,6 +92,8 @@ class TextDocument:
     venue: str = ""
     venue_kind: VenueKind = ""
     weight: dict[str, Any] | None = None  # what the search result says it weighs (messages.search.weight_of)
+    doi: str | None = None
+    arxiv_id: str | None = None
 
 
 def abstract_document(candidate: Candidate) -> TextDocument | None:
@@ -105,7 +104,8 @@ def abstract_document(candidate: Candidate) -> TextDocument | None:
     venue, venue_kind = known_venue(candidate)
     return TextDocument(key=candidate.key, title=candidate.title or "", text=candidate.abstract or "",
                         authors=candidate.authors, year=candidate.year, origin=candidate.key,
-                        flags=("abstract_only",), venue=venue, venue_kind=venue_kind, weight=weight_of(candidate))
+                        flags=("abstract_only",), venue=venue, venue_kind=venue_kind, weight=weight_of(candidate),
+                        doi=candidate.doi, arxiv_id=candidate.arxiv_id)
 
 
 def parser_label(parser: PDFParser) -> str:

@@ -74,8 +74,10 @@ class Indexer:
     def prepare(self, doc_id: str, key: str, markdown: str, *, outline_title: str | None, title: str | None,
                  fallback_title: str, page_spans: Sequence[tuple[int, int, int]], authors: Sequence[str],
                  year: int | None, parser: str, flags: Sequence[str], origin: str, venue: str = "",
-                 venue_kind: VenueKind = "", weight: dict[str, Any] | None = None) -> Prepared:
-        """Outline → chunks → the embedder's inputs (context line + chunk text) and the DocumentRecord."""
+                 venue_kind: VenueKind = "", weight: dict[str, Any] | None = None,
+                 identifiers: tuple[str | None, str | None] = (None, None)) -> Prepared:
+        """Outline → chunks → the embedder's inputs (context line + chunk text) and the DocumentRecord
+        (``identifiers``: its DOI and arXiv id where known)."""
         t = perf_counter()
         tree = outline(markdown, outline_title)
         title = title or tree.title or fallback_title
@@ -103,7 +105,8 @@ class Indexer:
         doc = DocumentRecord(
             doc_id=doc_id, key=key, title=title, authors=tuple(authors), year=year, abstract=tree.abstract,
             sections=tree.paths, markdown=markdown, parser=parser, flags=flags, n_chunks=len(chunks),
-            origin=origin, references=tree.references, venue=venue, venue_kind=venue_kind, **(weight or {}))
+            origin=origin, doi=(identifiers[0] or "").lower(), arxiv_id=identifiers[1] or "",
+            references=tree.references, venue=venue, venue_kind=venue_kind, **(weight or {}))
         return Prepared(doc, chunks, items, timings)
 
     def _contextualize(self, title: str, abstract: str, chunks: list[ChunkRecord], flags: tuple[str, ...],

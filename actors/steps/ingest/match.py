@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from actors.steps.ingest.documents import origin_identifiers, with_identifiers
+from actors.steps.ingest.documents import identifier_changes
 from infra.store.base import DocumentRecord
 from messages.search import Candidate, weight_of
 
@@ -62,19 +62,10 @@ class Outcome:
     reason: str = ""
 
 
-def document_doi(doc: DocumentRecord) -> str | None:
-    doi = origin_identifiers(doc.origin)[0]
-    return doi.lower() if doi else None
-
-
-def document_arxiv(doc: DocumentRecord) -> str | None:
-    return origin_identifiers(doc.origin)[1]
-
-
 def missing_fields(doc: DocumentRecord) -> list[str]:
     """The bibliographic fields a document lacks (what a match could fill)."""
     return [name for name, absent in (("authors", not doc.authors), ("year", doc.year is None),
-                                      ("doi", document_doi(doc) is None), ("venue", not doc.venue)) if absent]
+                                      ("doi", not doc.doi), ("venue", not doc.venue)) if absent]
 
 
 def looked_up(doc: DocumentRecord) -> bool:
@@ -84,9 +75,8 @@ def looked_up(doc: DocumentRecord) -> bool:
 
 def lookup_for(doc: DocumentRecord) -> Lookup | None:
     """The one lookup for ``doc``: its DOI, else its title; None when it has neither worth sending."""
-    doi = document_doi(doc)
-    if doi:
-        return Lookup(doc.doc_id, "doi", doi)
+    if doc.doi:
+        return Lookup(doc.doc_id, "doi", doc.doi)
     title = " ".join(doc.title.split())
     if len(normalized(title).split()) >= 3:  # two words would match too much, and say little
         return Lookup(doc.doc_id, "title", title)
@@ -131,7 +121,7 @@ def best_match(doc: DocumentRecord, works: Sequence[Candidate]) -> tuple[Candida
     passing = [w for w in works if agrees(doc, w)[0]]
     if not passing:
         if not works:
-            return None, "OpenAlex does not know that DOI" if document_doi(doc) else \
+            return None, "OpenAlex does not know that DOI" if doc.doi else \
                 "OpenAlex has no work by that title"
         nearest = max(works, key=lambda w: title_similarity(doc.title, w.title))
         return None, f"no work agrees (nearest: {agrees(doc, nearest)[1]})"
@@ -158,12 +148,12 @@ def outcome(doc: DocumentRecord, works: Sequence[Candidate]) -> Outcome:
     elif doc.venue and work.venue and work.venue_kind and normalized(doc.venue) != normalized(work.venue):
         result.differences.append(f"venue: {doc.venue} here, {work.venue} in OpenAlex")
     doi = work.doi if work.doi and not _ARXIV_DOI.match(work.doi) else None
-    new_doi = doi if doi and document_doi(doc) is None else None
-    new_arxiv = work.arxiv_id if work.arxiv_id and document_arxiv(doc) is None else None
-    if doi and document_doi(doc) and doi.lower() != document_doi(doc):
-        result.differences.append(f"DOI: {document_doi(doc)} here, {doi} in OpenAlex")
+    new_doi = doi if doi and not doc.doi else None
+    new_arxiv = work.arxiv_id if work.arxiv_id and not doc.arxiv_id else None
+    if doi and doc.doi and doi.lower() != doc.doi:
+        result.differences.append(f"DOI: {doc.doi} here, {doi} in OpenAlex")
     if new_doi or new_arxiv:
-        result.changes["origin"] = with_identifiers(doc.origin or doc.key, new_doi, new_arxiv)
+        result.changes.update(identifier_changes(doc, new_doi, new_arxiv))
     # what a reader weighs it by is OpenAlex's to say (a retraction comes later than the PDF): taken when it changed
     result.changes.update({k: v for k, v in weight_of(work).items() if getattr(doc, k) != v})
     return result

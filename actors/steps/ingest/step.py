@@ -217,12 +217,13 @@ class IngestStep:
         venue, venue_kind = known_venue(candidate)
         if not venue:  # the search result names none: what page 1 prints
             venue, venue_kind = parsed.venue or "", parsed.venue_kind
+        identifiers = (candidate.doi or parsed.doi, candidate.arxiv_id or parsed.arxiv_id)
         return self.indexer.prepare(
             doc_id, candidate.key, parsed.markdown, outline_title=parsed.title or candidate.title,
             title=candidate.title or parsed.title, fallback_title=path.stem, page_spans=parsed.page_spans,
             authors=candidate.authors or parsed.authors, year=candidate.year or parsed.year,
             parser=parser_label(self.parser) if self.parser is not None else parsed.parser, flags=parsed.flags,
-            origin=source_origin(path.name, candidate.doi or parsed.doi, candidate.arxiv_id or parsed.arxiv_id),
+            origin=source_origin(path.name, *identifiers), identifiers=identifiers,
             venue=venue, venue_kind=venue_kind, weight=weight_of(candidate))
 
     # ------------------------------------------------------------------ text
@@ -331,7 +332,8 @@ class IngestStep:
                                     fallback_title=document.origin or document.key, page_spans=(),
                                     authors=document.authors, year=document.year, parser=TEXT_PARSER,
                                     flags=document.flags, origin=document.origin or document.key,
-                                    venue=document.venue, venue_kind=document.venue_kind, weight=document.weight)
+                                    venue=document.venue, venue_kind=document.venue_kind, weight=document.weight,
+                                    identifiers=(document.doi, document.arxiv_id))
         return item, previous
 
     # ------------------------------------------------------------------ the shared path

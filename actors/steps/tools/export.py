@@ -53,13 +53,18 @@ footer { margin-top: 3rem; color: #666; font-size: .85rem; }
 
 
 def doi_of(source: SourceRef) -> str | None:
-    """The DOI named by a source's origin ('doi:10.…', 'https://doi.org/10.…' or a bare '10.…'), if any."""
+    """A source's DOI: its own field, else (a report written before the field, a text's origin) the one its origin
+    names ('doi:10.…', 'https://doi.org/10.…' or a bare '10.…'), if any."""
+    if source.doi:
+        return source.doi
     m = _DOI.search(source.origin)
     return m.group(1).rstrip(".,;)") if m else None
 
 
 def arxiv_of(source: SourceRef) -> str | None:
-    """The arXiv id named by a source's origin ('arXiv:2302.07302'), if any."""
+    """A source's arXiv id: its own field, else the one its origin names ('arXiv:2302.07302'), if any."""
+    if source.arxiv_id:
+        return source.arxiv_id
     m = _ARXIV.search(source.origin)
     return m.group(1) if m else None
 

@@ -43,6 +43,8 @@ class Source:
     venue: str = ""
     venue_kind: VenueKind = ""
     chunk_ids: list[str] = field(default_factory=list)
+    doi: str = ""
+    arxiv_id: str = ""
     n: int | None = None
     is_retracted: bool = False  # what a reader weighs it by (messages.search.WEIGHT_FIELDS; write/weight.py)
     cited_by_count: int | None = None

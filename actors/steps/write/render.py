@@ -45,7 +45,8 @@ def source_ref(src: Source) -> SourceRef:
     """The numbered source as the report's message records it."""
     return SourceRef(n=src.n, doc_id=src.doc_id, title=src.title,  # type: ignore[arg-type]
                      authors=src.authors, year=src.year, origin=src.origin, venue=src.venue,
-                     venue_kind=src.venue_kind, chunk_ids=tuple(src.chunk_ids), **weight_of(src))
+                     venue_kind=src.venue_kind, chunk_ids=tuple(src.chunk_ids), doi=src.doi,
+                     arxiv_id=src.arxiv_id, **weight_of(src))
 
 
 def coverage_word(coverage: float, goal: float) -> str:

@@ -177,7 +177,7 @@ class WriteStep:
         if doc is None:
             return Source(ev.doc_id, ev.title)
         return Source(ev.doc_id, doc.title or ev.title, tuple(doc.authors), doc.year, doc.origin, doc.venue,
-                       doc.venue_kind, **weight_of(doc))
+                       doc.venue_kind, doi=doc.doi, arxiv_id=doc.arxiv_id, **weight_of(doc))
 
     # -- one requirement section ---------------------------------------------------------------------
     async def _draft(self, request: WriteRequest, section: Section, chunks: Chunks, quoter: Quoter,
