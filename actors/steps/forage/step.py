@@ -30,13 +30,12 @@ actor). Each iteration it runs these nodes:
 * **reformulate** — when fewer than ``forage.min_papers`` distinct papers answer, the LLM writes
   another query and retrieval + classify run once more with it (at most once per iteration;
   recorded as a ``reformulated`` event).
-* **end** — from the judgement ledger (:mod:`actors.steps.forage.ledger`): coverage 1.0 if a confirmed answer (the
-  relevance check's floors, then similarity plus the requirement's words it holds:
-  :meth:`~actors.steps.forage.judging.RelevanceCheck.confirms`) is a method or a result, 0.75 if the
-  confirmed answers are background only (background alone never gives full coverage), 0.5 if there are
-  only unconfirmed answers or interesting chunks, else 0.0; one :class:`Evidence` per useful document,
-  confirmed answers first (methods and results above background), each group in the store's hybrid ranking of
-  the documents for the requirement; the number of distinct papers with a confirmed answer.
+* **end** — from the judgement ledger (:mod:`actors.steps.forage.ledger`): the coverage, where the check is
+  calibrated the probability that the library answers the requirement, from the scores of the passages shown to the
+  judge and its verdicts weighed by its rates (:meth:`~actors.steps.forage.credit.JudgeCredit.coverage`), else the
+  ladder (:meth:`~actors.steps.forage.ledger.Ledger.ladder`); one :class:`Evidence` per useful document, confirmed
+  answers first (methods and results above background), each group in the store's hybrid ranking of the documents
+  for the requirement; the number of distinct papers with a confirmed answer.
 
 A follow-up run (``forage research --from RUN``) scopes every search to ``request.doc_ids`` (the
 earlier run's documents and its own) and judges ``request.seed_chunk_ids`` (the earlier run's
