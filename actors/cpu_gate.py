@@ -3,8 +3,8 @@
 A Forager's iteration alternates LLM calls (waiting, no CPU) with CPU steps: store searches, the relevance check's
 embeddings, reading sections. When every Forager of a run starts its iteration at once, eight of them on a 2-core
 machine each get a quarter of a core, so the first of them is ready for its first LLM call only when nearly all of
-them are (processor sharing): in ``bench/forage_parallel.py`` the first call left 0.27-0.42 s after the start, while
-one Forager's start alone takes about 50 ms of CPU. Through the gate they take turns: a Forager holds one place for
+them are (processor sharing; ``bench/forage_parallel.py`` measures it, docs/foraging.md has the figures). Through the
+gate they take turns: a Forager holds one place for
 all its CPU steps up to its next LLM call (:meth:`actors.steps.forage.runtime.Runtime.one_place`), the Forager
 nearer its next call goes first, and the LLM's slots fill while the others search.
 

@@ -1,7 +1,7 @@
 """EmbedEndpoint actors: one in-process embedding model (MiniLM) per node, serving every actor of every run there.
 
 Each Forager and Ingestor used to load its own MiniLM: torch, transformers, sentence-transformers and the weights,
-4.4 s of a core and a few hundred MB of memory per actor, for two to five actors per run. With ``embed.shared``
+seconds of a core and a few hundred MB of memory per actor (docs/cluster.md has the figures). With ``embed.shared``
 (the default) the first actor on a node that needs the model creates that node's endpoint (named per node and per
 embedding configuration, detached in Forage's namespace, like the LLM endpoints of :mod:`actors.llm_endpoint`), and
 every actor on the node embeds through it: one load per node, kept between runs of one Ray session.

@@ -241,10 +241,8 @@ class LanceUpkeep:
 
     def index_new_chunks(self) -> int:
         """Fold the chunks written since the last optimize into the BM25 index now (:meth:`optimize`), so the searches
-        that follow stop flat-scanning them: each unindexed chunk costs every BM25 query about 0.05 ms on a 2-core
-        machine (1,063 unindexed chunks: BM25 p50 54.7 ms against 5.1 ms folded in), and folding them in took
-        0.03-0.18 s for 156-1,079 new chunks beside 0 or 3,202 indexed ones (bench/store_index.py). How many chunks
-        were waiting; 0 when none were, or when another process is optimizing right now (it folds them in)."""
+        that follow stop flat-scanning them: every unindexed chunk costs every BM25 query time, and folding them in
+        costs a fraction of a second (docs/retrieval.md, bench/store_index.py). How many chunks were waiting; 0 when none were, or when another process is optimizing right now (it folds them in)."""
         waiting = self.unindexed_chunks()
         if waiting == 0:
             return 0
