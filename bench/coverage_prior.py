@@ -3,7 +3,8 @@
 `bench/judge_credit.py` fits the prior on the store's top 12 hybrid candidates of each claim. The Forager shows a
 judge other passages: its retrieval, deep dives into the papers the judge points to, reformulated searches, so the
 sets a run's coverage weighs are not those. This bench fits the prior — P(answerable) = sigmoid(a + b x log of the
-summed odds + c x best score) over each document's best shown passage (``Ledger.best_shown``) — on what
+summed odds + c x best score) over each document's best shown passage (``Ledger.best_shown``), the 12 highest-scoring
+as the product reads them (``credit.prior_scores``) — on what
 ``forage eval evidence --split train --mode checked --out F`` recorded per query (``best_shown``, ``answerable``),
 pooled over the files given (runs with different judges: what a judge is shown depends on its verdicts), the
 answerable and the unanswerable requirements weighted to count alike (the prior takes a requirement to be as likely
@@ -26,7 +27,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from actors.steps.evaluation.evidence import FALSE_COVERAGE, expected_calibration_error, reliability  # noqa: E402
-from actors.steps.forage.credit import JudgeCredit, signal_features  # noqa: E402
+from actors.steps.forage.credit import JudgeCredit, prior_scores, signal_features  # noqa: E402
 from infra.settings import Settings  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -45,7 +46,7 @@ def fit(paths: list[Path], curve: tuple[float, float, float]) -> tuple[float, fl
     for path in paths:
         for row in queries(path):
             if row["best_shown"]:  # nothing shown: coverage 0, nothing to fit
-                features.append(signal_features([score for score, _ in row["best_shown"]], curve))
+                features.append(signal_features(prior_scores([tuple(p) for p in row["best_shown"]]), curve))
                 labels.append(float(row["answerable"]))
     y = np.array(labels)
     balanced = np.where(y == 1, 0.5 / y.mean(), 0.5 / (1 - y.mean()))  # answerable and not count alike
@@ -73,6 +74,8 @@ def main() -> None:
     ap.add_argument("--fit", type=Path, nargs="+", required=True, help="forage eval evidence JSON files (train)")
     ap.add_argument("--score", type=Path, nargs="*", default=[], help="files scored with the fitted prior (test)")
     ap.add_argument("--out", type=Path)
+    ap.add_argument("--kept", action="store_true", help="also score every file with the prior Forage ships "
+                                                        "(Settings.coverage_prior), for comparison")
     args = ap.parse_args()
     curve = Settings.load().answer_curve("store")
     if curve is None:
@@ -85,6 +88,13 @@ def main() -> None:
     for r in rows:
         print(f"{Path(r['file']).name} | {r['split']} | {r['llm']} | {r['answerable']} + {r['unanswerable']} | "
               f"{r['answered']} / {r['false']} / {r['ece']:.3f}")
+    kept = Settings.load().coverage_prior("store")
+    if args.kept and kept is not None:
+        print(f"with the prior Forage ships, {kept}:")
+        for path in (*args.fit, *args.score):
+            r = scored(path, curve, kept)
+            print(f"{Path(r['file']).name} | {r['split']} | {r['llm']} | {r['answered']} / {r['false']} / "
+                  f"{r['ece']:.3f}")
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps({"prior": list(prior), "files": rows}, indent=2) + "\n")

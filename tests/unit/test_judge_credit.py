@@ -13,7 +13,7 @@ from infra.settings import Settings
 def test_a_reliable_judge_gets_more_relief_than_an_unreliable_one() -> None:
     curve = (-9.0, 9.0, 0.0)
     perfect, good, weak = JudgeCredit(1.0, 0.0, curve), JudgeCredit(0.8, 0.2, curve), JudgeCredit(0.6, 0.4, curve)
-    assert perfect.relief() == pytest.approx(math.log(99) / 9.0)  # rates clipped to [0.01, 0.99]
+    assert perfect.relief() == pytest.approx(math.log(999) / 9.0)  # rates clipped to [0.001, 0.999]
     assert good.relief() == pytest.approx(math.log(4) / 9.0)
     assert perfect.relief() > good.relief() > weak.relief() > 0.0
     # no better than chance, or worse: no relief, never a stricter check
@@ -70,44 +70,17 @@ def test_coverage_is_the_signals_prior_moved_by_the_judges_bayes_factor() -> Non
 
 
 def test_coverage_weighs_an_answer_by_how_likely_the_signal_makes_it_the_answering_passage() -> None:
-    """The same judge's 'answers' counts for more on the passage closest to the requirement than on a distant one,
-    and only the 12 highest-scoring passages count."""
+    """The same judge's 'answers' counts for more on the passage closest to the requirement than on a distant one.
+    The prior reads the 12 highest-scoring passages only (a yes-man's coverage is the same with 30 more far below);
+    the verdicts weigh over every passage shown: an answer found beyond the 12 still raises the coverage."""
     judge = JudgeCredit(0.9, 0.1, CURVE, PRIOR)
     near = judge.coverage([(0.95, True), (0.6, False)])
     far = judge.coverage([(0.95, False), (0.6, True)])
     assert near > far  # type: ignore[operator]
-    many = [(0.95, True)] + [(0.5, False)] * 11
-    assert judge.coverage(many + [(0.4, False)] * 30) == pytest.approx(judge.coverage(many))
-
-
-def test_settings_give_the_coverage_prior_only_where_the_curve_is_fitted() -> None:
-    settings = Settings.load()
-    assert settings.coverage_prior("store") is not None and settings.answer_curve("store") is not None
-    assert settings.coverage_prior("text") is None
-    assert settings.updated(embed={"backend": "ollama"}).coverage_prior("store") is None
-
-
-def test_the_ledger_reports_the_calibrated_coverage_over_the_passages_shown_to_the_judge() -> None:
-    """Where the check is calibrated the ledger's coverage is the probability over the verdicts it holds (the judge's
-    own tag where the check overruled it, passages under the shown floor left out); not calibrated, the ladder."""
-    from actors.steps.forage.ledger import Iteration, Ledger
-    from messages.forage import ChunkJudgement
-
-    credit = JudgeCredit(0.9, 0.1, CURVE, PRIOR)
-    verdicts = [ChunkJudgement(chunk_id="c1", doc_id="d1", tag="interesting", model_tag="answers", relevance=0.8,
-                               signal=0.95),
-                ChunkJudgement(chunk_id="c2", doc_id="d2", tag="unrelated", relevance=0.5, signal=0.6),
-                ChunkJudgement(chunk_id="c3", doc_id="d3", tag="answers", relevance=0.3, signal=0.9)]  # under the floor
-    ledger = Ledger(related_floor=0.52, credit=credit, shown_floor=0.4)
-    ledger.record(verdicts, Iteration(1))
-    assert ledger.coverage() == pytest.approx(credit.coverage([(0.95, True), (0.6, False)]), abs=1e-4)
-    ladder = Ledger(related_floor=0.52, credit=JudgeCredit(0.9, 0.1, CURVE, None), shown_floor=0.4)
-    ladder.record(verdicts, Iteration(1))
-    assert ladder.coverage() == ladder.ladder() == 1.0  # c3: an answer with no confirmation asked counts
-    # a second passage of d2 (a deep dive's), lower than its first: one candidate per document, its best
-    ledger.record([ChunkJudgement(chunk_id="c4", doc_id="d2", tag="answers", relevance=0.45, signal=0.5)],
-                  Iteration(2))
-    assert ledger.best_shown() == [(0.95, True), (0.6, False)]
-    nothing = Ledger(related_floor=0.52, credit=credit, shown_floor=0.4)
-    nothing.record(verdicts[2:], Iteration(1))
-    assert nothing.coverage() == 0.0  # calibrated, but no passage shown from the floor on
+    many = [(0.95, False)] + [(0.5, False)] * 11
+    yes_man = JudgeCredit(1.0, 1.0, CURVE, PRIOR)
+    assert yes_man.coverage(many + [(0.4, False)] * 30) == pytest.approx(yes_man.coverage(many))
+    perfect = JudgeCredit(1.0, 0.0, CURVE, PRIOR)
+    deep = perfect.coverage(many + [(0.45, True)])
+    assert deep > perfect.coverage(many + [(0.45, False)])  # type: ignore[operator]
+    assert deep > perfect.coverage(many)  # type: ignore[operator]

@@ -38,7 +38,8 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-RATE_FLOOR = 0.01  # rates are clipped to [0.01, 0.99]: a perfect judge's ratio is 99, not infinite
+RATE_FLOOR = 0.001  # rates are clipped to [0.001, 0.999]: a judge said to be perfect is believed to one error in
+# a thousand (its likelihood ratio 999, not infinite)
 #: the passages a requirement's coverage weighs: its highest-scoring shown ones, as many as the prior was fitted on
 COVERAGE_PASSAGES = 12
 
@@ -83,22 +84,29 @@ class JudgeCredit:
     def coverage(self, passages: Iterable[tuple[float, bool]]) -> float | None:
         """The probability that the library answers the requirement, from the passages shown to the judge (one per
         document, its best: :meth:`Ledger.best_shown`): each its score (similarity + 0.4 x word share) and whether the
-        judge called it an answer; the ``COVERAGE_PASSAGES`` highest-scoring count. 0.0 with none shown; None without
-        a calibration (curve and prior)."""
+        judge called it an answer. The prior reads the ``COVERAGE_PASSAGES`` highest scores (:func:`prior_scores`,
+        as it was fitted); the judge's verdicts weigh over every passage shown, so that an answer found deep in a
+        later iteration counts. 0.0 with none shown; None without a calibration (curve and prior)."""
         if self.curve is None or self.prior is None:
             return None
-        shown = sorted(passages, key=lambda p: -p[0])[:COVERAGE_PASSAGES]
+        shown = list(passages)
         if not shown:
             return 0.0
-        summed, best = signal_features([score for score, _ in shown], self.curve)
+        summed, best = signal_features(prior_scores(shown), self.curve)
         prior = self.prior[0] + self.prior[1] * summed + self.prior[2] * best
         said, other = math.log(clip_rate(self.tpr) / clip_rate(self.fpr)), \
             math.log((1 - clip_rate(self.tpr)) / (1 - clip_rate(self.fpr)))
         # the Bayes factor of the verdicts: each passage's likelihood ratio weighted by how likely the curve makes it
         # the answering one
-        factor = sum(math.exp(self.curve[0] + self.curve[1] * score - summed + (said if answers else other))
+        everyone, _ = signal_features([score for score, _ in shown], self.curve)
+        factor = sum(math.exp(self.curve[0] + self.curve[1] * score - everyone + (said if answers else other))
                      for score, answers in shown)
         return sigmoid(prior + math.log(factor))
+
+
+def prior_scores(passages: Iterable[tuple[float, bool]]) -> list[float]:
+    """The scores the coverage prior reads: the ``COVERAGE_PASSAGES`` highest of the shown passages'."""
+    return sorted((score for score, _ in passages), reverse=True)[:COVERAGE_PASSAGES]
 
 
 def signal_features(scores: Sequence[float], curve: tuple[float, float, float]) -> tuple[float, float]:
