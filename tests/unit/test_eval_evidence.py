@@ -165,6 +165,21 @@ def test_a_simulated_judge_answers_from_the_qrels_at_its_rates() -> None:
                for n in range(20))
 
 
+def test_a_simulated_judge_tells_overlapping_passages_of_one_paper_apart() -> None:
+    """Passages of one paper overlap (a chunk's window runs into the next): a shown passage is the one that starts
+    with its text, not a relevant neighbour that also holds it."""
+    from actors.steps.evaluation.simulated import SimulatedJudge
+
+    head = "the detector was calibrated with cosmic muons before the run began and"
+    corpus = {"p:0": ("One paper", f"Earlier text of the paper. {head} its response was stable"),
+              "p:1": ("One paper", f"{head} its response"),
+              "p:2": ("One paper", "The mass is 125.09 GeV, measured with both experiments combined.")}
+    judge = SimulatedJudge(corpus, {"q": "What is the mass?"}, {"q": {"p:0": 1, "p:2": 1}}, 1.0, 0.0, 0)
+    assert judge.document("One paper", corpus["p:1"][1]) == "p:1"
+    assert judge.document("One paper", corpus["p:0"][1]) == "p:0"
+    assert judge.document("One paper", "Earlier text of the paper. the detector") == "p:0"  # held only
+
+
 def test_a_simulated_judge_refuses_what_it_cannot_read() -> None:
     import asyncio
 

@@ -106,9 +106,12 @@ class SimulatedJudge(RetryingLLM):
             return candidates[0]
         probe = _norm(text.removesuffix(" …"))[:200]
         pool = candidates or list(self._text)
-        for cid in pool:
-            if probe in self._text[cid]:
-                return cid
+        # the passage that starts with the shown text first: passages of one paper overlap (a chunk's window runs
+        # into the next), and the one that merely holds it may be another, relevant where the shown one is not
+        for holds in (str.startswith, str.__contains__):
+            for cid in pool:
+                if holds(self._text[cid], probe):
+                    return cid
         if candidates:
             return candidates[0]
         raise ValueError(f"no document of the dataset is titled {title[:80]!r} or holds the passage")
