@@ -33,7 +33,7 @@ sys.path.insert(0, str(REPO))
 
 from pebble import ProcessPool  # noqa: E402
 
-from actors.steps.ingest.parallel import ParallelIngest, parse_file, parse_pool  # noqa: E402
+from actors.steps.ingest.parallel import ParallelIngest, parse_file  # noqa: E402
 from actors.steps.ingest.step import IngestStep  # noqa: E402
 from actors.steps.search.library import file_key  # noqa: E402
 from infra.embed import build_embedder  # noqa: E402
@@ -94,14 +94,11 @@ class CountingEmbedder:
         return self.inner.embed_windowed(items)
 
 
-def parse_only(parser, paths: list[Path], workers: int, timeout_s: float, pinned: bool = True) -> tuple[float, int]:
-    """Seconds and pages to parse ``paths`` with ``workers`` processes (the worker start included), each kept to its
-    share of the cores as `forage library add` keeps them (``pinned``), or left where the system puts them."""
+def parse_only(parser, paths: list[Path], workers: int, timeout_s: float) -> tuple[float, int]:
+    """Seconds and pages to parse ``paths`` with ``workers`` processes (the worker start included)."""
     started = time.perf_counter()
     pages = 0
-    pool = (parse_pool(workers) if pinned
-            else ProcessPool(max_workers=workers, context=multiprocessing.get_context("spawn")))
-    with pool:
+    with ProcessPool(max_workers=workers, context=multiprocessing.get_context("spawn")) as pool:
         futures = [pool.schedule(parse_file, (parser, str(p), p.name, None), timeout=timeout_s) for p in paths]
         for future in concurrent.futures.as_completed(futures):
             try:
@@ -139,9 +136,6 @@ def main() -> None:
     ap.add_argument("--workers", type=int, nargs="+", default=[1, 2])
     ap.add_argument("--sources", type=Path, nargs="+", default=[SHARED / "pdfs", SHARED / "pdfs-extra"])
     ap.add_argument("--parse-only", action="store_true", help="time parsing alone")
-    ap.add_argument("--unpinned", action="store_true",
-                    help="also time each number of workers left unpinned, where the system puts them (as before "
-                         "2026-11-29)")
     ap.add_argument("--cores", type=int, default=16, help="cores of the projected workstation")
     ap.add_argument("--gpu-texts-per-s", type=float, default=1361.0, help="the projected GPU's embedding rate")
     args = ap.parse_args()
@@ -155,12 +149,6 @@ def main() -> None:
             parse_rates[workers] = pages / seconds
             print(f"parse  workers={workers}: {pages} pages in {seconds:.1f} s = {pages / seconds:.2f} pages/s "
                   f"({parse_rates[workers] / parse_rates[args.workers[0]]:.2f}x {args.workers[0]} worker)")
-            if args.unpinned:
-                seconds, pages = parse_only(build_parser(settings), paths, workers, settings.ingest.timeout_s,
-                                            pinned=False)
-                print(f"parse  workers={workers} unpinned: {pages} pages in {seconds:.1f} s = "
-                      f"{pages / seconds:.2f} pages/s ({pages / seconds / parse_rates[args.workers[0]]:.2f}x "
-                      f"{args.workers[0]} pinned worker)")
         per_core = parse_rates[args.workers[0]] / args.workers[0]
         inputs_per_page = None
         if not args.parse_only:

@@ -104,21 +104,3 @@ def test_parse_workers_default_to_the_usable_cores() -> None:
     import os
 
     assert parse_workers(0) == len(os.sched_getaffinity(0))
-
-
-def test_each_parse_worker_keeps_to_its_share_of_the_cores() -> None:
-    """Workers split the node's cores evenly (a worker started again takes the next share round); every worker of a
-    pool runs on its own share, so that the parser's per-core threads of two workers do not contend for one core."""
-    import os
-
-    from actors.steps.ingest.parallel import parse_pool, usable_cores, worker_cores
-
-    assert [worker_cores(i, 2, [0, 1]) for i in range(3)] == [{0}, {1}, {0}]
-    assert worker_cores(0, 1, [0, 1]) == {0, 1}  # one worker: every core
-    assert [worker_cores(i, 3, list(range(8))) for i in range(3)] == [{0, 1}, {2, 3, 4}, {5, 6, 7}]
-    assert [worker_cores(i, 4, [0, 1]) for i in range(4)] == [{0}, {1}, {0}, {1}]  # more workers than cores
-    cores = usable_cores()
-    with parse_pool(2) as pool:
-        seen = [pool.schedule(os.sched_getaffinity, (0,)).result(timeout=60) for _ in range(4)]
-    shares = [worker_cores(i, 2, cores) for i in range(2)]
-    assert all(found in shares for found in seen), (seen, shares)

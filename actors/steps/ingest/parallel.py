@@ -13,7 +13,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from time import perf_counter
-from typing import Any
 
 from pebble import ProcessExpired, ProcessPool
 
@@ -44,46 +43,6 @@ def parse_workers(setting: int) -> int:
         return max(1, len(os.sched_getaffinity(0)))
     except AttributeError:  # not on Linux
         return max(1, os.cpu_count() or 1)
-
-
-def usable_cores() -> list[int]:
-    """The cores this process may run on."""
-    try:
-        return sorted(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        return list(range(os.cpu_count() or 1))
-
-
-def worker_cores(index: int, workers: int, cores: Sequence[int]) -> set[int]:
-    """The cores parse worker ``index`` (counting from 0; a worker started again after a timeout or crash takes the
-    next index) keeps to: its even share of ``cores``, so that workers do not contend for one core while another
-    idles."""
-    workers, n = max(1, workers), len(cores)
-    slot = index % workers
-    if workers >= n:
-        return {cores[slot % n]}
-    return set(cores[slot * n // workers:(slot + 1) * n // workers])
-
-
-def _keep_to_cores(counter: Any, workers: int, cores: Sequence[int]) -> None:
-    """Worker initializer: keep this worker to its share of the cores (:func:`worker_cores`). The parser's layout
-    models run in ONNX Runtime, whose sessions start a thread per core of the process: unpinned, every worker's
-    threads spread over every core and spin against each other (docs/ingestion.md has the measurement)."""
-    with counter.get_lock():
-        index = counter.value
-        counter.value += 1
-    try:
-        os.sched_setaffinity(0, worker_cores(index, workers, cores))
-    except (AttributeError, OSError):  # not on Linux, or not allowed: the worker runs where the system puts it
-        pass
-
-
-def parse_pool(workers: int) -> ProcessPool:
-    """``workers`` parse processes, each kept to its share of this node's cores. Spawned, not forked: this process may
-    hold the embedder's threads and open store handles."""
-    context = multiprocessing.get_context("spawn")
-    return ProcessPool(max_workers=workers, context=context, initializer=_keep_to_cores,
-                       initargs=(context.Value("i", 0), workers, usable_cores()))
 
 
 @dataclass
@@ -165,8 +124,10 @@ class ParallelIngest:
 
     def _parse_in_workers(self, state: Progress, results: list[IngestResult | None],
                           todo: Sequence[tuple[int, CheckedFile]]) -> None:
+        # spawn, not fork: this process may hold the embedder's threads and open store handles
+        context = multiprocessing.get_context("spawn")
         ready: list[tuple[int, CheckedFile, ParsedDocument]] = []
-        with parse_pool(min(self.workers, len(todo))) as pool:
+        with ProcessPool(max_workers=min(self.workers, len(todo)), context=context) as pool:
             futures = {pool.schedule(parse_file, (self.parser, str(c.path), c.doc_id, self.cache_dir),
                                      timeout=self.timeout_s): (i, c) for i, c in todo}
             for future in concurrent.futures.as_completed(futures):
