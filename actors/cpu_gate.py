@@ -4,9 +4,9 @@ A Forager's iteration alternates LLM calls (waiting, no CPU) with CPU steps: sto
 embeddings, reading sections. When every Forager of a run starts its iteration at once, eight of them on a 2-core
 machine each get a quarter of a core, so the first of them is ready for its first LLM call only when nearly all of
 them are (processor sharing; ``bench/forage_parallel.py`` measures it, docs/foraging.md has the figures). Through the
-gate they take turns: a Forager holds one place for
-all its CPU steps up to its next LLM call (:meth:`actors.steps.forage.runtime.Runtime.one_place`), the Forager
-nearer its next call goes first, and the LLM's slots fill while the others search.
+gate they take turns: a Forager holds one place for all its CPU steps up to its next LLM call
+(:meth:`actors.steps.forage.runtime.Runtime.one_place`), the Forager nearer its next call goes first, and the LLM's
+slots fill while the others search.
 
 The gate is one async actor per node (named per node, detached in Forage's namespace like the LLM and embedding
 endpoints, so concurrent runs share it), asking for no CPU itself. A place is given back without waiting for an

@@ -242,7 +242,8 @@ class LanceUpkeep:
     def index_new_chunks(self) -> int:
         """Fold the chunks written since the last optimize into the BM25 index now (:meth:`optimize`), so the searches
         that follow stop flat-scanning them: every unindexed chunk costs every BM25 query time, and folding them in
-        costs a fraction of a second (docs/retrieval.md, bench/store_index.py). How many chunks were waiting; 0 when none were, or when another process is optimizing right now (it folds them in)."""
+        costs a fraction of a second (docs/retrieval.md, bench/store_index.py). How many chunks were waiting; 0 when
+        none were, or when another process is optimizing right now (it folds them in)."""
         waiting = self.unindexed_chunks()
         if waiting == 0:
             return 0

@@ -39,8 +39,7 @@ _ARXIV_GIVEN = re.compile(r"^(?:arxiv:\s*|https?://arxiv\.org/abs/)?(\d{4}\.\d{4
 def identifier_changes(doc: DocumentRecord, doi: str | None, arxiv_id: str | None) -> dict[str, str]:
     """The changes that give a stored document this DOI and/or arXiv id (None: keep the one it has; "": drop it):
     its typed fields and the origin the report names it by (the file name first, as the ingest wrote it); only the
-    fields that change.
-    ValueError for a DOI or arXiv id that is not one."""
+    fields that change. ValueError for a DOI or arXiv id that is not one."""
     if doi:
         found = _DOI_GIVEN.match(doi.strip())
         if not found:
@@ -55,8 +54,9 @@ def identifier_changes(doc: DocumentRecord, doi: str | None, arxiv_id: str | Non
     new_arxiv = doc.arxiv_id if arxiv_id is None else arxiv_id
     parts = [p for p in (p.strip() for p in (doc.origin or doc.key).split(", ")) if p]
     name = ", ".join(p for p in parts if not _ID_PARTS.match(p))
-    changes = {"doi": new_doi, "arxiv_id": new_arxiv, "origin": source_origin(name, new_doi or None, new_arxiv or None)}
-    return {field: value for field, value in changes.items() if getattr(doc, field) != value}
+    changes = {"doi": new_doi, "arxiv_id": new_arxiv,
+               "origin": source_origin(name, new_doi or None, new_arxiv or None)}
+    return {column: value for column, value in changes.items() if getattr(doc, column) != value}
 
 
 def known_venue(candidate: Candidate) -> tuple[str, VenueKind]:
