@@ -516,6 +516,26 @@ def test_a_section_whose_answers_were_not_confirmed_says_so_rather_than_that_non
     assert "Only related documents were found for this requirement" in r2  # no answer was even proposed
 
 
+def test_a_requirement_answered_by_its_coverage_without_a_confirmed_passage_says_an_answer_is_likely(store):
+    """Seen on a question over pdfs-extra ("How do survey biases affect its estimate?"): the Scope said 0.89
+    (answered) — the passages shown make an answer likely — and the section said "No answer to this requirement was
+    confirmed". At or above the run's goal the section says the answer is likely and that no single passage was
+    confirmed; below it, as before."""
+    goal = settings(extractive=True).run.min_coverage
+    covs = (RequirementCoverage(run_id=RUN, requirement=R1, iteration=1, coverage=0.89, unconfirmed=10, evidence=(
+                ev(A, "interesting", "Photosystem II absorbs photons.", 1),)),
+            RequirementCoverage(run_id=RUN, requirement=R2, iteration=1, coverage=0.9, evidence=(
+                ev(C, "interesting", "The Calvin cycle fixes carbon.", 0),)))
+    assert goal <= 0.89
+    report = write(store, ScriptedLLM({OverviewDraft: [OVERVIEW]}), covs, settings=settings(extractive=True))
+    r1, r2 = section(report.markdown, R1.text), section(report.markdown, R2.text)
+    assert "make it likely that the literature answers this requirement (coverage 0.89)" in r1
+    assert "no single passage was confirmed as the answer: the model called 10 passage(s) answers" in r1
+    assert "No answer to this requirement was confirmed" not in r1
+    assert "(coverage 0.90), but no single passage was confirmed as the answer. Read the quotes" in r2
+    assert "Only related documents were found" not in r2
+
+
 def test_a_quoted_section_leaves_out_papers_only_on_the_topic_once_its_requirement_is_answered(store):
     """Seen on the OpenIE query of the run suite: beside the confirmed answer, the quoted section cited two papers
     the judge had called interesting ("Due to space constraints, we opted not to discuss our relation extraction

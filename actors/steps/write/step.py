@@ -60,7 +60,7 @@ from infra.errors import LLM_FAILURES
 from infra.llm.base import LLM, ChatMessage
 from infra.settings import Settings
 from infra.store.base import Store
-from messages.forage import Evidence
+from messages.forage import Evidence, RequirementCoverage
 from messages.search import weight_of
 from messages.status import Stage
 from messages.write import Comparison, Figure, Report, SectionSources, SourceRef, WriteRequest
@@ -74,6 +74,13 @@ PARTIAL = ("Only related documents were found for this requirement; none of thei
 UNCONFIRMED = ("No answer to this requirement was confirmed: the model called {n} passage(s) answers, but their "
                "similarity to the requirement and the words they share with it fell short of the check, so they count "
                "as related, not as answers. Read the quotes below as candidates.")
+# the requirement is answered by its coverage (the probability, from the passages shown, that the literature answers
+# it) though no single passage was confirmed: said so, rather than that there is no answer, beside "answered"
+LIKELY_UNCONFIRMED = ("The passages found make it likely that the literature answers this requirement (coverage "
+                      "{coverage:.2f}), but no single passage was confirmed as the answer{why}. Read the quotes below "
+                      "as candidates.")
+UNCONFIRMED_WHY = (": the model called {n} passage(s) answers, but their similarity to the requirement and the words "
+                   "they share with it fell short of the check")
 NO_MECHANISM = ("no synthesis is available for this requirement because the language model failed; the "
                 "evidence found is listed below")
 
@@ -139,7 +146,7 @@ class WriteStep:
             if note := left_out_note(retracted):
                 section.notes.append(note)
             if not any(ev.tag == "answers" for ev, _ in section.items):
-                section.notes.append(UNCONFIRMED.format(n=cov.unconfirmed) if cov.unconfirmed else PARTIAL)
+                section.notes.append(self._unconfirmed_note(cov))
             before = dict(removed)
             await self._draft(request, section, chunks, quoter, removed, failed)
             self.emit(Stage.WRITE, "section", f"wrote the section for {req.id}", iteration=request.iterations,
@@ -170,6 +177,14 @@ class WriteStep:
                   removed_sentences=report.removed_sentences, regenerated_sections=report.regenerated_sections,
                   llm_calls=report.llm_calls, failed_steps=len(failed))
         return report
+
+    def _unconfirmed_note(self, cov: RequirementCoverage) -> str:
+        """What a section without a confirmed answer says: that an answer is likely where the coverage reached the
+        run's goal (the Scope calls it answered), else that none was confirmed or only related documents were found."""
+        if cov.coverage >= self.settings.run.min_coverage:
+            why = UNCONFIRMED_WHY.format(n=cov.unconfirmed) if cov.unconfirmed else ""
+            return LIKELY_UNCONFIRMED.format(coverage=cov.coverage, why=why)
+        return UNCONFIRMED.format(n=cov.unconfirmed) if cov.unconfirmed else PARTIAL
 
     # -- sources -------------------------------------------------------------------------------------
     def _source(self, ev: Evidence) -> Source:
