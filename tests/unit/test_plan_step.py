@@ -394,6 +394,38 @@ def test_a_two_question_query_keeps_both_questions_and_no_meta_requirement():
     assert any("1 dropped as a statement about the requirements" in d for d in plan.degraded)
 
 
+def test_a_requirement_that_echoes_the_models_instructions_is_dropped_and_its_question_kept():
+    """Seen on a two-question query over the shared PDFs: the embedded model's R1 was "This is a request for a
+    JSON-based solution to the problem of how to extract information from open information extraction systems." — it
+    holds enough of the first question's words to stand for it, and asks nothing of it. A requirement about the
+    request, JSON, the prompt or the instructions (where the query is not) is dropped; the first question is then a
+    requirement of its own. A query about JSON keeps requirements about JSON."""
+    from actors.steps.plan.requirements import off_query
+
+    query = ResearchQuery(run_id="run-plan", text="How do open information extraction systems avoid incoherent "
+                                                  "relation phrases, and how is their precision evaluated?")
+    echo = ("This is a request for a JSON-based solution to the problem of how to extract information from open "
+            "information extraction systems.")
+    assert off_query(echo, query.text) == "a statement about the request to the model, not the query's subject"
+    plan = asyncio.run(derive_requirements(query, ScriptedLLM([RequirementList(requirements=[
+        echo, "How is the precision of open information extraction systems evaluated?"])]), 5))
+    texts = [r.text for r in plan.requirements]
+    assert echo not in texts and len(texts) == 2
+    assert "How do open information extraction systems avoid incoherent relation phrases?" in texts
+    assert sum("precision" in t and "evaluated" in t for t in texts) == 1
+    json_query = "How do language models follow a JSON schema when they write structured output?"
+    assert not off_query("Methods that make language models follow a JSON schema", json_query)
+    # a subject that has requests, prompts or instructions in it is a subject
+    for subject, about in (("How do web servers queue incoming requests under load?", "How do web servers scale?"),
+                           ("Which prompts elicit step-by-step reasoning in language models?",
+                            "How do language models reason step by step?"),
+                           ("Effect of written instructions on patient adherence to medication",
+                            "What improves patient adherence to medication?"),
+                           ("How does the prompt wording change answer accuracy?",
+                            "How does prompt engineering affect the accuracy of language models?")):
+        assert not off_query(subject, about), subject
+
+
 @pytest.mark.parametrize("text", [
     "coverage 0.50; answering papers 0; answering passages: 1 method",
     "Microplastic coverage 0.75 in freshwater fish with answering passages none",

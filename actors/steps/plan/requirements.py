@@ -372,6 +372,11 @@ _STATUS = re.compile(
 # words that make a sentence about the research process rather than its subject ("The requirement to provide a concise
 # summary … is a critical aspect"); one the query itself uses is the query's subject, not meta text
 _META_NOUNS = re.compile(r"\b(requirements?|query|queries|researchers?|the\s+user)\b", re.IGNORECASE)
+# words about the exchange with the model rather than the subject ("This is a request for a JSON-based solution to
+# …": the embedded model echoing its instructions); as with the nouns above, what the query itself says is its subject
+_EXCHANGE = re.compile(r"\b(?:this|the|your|my)\s+(?:request|prompt|instructions?)\b|\ba\s+request\s+for\b|\bjson\b",
+                       re.IGNORECASE)
+_EXCHANGE_NOUN = re.compile(r"request|prompt|instruction|json", re.IGNORECASE)
 # the researcher's own situation, not a need ("Our lab studies soil microbiomes on farms.", "We are building a question
 # answering system over spreadsheets."): a first-person statement that asks nothing and names no need
 # (the pronoun as a word before a lower-case one: "I/O …", "US aid …" and "IT systems …" are subjects, not the
@@ -393,14 +398,18 @@ def own_context(text: str) -> bool:
 def off_query(text: str, query: str) -> str:
     """Why a requirement is not a need of the query ('' when it is one): it is Forage's own progress or status text
     (:data:`_STATUS`), it speaks about requirements, the query or the researcher where the query does not
-    (:data:`_META_NOUNS`), it restates the question or answers it (:data:`_ABOUT_QUESTION`), or it shares no content
-    word with the query (not anchored in its subject). The one check derived and re-planned requirements both
+    (:data:`_META_NOUNS`) or about the request to the model (:data:`_EXCHANGE`), it restates the question or answers
+    it (:data:`_ABOUT_QUESTION`), or it shares no content word with the query (not anchored in its subject). The one check derived and re-planned requirements both
     pass."""
     if _STATUS.search(text):
         return "Forage's own progress text"
     asked = {m.casefold()[:5] for m in _META_NOUNS.findall(query)}
     if any(m.casefold()[:5] not in asked for m in _META_NOUNS.findall(own_question(text))):
         return "a statement about the requirements, not the query's subject"
+    said = {w.casefold() for w in _EXCHANGE_NOUN.findall(query)}  # "prompt engineering" makes prompts the subject
+    if any(_EXCHANGE_NOUN.search(m).group(0).casefold() not in said  # type: ignore[union-attr]
+           for m in _EXCHANGE.findall(own_question(text))):
+        return "a statement about the request to the model, not the query's subject"
     if _ABOUT_QUESTION.search(text):
         return "a statement about the question or its answer, not a need"
     if own_context(text):
