@@ -77,7 +77,8 @@ def main() -> None:
     ap.add_argument("--kept", action="store_true", help="also score every file with the prior Forage ships "
                                                         "(Settings.coverage_prior), for comparison")
     args = ap.parse_args()
-    curve = Settings.load().answer_curve("store")
+    settings = Settings.load()
+    curve = settings.answer_curve("store")
     if curve is None:
         raise SystemExit("the store signal has no calibration curve for this embedder")
     prior = fit(args.fit, curve)
@@ -88,7 +89,7 @@ def main() -> None:
     for r in rows:
         print(f"{Path(r['file']).name} | {r['split']} | {r['llm']} | {r['answerable']} + {r['unanswerable']} | "
               f"{r['answered']} / {r['false']} / {r['ece']:.3f}")
-    kept = Settings.load().coverage_prior("store")
+    kept = settings.coverage_prior("store")
     if args.kept and kept is not None:
         print(f"with the prior Forage ships, {kept}:")
         for path in (*args.fit, *args.score):

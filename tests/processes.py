@@ -1,5 +1,6 @@
 """Child processes the tests start: `forage` commands in their own process group (ended with everything they left),
-and the pytest environment a child gets without anything that would change its outcome."""
+the pytest environment a child gets without anything that would change its outcome, and waiting for a killed Ray
+actor to be gone."""
 
 from __future__ import annotations
 
@@ -38,3 +39,14 @@ def child_env(**extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in drop}
     env.update(extra)
     return env
+
+
+def until_gone(call) -> None:  # noqa: ANN001 - a remote method of a Ray actor handle
+    """Return once a Ray actor that was killed is gone: ``ray.kill`` lands asynchronously, and a call made before then
+    is still served. ``call`` is one of its methods without arguments; each try waits for its answer."""
+    import pytest
+    import ray
+
+    with pytest.raises(ray.exceptions.RayActorError):
+        for _ in range(10_000):
+            ray.get(call.remote(), timeout=60)

@@ -21,6 +21,7 @@ from infra.llm.fakes import FunctionLLM, ScriptedLLM
 from infra.llm.gate import PriorityGate
 from infra.llm.slotted import BACKGROUND, SlottedLLM, background_calls, rounds_ahead
 from infra.settings import Settings
+from tests.processes import until_gone
 
 ASK = [{"role": "user", "content": "leaves"}]
 
@@ -452,9 +453,7 @@ def test_slotted_calls_through_the_session_rays_endpoint(ray_cluster) -> None:
     assert ray.get(named.idle.remote(30.0))  # a failed call gives its place back
 
     ray.kill(named)  # the endpoint is gone: the call is made again on a new one
-    with pytest.raises(ray.exceptions.RayActorError):
-        for _ in range(10_000):  # until the kill has landed (it does asynchronously; a call before then is served)
-            ray.get(named.stats.remote(), timeout=60)
+    until_gone(named.stats)
     answer = asyncio.run(llm.structured(ASK, DocumentGist))
     assert answer.summary == "About leaves." and llm.rerouted == 1
     renewed = ray.get_actor(ENDPOINT_PREFIX + node[:16], namespace="forage")

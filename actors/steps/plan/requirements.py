@@ -399,8 +399,8 @@ def off_query(text: str, query: str) -> str:
     """Why a requirement is not a need of the query ('' when it is one): it is Forage's own progress or status text
     (:data:`_STATUS`), it speaks about requirements, the query or the researcher where the query does not
     (:data:`_META_NOUNS`) or about the request to the model (:data:`_EXCHANGE`), it restates the question or answers
-    it (:data:`_ABOUT_QUESTION`), or it shares no content word with the query (not anchored in its subject). The one check derived and re-planned requirements both
-    pass."""
+    it (:data:`_ABOUT_QUESTION`), or it shares no content word with the query (not anchored in its subject). The one
+    check derived and re-planned requirements both pass."""
     if _STATUS.search(text):
         return "Forage's own progress text"
     asked = {m.casefold()[:5] for m in _META_NOUNS.findall(query)}
