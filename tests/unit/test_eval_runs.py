@@ -41,6 +41,20 @@ def test_a_query_of_two_questions_is_split_and_each_needs_its_own_requirement() 
     assert kept["missing_questions"] == [] and kept["not_needs"] == {}
 
 
+@pytest.mark.parametrize(("query", "asked"), [
+    ("I need:\n- an R package for spectroscopy models\n- evidence on bosonic dark matter in the CMB",
+     ["an R package for spectroscopy models", "evidence on bosonic dark matter in the CMB"]),
+    ("1) How are citation links resolved? 2) How is PDF layout represented?",
+     ["How are citation links resolved", "How is PDF layout represented"]),
+    ("How is the Higgs mass measured, and also how do batteries lose capacity in the cold?",
+     ["How is the Higgs mass measured", "how do batteries lose capacity in the cold"]),
+    ("How do (1) tracing and (2) method compilers differ?", ["How do (1) tracing and (2) method compilers differ"]),
+])
+def test_a_list_and_an_and_also_ask_a_question_each(query, asked) -> None:
+    """bench/suites/shapes.yaml's list and "and also" queries: each item is a need the plan must keep."""
+    assert questions(query) == asked
+
+
 @pytest.mark.parametrize(("text", "why"), [
     ("coverage stalled (0.50 → 0.50): the model named nothing missing", "status"),
     ("Iteration 3 brought 0 new documents from the library", "status"),

@@ -295,8 +295,8 @@ def test_every_question_of_the_query_gets_a_requirement():
     assert [r.text for r in capped.requirements] == [first]
     assert capped.degraded == ("requirements: the query's question 'How is it evaluated?' has none (at most 1); "
                                "add it by editing",)
-    # a query of one question adds nothing
-    assert unasked(QUERY.text, ["Unrelated words entirely here"]) == []
+    # a query of one question: its requirements ask it together, each a part of it
+    assert unasked(QUERY.text, ["How do microplastics enter fish?", "Which health effects follow in fish?"]) == []
 
 
 def test_without_the_llm_a_query_of_several_questions_gives_one_requirement_each():
@@ -324,6 +324,8 @@ def test_without_the_llm_a_query_of_several_questions_gives_one_requirement_each
     ("What complications follow thromboprophylaxis in trauma patients?", []),  # one question: the query is R1
     ("Anticoagulation after trauma, JIT compilers, and open relation extraction", []),  # no question words
     ("How do fish swim and why?", []),  # a part too short to stand alone
+    ("How is the Higgs mass measured, and also how do batteries lose capacity in the cold?",
+     ["How is the Higgs mass measured?", "How do batteries lose capacity in the cold?"]),
 ])
 def test_split_questions(text, questions):
     from actors.steps.plan.requirements import split_questions
@@ -474,7 +476,7 @@ def test_a_query_that_falls_back_to_itself_leaves_out_the_researchers_context():
             "and the text around it?")
     plan = _fallback(ResearchQuery(run_id="run-plan", text=text), "the test's reason")
     assert [r.text for r in plan.requirements] == ["How can a transformer encode a table and the text around it?"]
-    assert "without the sentences on the researcher's own context" in plan.degraded[0]
+    assert "without the researcher's own context before the question" in plan.degraded[0]
     alone = "We need a transformer that encodes tables. Which ones exist?"  # a need in the first person stays
     assert [r.text for r in _fallback(ResearchQuery(run_id="run-plan", text=alone), "why").requirements] == [alone]
     only = "Our lab studies tables."  # nothing else to ask: the query as it is
@@ -526,3 +528,84 @@ def test_a_requirement_starts_with_a_capital_unless_its_first_word_is_written_ot
         "Compare constrained and plain molecular dynamics")
     for kept in ("mRNA vaccine uptake in older adults", "p53 mutations in colorectal tumours", "eBay auction prices"):
         assert clean_requirement(kept) == kept
+
+
+@pytest.mark.parametrize(("text", "items"), [
+    # seen in bench/suites/shapes.yaml: the fallback kept "1) " and dropped the question mark
+    ("1) How are citation links resolved in a corpus of papers? 2) How can a toolkit represent PDF layout?",
+     ["How are citation links resolved in a corpus of papers?", "How can a toolkit represent PDF layout?"]),
+    ("I need:\n- an R package that fits spectroscopy models\n- evidence on bosonic dark matter in the CMB",
+     ["an R package that fits spectroscopy models", "evidence on bosonic dark matter in the CMB"]),
+    ("Two things:\n1. how tracing compilers\n   specialize types\n2. which sepsis models work early",
+     ["how tracing compilers specialize types", "which sepsis models work early"]),
+    ("My questions: (1) what limits battery life (2) which coatings slow anode decay",
+     ["what limits battery life", "which coatings slow anode decay"]),
+    # numbers inside a sentence are not a list; nor is one item
+    ("How do (1) tracing and (2) method compilers differ?", []),
+    ("Results of 2. and 3. phase trials of statins", []),
+    ("- only one bullet here about statins", []),
+])
+def test_list_items(text, items):
+    from actors.steps.plan.requirements import list_items
+
+    assert list_items(text) == items
+
+
+def test_a_list_of_questions_gives_one_requirement_per_item_without_its_marker():
+    query = ResearchQuery(run_id="run-plan", text="I need:\n- an R package that fits models to time-resolved "
+                                                  "spectroscopy\n- evidence on whether bosonic dark matter marks "
+                                                  "the CMB")
+    plan = asyncio.run(derive_requirements(query, ScriptedLLM([LLMTimeout("slow")])))
+    assert [r.text for r in plan.requirements] == [
+        "An R package that fits models to time-resolved spectroscopy",
+        "Evidence on whether bosonic dark matter marks the CMB"]
+    numbered = ResearchQuery(run_id="run-plan", text="1) How are citation links resolved? 2) How is the layout "
+                                                     "of scientific PDFs represented?")
+    plan = asyncio.run(derive_requirements(numbered, ScriptedLLM([{"requirements": ["QUERY"]}])))
+    assert [r.text for r in plan.requirements] == [
+        "How are citation links resolved?", "How is the layout of scientific PDFs represented?"]
+
+
+def test_a_requirement_loses_the_researchers_context_and_lead_in():
+    """Seen in bench/suites/shapes.yaml: the embedded model's requirement for a query that describes an
+    unpublished idea began "I have not told anyone yet. Before I build it: what do writers need …"."""
+    assert clean_requirement("I have not told anyone yet. Before I build it: what do writers need from AI support "
+                             "in expository writing?") == "What do writers need from AI support in expository writing?"
+    # a colon without the researcher in front of it is part of the question; a first-person need stays
+    for kept in ("Trace-based vs. method-based compilation of JavaScript: what does tracing loops gain?",
+                 "We need a transformer that encodes tables. Which ones exist?"):
+        assert clean_requirement(kept) == kept
+    assert clean_requirement("trace-based vs. method-based JIT: what does it gain?") == (
+        "Trace-based vs. method-based JIT: what does it gain?")
+    assert clean_requirement("résumé de l'emploi des logs") == "Résumé de l'emploi des logs"
+
+
+def test_a_query_its_requirements_do_not_ask_is_added_as_one():
+    """Seen in bench/suites/shapes.yaml: for a French query on summarising OLAP query logs the embedded model wrote
+    "Résumé de l'emploi" ('summary of employment'), one stem of the query's eight; the plan asked nothing of it."""
+    query = ResearchQuery(run_id="run-plan", text="Comment résumer un log de requêtes OLAP de façon concise et "
+                                                  "exploitable ?")
+    plan = asyncio.run(derive_requirements(query, ScriptedLLM([{"requirements": ["Résumé de l'emploi"]}])))
+    assert [r.text for r in plan.requirements] == ["Résumé de l'emploi", query.text]
+    assert plan.degraded[-1].endswith("had none; added as R2")
+
+
+def test_a_topic_that_restates_another_requirement_is_dropped():
+    """Seen in bench/suites/shapes.yaml: "How is the Higgs boson mass measured?", the battery question, and
+    "The Higgs boson mass measurement" as a third requirement."""
+    query = ResearchQuery(run_id="run-plan", text="How is the Higgs boson mass measured by combining experiments, "
+                                                  "and also how do lithium-ion batteries lose capacity in the cold?")
+    plan = asyncio.run(derive_requirements(query, ScriptedLLM([{"requirements": [
+        "How is the Higgs boson mass measured by combining experiments?",
+        "How do lithium-ion batteries lose capacity in the cold?", "The Higgs boson mass measurement"]}])))
+    assert [r.text for r in plan.requirements] == [
+        "How is the Higgs boson mass measured by combining experiments?",
+        "How do lithium-ion batteries lose capacity in the cold?"]
+    assert "requirements: 1 dropped as restating the subject of another" in plan.degraded
+    # a topic with words of its own, or numbers of its own, stays; so does a question
+    from actors.steps.plan.requirements import _without_restated
+
+    for texts in (["Higgs boson mass from ATLAS", "How is the Higgs boson mass measured?"],
+                  ["Phase 2 trials of statins", "Phase 3 trials of statins"],
+                  ["What is the Higgs boson mass?", "How is the Higgs boson mass measured?"]):
+        assert _without_restated(texts) == (texts, [])

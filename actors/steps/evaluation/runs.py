@@ -133,7 +133,8 @@ _STOP = frozenset("""
     analysis work works find show shown evidence question questions query requirement requirements
 """.split())  # noqa: SIM905 (a word list reads better as text)
 _QWORD = r"(?:how|what|which|why|when|where|who|whom|whose|whether|does|do|did|is|are|was|were|can|could|should)"
-_BREAK = re.compile(rf"\?\s*|[,;]\s*(?:(?:and|but|or|as well as)\s+)?(?={_QWORD}\b)|\s+and\s+(?={_QWORD}\b)",
+_BREAK = re.compile(rf"\?\s*|[,;]\s*(?:(?:and|but|or|as well as)\s+(?:also\s+)?)?(?={_QWORD}\b)"
+                    rf"|\s+and\s+(?:also\s+)?(?={_QWORD}\b)",
                     re.IGNORECASE)
 
 
@@ -142,11 +143,20 @@ def words(text: str) -> set[str]:
     return {w.casefold()[:5] for w in _WORD.findall(text) if len(w) >= 3 and w.casefold() not in _STOP}
 
 
+# an item of a list: a line starting with "-", "*", "•", "1." or "a)", or "2)" / "(2)" after a space in one line
+_LINE_ITEM = re.compile(r"^\s*(?:[-*•]|\(?(?:\d+|[a-z])[.)])\s+", re.IGNORECASE | re.MULTILINE)
+_NUMBER_ITEM = re.compile(r"(?<=\s)\(?[2-9][.)]\s+")
+
+
 def questions(query: str) -> list[str]:
-    """The questions a query asks, in order: it splits after a question mark and before ", and how …",
-    "; what …", " and why …"; a part with fewer than two content words joins the one before it."""
+    """The questions a query asks, in order: each item of a list (the text before the first item, "I need:", is
+    not one), and within them it splits after a question mark and before ", and how …", "; what …", " and
+    why …"; a part with fewer than two content words joins the one before it."""
+    items = [i for i in _LINE_ITEM.split(query)[1:] if i.strip()] if len(_LINE_ITEM.findall(query)) >= 2 else []
+    if not items and re.match(r"\s*(?:[^:]*:\s*)?\(?1[.)]\s", query) and _NUMBER_ITEM.search(query):
+        items = _NUMBER_ITEM.split(re.sub(r"^\s*(?:[^:]*:\s*)?\(?1[.)]\s+", "", query))
     parts: list[str] = []
-    for raw in _BREAK.split(" ".join(query.split())):
+    for raw in (piece for item in (items or [query]) for piece in _BREAK.split(" ".join(item.split()))):
         part = raw.strip(" ,;.?!")
         if not part:
             continue

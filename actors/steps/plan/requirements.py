@@ -83,11 +83,12 @@ def clean_requirement(text: str) -> str:
     stripped = _META.sub("", text, count=1).strip()
     if stripped and stripped != text:
         text = stripped[0].upper() + stripped[1:]
-    text = text.strip(" \t\"'")
-    # a sentence starts with a capital (a weak model echoes the query lower-cased); a first word written with a
-    # capital or a digit inside ("mRNA", "p53", "eBay") is kept as it is
+    text = asked_part(text.strip(" \t\"'"))
+    # a sentence starts with a capital (a weak model echoes the query lower-cased, "trace-based vs. …" too); a first
+    # word written with a capital or a digit inside ("mRNA", "p53", "eBay") is kept as it is
     first = text.split(" ", 1)[0]
-    return text[0].upper() + text[1:] if first.isalpha() and first.islower() else text
+    lower = re.fullmatch(r"[^\W\d_]+(?:-[^\W\d_]+)*", first) is not None and first.islower()
+    return text[0].upper() + text[1:] if lower else text
 
 
 def echoes_feedback(text: str) -> bool:
@@ -136,17 +137,63 @@ def shorten(text: str, limit: int) -> str:
 
 
 _QUESTION_WORDS = r"(?:how|what|which|why|when|where|who|whom|whose|whether|does|do|did|is|are|was|were|can|could)"
-# where a query's questions meet: after a question mark, or at ", and how …" / "; what …" / " and why …"
-_QUESTION_BREAK = re.compile(rf"\?\s+|[,;]\s*(?:(?:and|but|as well as)\s+)?(?={_QUESTION_WORDS}\b)"
-                             rf"|\s+and\s+(?={_QUESTION_WORDS}\b)", re.IGNORECASE)
+# where a query's questions meet: after a question mark, or at ", and how …" / "; what …" / " and why …" /
+# ", and also how …"
+_QUESTION_BREAK = re.compile(rf"\?\s+|[,;]\s*(?:(?:and|but|as well as)\s+(?:also\s+)?)?(?={_QUESTION_WORDS}\b)"
+                             rf"|\s+and\s+(?:also\s+)?(?={_QUESTION_WORDS}\b)", re.IGNORECASE)
+
+
+# a list item's marker at the start of a line: "- ", "* ", "• ", "1. ", "2) ", "(3) ", "a) ", "(b) "
+_ITEM = re.compile(r"^\s*(?:\(?(?:\d{1,2}|[a-h])[.)]|[-*•])\s+", re.IGNORECASE)
+# a number marking an item inside one line: "1) … 2) …", "(1) … (2) …", "1. … 2. …"
+_INLINE_ITEM = re.compile(r"(?:^|(?<=\s))\(?(\d{1,2})[.)]\s+")
+
+
+def list_items(text: str) -> list[str]:
+    """The items of a query written as a list, without their markers: lines under a marker ("- …", "1. …",
+    "a) …"; a line without one continues the item above it, a lead-in line before the first, "I need:", is not an
+    item), or items numbered 1, 2, … in one line ("1) How … 2) How …", with nothing but a lead-in ending in ':'
+    before the first). [] when the query is not a list of two or more items."""
+    lines = [line for line in text.splitlines() if line.strip()]
+    if sum(1 for line in lines if _ITEM.match(line)) >= 2:
+        items: list[str] = []
+        for line in lines:
+            if _ITEM.match(line):
+                items.append(" ".join(_ITEM.sub("", line, count=1).split()))
+            elif items:
+                items[-1] = f"{items[-1]} {' '.join(line.split())}"
+        return items
+    flat = " ".join(text.split())
+    numbers = list(_INLINE_ITEM.finditer(flat))
+    lead = flat[:numbers[0].start()].strip() if numbers else ""
+    if len(numbers) < 2 or [int(m.group(1)) for m in numbers] != list(range(1, len(numbers) + 1)) \
+            or (lead and not lead.endswith(":")):
+        return []
+    ends = [m.start() for m in numbers[1:]] + [len(flat)]
+    return [flat[m.end():end].strip() for m, end in zip(numbers, ends, strict=True)]
+
+
+# a first-person lead-in before the question, ending in a colon ("Before I build it: what do writers need …?")
+_LEAD_IN = re.compile(r"^[^:?]*\b(?:I|[Ww]e|[Mm]y|[Oo]ur|me|us)\b[^:?]*:\s+(?=\S)")
+
+
+def asked_part(text: str) -> str:
+    """What a query or a requirement asks: without its opening sentences on the researcher's own situation ("I have
+    not told anyone yet. How …?": :func:`own_context`) and a first-person lead-in ending in a colon ("Before I build
+    it: what …?"), when at least :data:`MIN_REQUIREMENT_WORDS` words are left; else the text as it is."""
+    text = _without_context(text)
+    rest = _LEAD_IN.sub("", text, count=1)
+    return rest if rest != text and len(_WORD.findall(rest)) >= MIN_REQUIREMENT_WORDS else text
 
 
 def split_questions(text: str) -> list[str]:
     """The questions a query asks, in order, each as a sentence of its own ("How do tracing JIT compilers
-    specialize types, and how are recurrent networks used to predict sepsis early?" gives two); [] when it asks
-    fewer than two usable ones (each needs :data:`MIN_REQUIREMENT_WORDS` words)."""
+    specialize types, and how are recurrent networks used to predict sepsis early?" gives two; so does a list of
+    two items, :func:`list_items`); [] when it asks fewer than two usable ones (each needs
+    :data:`MIN_REQUIREMENT_WORDS` words)."""
     parts = []
-    for raw in _QUESTION_BREAK.split(" ".join(text.split())):
+    segments = list_items(text) or [" ".join(text.split())]
+    for raw in (piece for segment in segments for piece in _QUESTION_BREAK.split(segment)):
         part = raw.strip(" ,;.?!")
         if not part:
             continue
@@ -173,12 +220,12 @@ def _fallback(query: ResearchQuery, why: str, n: int = MAX_PLAN_REQUIREMENTS) ->
         return RequirementsPlan(run_id=query.run_id, query=query, requirements=_numbered(_unique(texts)),
                                 degraded=(f"requirements: {why}; the query's {len(texts)} questions are "
                                           f"R1-R{len(texts)}",))
-    asked = _without_context(query.text)
+    asked = asked_part(query.text)
     text = shorten(asked, REQ_MAX_CHARS)
     if len(text) < 3:  # a one- or two-letter query still gets a valid requirement
         text = f"About: {text}"
     degraded = [f"requirements: {why}; the query itself is R1"
-                + (" (without the sentences on the researcher's own context)" if asked != query.text else "")]
+                + (" (without the researcher's own context before the question)" if asked != query.text else "")]
     if len(text) < len(" ".join(asked.split())):
         degraded.append(f"requirements: the query was cut to {REQ_MAX_CHARS} characters for R1")
     return RequirementsPlan(run_id=query.run_id, query=query, requirements=_numbered([text]),
@@ -236,11 +283,34 @@ async def derive_requirements(query: ResearchQuery, llm: LLM, max_requirements: 
         return _fallback(query, "every requirement the LLM gave asked several of the query's questions at once", n)
     texts, degraded = await _standalone(query, texts[:n], llm)
     texts, off_after = _on_query(query.text, texts)  # a rewrite is checked again
-    texts, notes = _every_question(query, _unique(texts), n)
+    texts, restated = _without_restated(_unique(texts))
+    texts, notes = _every_question(query, texts, n)
     if not texts:
         return _fallback(query, "no requirement the LLM gave was a need of the query", n)
     return RequirementsPlan(run_id=query.run_id, query=query, requirements=_numbered(texts),
-                            degraded=(*off, *off_after, *split, *degraded, *notes))
+                            degraded=(*off, *off_after, *split, *degraded, *restated, *notes))
+
+
+def asks(text: str) -> bool:
+    """Whether a requirement is a question: it ends in '?' or opens with a question word."""
+    question = own_question(text).rstrip()
+    return question.endswith("?") or re.match(rf"{_QUESTION_WORDS}\b", question, re.IGNORECASE) is not None
+
+
+def _without_restated(texts: list[str]) -> tuple[list[str], list[str]]:
+    """``texts`` without a topic that restates another requirement's subject: a requirement that asks no question
+    (:func:`asks`) and whose content words another holds ("The Higgs boson mass measurement" beside "How is the
+    Higgs boson mass measured?": it asks nothing the other does not, and would be foraged and reported twice;
+    numbers count as words: "phase 2 trials" does not restate "phase 3 trials"); a note."""
+    keys = [content_words(q) | set(re.findall(r"\d+(?:\.\d+)?", q)) for q in map(own_question, texts)]  # "phase 2"
+    dropped = {i for i, (text, words) in enumerate(zip(texts, keys, strict=True))
+               if words and not asks(text)
+               and any(j != i and words <= other and (words != other or j < i or asks(texts[j]))
+                       for j, other in enumerate(keys))}
+    if not dropped:
+        return texts, []
+    return [t for i, t in enumerate(texts) if i not in dropped], [
+        f"requirements: {len(dropped)} dropped as restating the subject of another"]
 
 
 _ABOUT = re.compile(r"\s*\(about: [^()]*\)$")  # the subject :func:`anchored` names: not what a requirement asks
@@ -259,11 +329,18 @@ def _own_words(questions: Sequence[str]) -> list[set[str]]:
 
 
 def unasked(query_text: str, texts: Sequence[str]) -> list[str]:
-    """The questions of a query of several (:func:`split_questions`) that no requirement stands for: none holds
-    a share of the question's own words (content words the query's other questions do not have: "evaluated" in
-    "..., and how is it evaluated?"; :func:`_holds`). A weak model may keep one question of two; a question without
-    words of its own counts as asked."""
+    """The questions of a query (:func:`split_questions`; a query of one question is one: :func:`asked_part`) that
+    no requirement stands for: none holds a share of the question's own words (content words the query's other
+    questions do not have: "evaluated" in "..., and how is it evaluated?"; :func:`_holds`). A weak model may keep
+    one question of two, or write one on a subject of its own for a question it could not read (a French query's
+    "Résumé de l'emploi"); a question without words of its own counts as asked, and the one question of a query is
+    asked by its requirements together (each may ask a part of it)."""
     questions = split_questions(query_text)
+    if not questions:  # one question: requirements that split it into parts ask it together
+        question = asked_part(" ".join(query_text.split()))
+        together = set().union(*(content_words(own_question(t)) for t in texts))
+        own = content_words(question)
+        return [question] if own and not _holds(own, together) else []
     return [q for q, own in zip(questions, _own_words(questions), strict=True)
             if own and not any(_holds(own, content_words(own_question(t))) for t in texts)]
 
@@ -356,7 +433,8 @@ def self_contained(text: str, query: str) -> bool:
 def anchored(text: str, query: str) -> str:
     """A requirement made self-contained without the LLM: the query's first clause, as its subject, after it
     ("How is it evaluated? (about: thromboprophylaxis for deep venous thrombosis in trauma patients)")."""
-    clause = re.split(r"[?;]|,\s+(?:and|or|but)\s+|\.\s", " ".join(query.split()), maxsplit=1)[0].strip(" ,.")
+    first = (list_items(query) or [" ".join(query.split())])[0]
+    clause = re.split(r"[?;]|,\s+(?:and|or|but)\s+|\.\s", first, maxsplit=1)[0].strip(" ,.")
     subject = shorten(clause, 200)
     body = shorten(text.rstrip(), REQ_MAX_CHARS - len(subject) - 11)
     return f"{body} (about: {subject})"
