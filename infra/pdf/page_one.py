@@ -37,11 +37,23 @@ _NOT_NAME_WORDS = frozenset({
     "edition", "volume", "copyright", "licence", "license", "creative", "commons", "received", "accepted",
     "published", "editor", "editors", "preprint", "draft", "submitted", "manuscript",
 })
+# a thesis's statement between its title and its author ("A dissertation submitted in partial fulfilment of the
+# requirements for the degree of Doctor of Philosophy"): passed over like an e-mail line
+_DEGREE_STATEMENT = re.compile(r"\b(?:thesis|dissertation|submitted\b.*\bdegree|degree of|doctor of philosophy)\b",
+                               re.IGNORECASE)
+# words of an affiliation written after a name on its line ("NOOR AHMED, University of Toronto, Canada")
+_AFFILIATION_WORDS = frozenset({"university", "universit", "universidad", "université", "universität", "institute",
+                                "institut", "department", "dept", "school", "college", "center", "centre",
+                                "laboratory", "laboratories", "lab", "inc", "corporation", "research", "hospital",
+                                "faculty", "academy", "foundation", "company", "ltd", "gmbh"})
+_AFFILIATION_STEMS = ("univ", "laborat", "depart", "départ", "instit", "facult", "hospit", "academ", "technol",
+                      "isbn", "health", "statist", "biochem", "biochim", "physi", "chemi", "école", "ecole")
 # academic degrees written after a name ("Xiaoliang Bai, MD", "Nina Brooks MPP"): dropped, never a name
 _DEGREES = frozenset({"md", "mm", "phd", "ph.d", "ma", "mas", "mpp", "mph", "msc", "bsc", "ms", "bs", "ba", "mba",
                       "dphil", "rn", "frcs", "frcp", "mbbs", "dds", "pharmd", "dvm", "facs", "jd", "llm", "med"})
+_LIGATURES = str.maketrans({"ﬀ": "ff", "ﬁ": "fi", "ﬂ": "fl", "ﬃ": "ffi", "ﬄ": "ffl", "ﬅ": "st", "ﬆ": "st"})
 _MARKERS = str.maketrans("", "", "*∗†‡§¶#⋄□◇○•♯♭‖⊥☯✉")
-_SPLIT_NAMES = re.compile(r"\s*(?:,|;|\band\b|&)\s*")
+_SPLIT_NAMES = re.compile(r"\s*(?:,|;|\band\b|\bAND\b|&)\s*")  # "ADA LOVELACE AND ALAN TURING" too
 _LABELLED_DOI = re.compile(r"(?:\bdoi\s*:?\s*|doi\.org/)(10\.\d{4,9}/[^\s\"<>,;]+)", re.IGNORECASE)
 _ARXIV_STAMP = re.compile(r"\barXiv:\s*(\d{4}\.\d{4,5}|[a-z][a-z.\-]*/\d{7})(?:v\d+)?", re.IGNORECASE)
 # a venue as page 1 prints it: "[In] Proceedings of the …" (a conference), "Journal of …", or a journal's
@@ -247,15 +259,32 @@ def names_in_lines_under(lines: list[tuple[float, float, str]], title: str) -> l
         plain = text.translate(_MARKERS).strip()
         if _FRONT_END_HEADINGS.match(plain):
             break
-        if "@" in plain or len(plain.split()) > 12:
-            if len(plain.split()) > 12:
-                break
+        if "@" in plain or _DEGREE_STATEMENT.search(plain):  # e-mail; a thesis's "submitted … for the degree of"
             continue
+        if len(plain.split()) > 12:
+            break
         pieces = [p.strip(" .,;:0123456789") for p in _SPLIT_NAMES.split(plain)]
         pieces = [p for p in pieces if p]
         if pieces and all(_looks_like_name(p) for p in pieces):
             names.extend(pieces)
-    return list(dict.fromkeys(names))[:50]
+        elif affiliated := _name_with_affiliation(pieces):
+            names.append(affiliated)
+    return [_name_case(n) for n in dict.fromkeys(names)][:50]
+
+
+def _name_with_affiliation(pieces: list[str]) -> str:
+    """The name of a byline line that gives one author and then the affiliation ("NOOR AHMED, University of Toronto,
+    Canada": ACM's journal layout); '' when the line is not one."""
+    if len(pieces) < 2 or not _looks_like_name(pieces[0]):
+        return ""
+    return pieces[0] if any(_affiliation_word(w) for p in pieces[1:] for w in p.split()) else ""
+
+
+def _name_case(name: str) -> str:
+    """A name printed in capitals as a name is written ("LIAM O'BRIEN" → "Liam O'Brien"), others as printed; ligatures
+    written as letters ("Soﬁa" → "Sofia")."""
+    name = name.translate(_LIGATURES)
+    return name.title() if name.isupper() and len(name) > 3 else name
 
 
 def _sensible_title(title: str, page1_text: str) -> bool:
@@ -412,8 +441,9 @@ def _title_from_lines(candidate: str, lines: list[tuple[float, float, str]], fro
 
 
 def _tidy_title(title: str) -> str:
-    """Spacing inside parentheses closed up, trailing footnote marks and spaces dropped."""
-    title = re.sub(r"\(\s+", "(", re.sub(r"\s+\)", ")", _WS.sub(" ", title)))
+    """Spacing inside parentheses closed up, ligatures written as letters ("ﬁ" → "fi"), trailing footnote marks and
+    spaces dropped."""
+    title = re.sub(r"\(\s+", "(", re.sub(r"\s+\)", ")", _WS.sub(" ", title.translate(_LIGATURES))))
     return title.strip().rstrip(_TRAILING_MARKS).strip()
 
 
@@ -480,11 +510,18 @@ def _drop_degrees(text: str) -> str:
     return " ".join(words)
 
 
+def _affiliation_word(word: str) -> bool:
+    """A word of an affiliation or a publishing line, in any of the languages papers are printed in ("Universités",
+    "Laboratoire", "Département", "Universiteit", "ISBN")."""
+    word = word.lower().strip(".,")
+    return word in _AFFILIATION_WORDS or word.startswith(_AFFILIATION_STEMS)
+
+
 def _looks_like_name(text: str) -> bool:
     words = text.split()
     if not 2 <= len(words) <= 5 or any(ch.isdigit() or ch in "@/:()[]{}|" for ch in text):
         return False
-    if any(w.lower().strip(".,") in _NOT_NAME_WORDS for w in words):
+    if any(w.lower().strip(".,") in _NOT_NAME_WORDS or _affiliation_word(w) for w in words):
         return False
     return all(_NAME_WORD.match(w) or w.lower() in _NAME_PARTICLES for w in words)
 
@@ -530,10 +567,14 @@ def authors_under_title(boxes1: list[tuple[str, str]], title: str) -> list[str]:
             continue
         pieces = [p for p in _name_runs(seg) if p]
         good = [p for p in pieces if _looks_like_name(p)]
-        if not good or len(good) < 0.5 * len(pieces):
+        affiliated = [_name_with_affiliation([p for p in _name_runs(line) if p])
+                      for line in seg.splitlines() if line.strip()]
+        if affiliated and all(affiliated):  # a line per author: name, then affiliation
+            good = affiliated
+        elif not good or len(good) < 0.5 * len(pieces):
             break
         names.extend(good)
-    return list(dict.fromkeys(names))[:50]
+    return [_name_case(n) for n in dict.fromkeys(names)][:50]
 
 
 def choose_authors(from_metadata: list[str], under_title: list[str]) -> list[str]:

@@ -52,7 +52,7 @@ from infra.pdf.page_one import (authors_under_title, choose_authors, info_extras
                                  names_in_lines_under, norm_text, page_one_ids, page_one_lines, page_one_text,
                                  page_one_venue, pick_title, pick_year, plain_text)
 
-REVISION = "5"  # bump when what parse() derives from the same pymupdf4llm output changes (metadata, ids, line numbers)
+REVISION = "6"  # bump when what parse() derives from the same pymupdf4llm output changes (metadata, ids, line numbers)
 PDF_MAGIC = b"%PDF-"
 MAGIC_WINDOW = 1024  # readers accept the header anywhere in the first KiB
 EOF_WINDOW = 2048  # %%EOF must sit near the end of a complete file
@@ -173,8 +173,11 @@ class PyMuPDFParser:
         if keep < n_pages:
             markdown += (f"\n\n> Note: only the first {keep} of {n_pages} pages were parsed "
                          f"(ingest.max_pages = {keep}); pages {keep + 1}–{n_pages} are not in this document.\n")
-        authors = (choose_authors(metadata_authors(meta.get("author") or ""), authors_under_title(boxes1, title))
-                   or names_in_lines_under(first_page, title))
+        boxed = choose_authors(metadata_authors(meta.get("author") or ""), authors_under_title(boxes1, title))
+        # the page's lines, where they give more authors beginning with the same one (a box that joined a line per
+        # author, "NOOR AHMED, University of Toronto, Canada LIAM O'BRIEN, …", hides all but the first)
+        authors = choose_authors(boxed, names_in_lines_under(first_page, title)) if boxed \
+            else names_in_lines_under(first_page, title)
         doi, arxiv_id = page_one_ids(page1_raw, meta)
         venue, venue_kind = page_one_venue(page1_raw, meta)
         return ParsedDocument(markdown=markdown, page_spans=tuple(spans), title=title or None,

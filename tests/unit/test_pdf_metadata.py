@@ -84,6 +84,23 @@ def test_a_download_stamp_is_not_the_papers_year_and_a_venue_line_is(parser: PyM
     assert doc.authors[0] == "Patrick Lane"
 
 
+@pytest.mark.parametrize(("byline", "authors"), [
+    # ACM's journal layout: a line per author, the name in capitals, then the affiliation
+    ("NOOR AHMED, University of Toronto, Canada<br/>LIAM O'BRIEN, Microsoft Research, USA",
+     ("Noor Ahmed", "Liam O'Brien")),
+    ("ADA LOVELACE AND ALAN TURING", ("Ada Lovelace", "Alan Turing")),  # a byline in capitals
+], ids=["name and affiliation per line", "capitals joined by AND"])
+def test_bylines_of_layouts_the_shared_papers_do_not_have(parser: PyMuPDFParser, tmp_path: Path, byline: str,
+                                                          authors: tuple[str, ...]) -> None:
+    """Found on synthetic first pages in common publishers' layouts (docs/ingestion.md): the byline gave one
+    author, or all of them as one."""
+    html = (f'<p style="font-size:17px;font-weight:bold">Designing Voice Assistants for Older Adults</p>'
+            f'<p style="font-size:10px">{byline}</p><p style="font-size:9px">{BODY}</p>')
+    doc = parser.parse(html_pdf(tmp_path / "byline.pdf", html, metadata={"title": "", "author": ""}))
+    assert doc.title == "Designing Voice Assistants for Older Adults"
+    assert doc.authors == authors
+
+
 # ---------------------------------------------------------------------- the rules' functions
 PAGE = [(8.0, 40.0, "Proceedings of the 45th Annual Meeting of the Association of Computational Linguistics"),
         (17.0, 80.0, "PaSa: An LLM Agent for Comprehensive"),
