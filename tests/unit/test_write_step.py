@@ -372,6 +372,17 @@ def test_cut_text_is_trimmed_to_whole_sentences_or_words():
         "How do plants turn sunlight into chemical energy")
     assert query_title("Why are some leaves red in autumn and others yellow or brown?") == (
         "Why are some leaves red in autumn and…")
+    # what a query of bench/suites/shapes.yaml asks, not its list marker, lead-in or the researcher's context
+    assert query_title("1) How are links resolved? 2) How is layout represented?") == "How are links resolved"
+    assert query_title("I need:\n- an R package for spectroscopy\n- evidence on dark matter") == (
+        "An R package for spectroscopy")
+    assert query_title("My idea is a writing tool. I have told no one. Before I build it: what do writers need?") == (
+        "What do writers need")
+    from actors.steps.write.render import query_topic
+
+    assert query_topic("I need:\n- an R package\n- evidence on dark matter", 300) == (
+        "I need: - an R package - evidence on dark matter")  # the Scope's query: every line, not "I need:" alone
+
 
 
 def test_implausible_mechanism_and_evidence_are_replaced_or_dropped(store):
@@ -482,6 +493,22 @@ def test_quotes_leave_out_figure_text_superscripts_and_tags():
         "A recurrent network predicts sepsis hours before onset in 72% of encounters."]
     assert prose_sentences("Plants use 5 < 7 of their leaves and x > y in the model we fit here.") == [
         "Plants use 5 < 7 of their leaves and x > y in the model we fit here."]  # comparisons are not tags
+
+
+def test_a_footnote_is_not_quoted_nor_run_into_the_sentence_after_it():
+    """Seen in bench/suites/shapes.yaml's first run: S2ORC's footnotes ("> 17https://www.ncbi…", set as block quotes
+    by the parser) ran into the next sentence, which the report quoted with the URLs in front; PaperMage's footnote
+    "5PDFs are not the only way …" was quoted as the answer."""
+    from actors.steps.text import prose_sentences
+    from actors.steps.write.quotes import states_something
+
+    passage = ("We introduce S2ORC, the largest corpus of academic papers. \n\n> 17https://www.ncbi.nlm.nih.gov/pmc/ "
+               "tools/openftlist/ \n\n> 5PDFs are not the only way of representing documents.\n\nS2ORC consists of "
+               "81.1M papers and 380.5M resolved citation links.")
+    assert prose_sentences(passage) == ["We introduce S2ORC, the largest corpus of academic papers.",
+                                        "S2ORC consists of 81.1M papers and 380.5M resolved citation links."]
+    assert len(prose_sentences(passage, footnotes=True)) == 3  # what a report written before may have quoted
+    assert not states_something("See 17https://www.ncbi.nlm.nih.gov/pmc/ for the journals we used in the corpus")
 
 
 def test_a_related_quote_needs_its_citation_too():

@@ -119,9 +119,9 @@ _BACK_MATTER = re.compile(
 _NO_FINDING = re.compile(
     r"\b(?:declare[sd]?\s+(?:that\s+)?(?:they\s+have\s+)?no|no\s+(?:competing|conflicts?)|competing\s+interests?"
     r"|conflicts?\s+of\s+interests?|funded\s+by|grant\s+(?:no|number)|thank(?:s|ed)?\b|correspond(?:ence|ing)\s+"
-    r"author|licensed\s+under|creative\s+commons|copyright|all\s+rights\s+reserved|doi\s*:|https?://|arxiv:\d"
+    r"author|licensed\s+under|creative\s+commons|copyright|all\s+rights\s+reserved|doi\s*:|arxiv:\d"
     r"|end\s+(?:for|if|while|procedure|function)|\breturn\s+\w+\s*$|:=|←|\bprocedure\b|\balgorithm\s+\d+\b)"
-    r"|\(\d{4}[a-z]?\)\.|,\s*\d+\s*\(\d+\)\s*[:,]\s*\d+",
+    r"|\(\d{4}[a-z]?\)\.|,\s*\d+\s*\(\d+\)\s*[:,]\s*\d+|https?://|www\.",  # a URL, a footnote's number glued on too
     re.IGNORECASE)
 MIN_FINDING_WORDS = 6
 MIN_FINDING_LETTERS = 0.6  # a sentence of code or formulas is mostly symbols and digits

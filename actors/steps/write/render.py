@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from actors.steps.plan.requirements import content_words
+from actors.steps.plan.requirements import asked_part, content_words, list_items
 from actors.steps.text import MIN_LETTER_SHARE, escape_md
 from actors.steps.write.citations import SOURCES_HEADING
 from actors.steps.write.quotes import Section, Source
@@ -65,16 +65,21 @@ def on_topic(title: str, texts: Iterable[str]) -> bool:
 
 
 def query_title(query: str) -> str:
-    """A short title taken from the query: the first ``TITLE_WORDS`` words of its first line, without a
-    trailing '?' (or other closing punctuation), "…" when words were left out."""
-    words = query_topic(query).split()
+    """A short title taken from the query: the first ``TITLE_WORDS`` words of what it asks (its first item when it is
+    a list, :func:`list_items`; without the researcher's context and lead-in before the question, :func:`asked_part`),
+    without a trailing '?' (or other closing punctuation), "…" when words were left out."""
+    items = list_items(query)
+    words = query_topic(items[0] if items else asked_part(query)).split()
+    if words and words[0].isalpha() and words[0].islower():  # "what do writers need …" after a lead-in
+        words[0] = words[0].capitalize()
     title = " ".join(words[:TITLE_WORDS]).rstrip("?!.,;: …")
     return (title + "…" if len(words) > TITLE_WORDS else title) or "Research"
 
 
 def query_topic(query: str, limit: int = 90) -> str:
-    """The query's first line, shortened at a word boundary."""
-    line = next((ln.strip() for ln in query.splitlines() if ln.strip()), query.strip())
+    """The query on one line (a list's lines joined: "I need: - an R package … - evidence …"), shortened at a word
+    boundary."""
+    line = " ".join(query.split())
     if len(line) <= limit:
         return line
     cut = line[:limit].rsplit(" ", 1)[0]
