@@ -177,7 +177,8 @@ class MarkerParser:
     def parse(self, path: Path) -> ParsedDocument:
         """Markdown, page spans and metadata of the PDF at ``path``; PDFError for files that cannot be used."""
         from infra.pdf.page_one import (authors_under_title, choose_authors, metadata_authors, page_one_lines,
-                                        pick_title, pick_year)
+                                        pick_title)
+        from infra.pdf.page_year import pick_year
         from infra.pdf.pymupdf import open_pdf, preflight, read_pdf
 
         path = Path(path)

@@ -48,9 +48,10 @@ from typing import Any
 from infra import privacy
 from infra.errors import PDFError
 from infra.pdf.base import ParsedDocument
-from infra.pdf.page_one import (authors_under_title, choose_authors, info_extras, metadata_authors,
+from infra.pdf.page_one import (authors_under_title, choose_authors, metadata_authors,
                                  names_in_lines_under, norm_text, page_one_ids, page_one_lines, page_one_text,
-                                 page_one_venue, pick_title, pick_year, plain_text)
+                                 page_one_venue, pick_title, plain_text)
+from infra.pdf.page_year import info_extras, pick_year
 
 REVISION = "6"  # bump when what parse() derives from the same pymupdf4llm output changes (metadata, ids, line numbers)
 PDF_MAGIC = b"%PDF-"

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from infra.errors import PDFError
-from infra.pdf.page_one import (_sensible_title, _title_from_lines, metadata_authors, page_one_lines,
-                                 pick_year)
+from infra.pdf.page_one import _sensible_title, _title_from_lines, metadata_authors, page_one_lines
+from infra.pdf.page_year import pick_year
 from infra.pdf.pymupdf import PyMuPDFParser
 from tests.factories import html_pdf
 

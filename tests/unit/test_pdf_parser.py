@@ -9,7 +9,7 @@ import pytest
 
 from infra.errors import PDFError
 from infra.pdf import build_parser
-from infra.pdf.page_one import pick_year
+from infra.pdf.page_year import pick_year
 from infra.pdf.pymupdf import PyMuPDFParser, _page_markdown, _running_keys
 from infra.settings import Settings
 from tests.factories import html_pdf
