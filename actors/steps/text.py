@@ -118,16 +118,21 @@ def sentence_window_spans(text: str, size: int) -> list[tuple[int, int]]:
     return [(words[bounds[i][0]][0], words[bounds[i + size - 1][1]][1]) for i in range(len(bounds) - size + 1)]
 
 
-def prose_sentences(text: str, footnotes: bool = False) -> list[str]:
-    """The plausible sentences of a passage in order (heading lines, footnotes, figure text and markup left out,
-    whitespace normalised): what extractive sections and answers quote from. A footnote is a line the parser set as a
-    block quote ("> 17https://…", "> 5PDFs are not the only way …": its number glued on); kept, it ran into the
-    sentence after it, which was then quoted with the footnote's URL in front. ``footnotes``: keep them (what a
-    report written before may have quoted, for checking it)."""
-    skipped = ("#",) if footnotes else ("#", ">")
+def prose_sentences(text: str, as_before: bool = False) -> list[str]:
+    """The plausible sentences of a passage in order (heading lines, footnotes, a sentence cut at the passage's start,
+    figure text and markup left out, whitespace normalised): what extractive sections and answers quote from. A
+    footnote is a line the parser set as a block quote ("> 17https://…", "> 5PDFs are not the only way …": its number
+    glued on); kept, it ran into the sentence after it, which was then quoted with the footnote's URL in front. A
+    passage that starts inside a sentence (a token window's start: "the Cosmic Microwave Background (CMB) spectrum.")
+    starts with its lower-case tail, which is no sentence. ``as_before``: keep both (what a report written before may
+    have quoted, for checking it)."""
+    skipped = ("#",) if as_before else ("#", ">")
     prose = " ".join(line for line in without_markup(text).splitlines() if not line.lstrip().startswith(skipped))
     prose = _STRONG.sub("", prose)  # "**Figure 6.** We handle …": the caption's full stop then ends a sentence
-    return [s for s in sentences(" ".join(prose.split())) if plausible(s)]
+    found = sentences(" ".join(prose.split()))
+    if found and not as_before and re.match(r"[a-z]+\b", found[0]):  # not "mRNA …", "p53 …", "iPhone …"
+        found = found[1:]
+    return [s for s in found if plausible(s)]
 
 
 # What a quoted sentence should be: a finding (a measured value, a comparison, what was observed), not the

@@ -36,7 +36,7 @@ def test_requirements_are_numbered_and_cleaned():
     assert [r.id for r in plan.requirements] == ["R1", "R2", "R3"]
     assert [r.text for r in plan.requirements] == [
         "Which physiological effects do microplastics have on freshwater fish?",
-        "How microplastic particles enter the tissues of freshwater fish.",
+        "How microplastic particles enter the tissues of freshwater fish",  # no full stop
         "Which concentrations of microplastics occur in rivers and lakes?",
     ]
     assert plan.degraded == () and plan.approved is False
@@ -578,6 +578,8 @@ def test_a_requirement_loses_the_researchers_context_and_lead_in():
     assert clean_requirement("trace-based vs. method-based JIT: what does it gain?") == (
         "Trace-based vs. method-based JIT: what does it gain?")
     assert clean_requirement("résumé de l'emploi des logs") == "Résumé de l'emploi des logs"
+    assert clean_requirement("- an R package that fits spectroscopy models.") == (
+        "An R package that fits spectroscopy models")  # the report's heading has no full stop
 
 
 def test_a_query_its_requirements_do_not_ask_is_added_as_one():

@@ -84,6 +84,8 @@ def clean_requirement(text: str) -> str:
     if stripped and stripped != text:
         text = stripped[0].upper() + stripped[1:]
     text = asked_part(text.strip(" \t\"'"))
+    if text.endswith(".") and not text.endswith(".."):  # a statement's full stop: the report's heading has none
+        text = text[:-1].rstrip()
     # a sentence starts with a capital (a weak model echoes the query lower-cased, "trace-based vs. …" too); a first
     # word written with a capital or a digit inside ("mRNA", "p53", "eBay") is kept as it is
     first = text.split(" ", 1)[0]

@@ -140,8 +140,8 @@ def verify_asks(asks: list[dict[str, object]], state: RunState, store: Store) ->
                 faults.append(f"belongs to document {chunk.doc_id[:12]}, not {str(c.get('doc_id'))[:12]}")
             if chunk.doc_id not in run_docs:
                 faults.append("not a document of this run")
-            # as quoted now (footnotes left out) and as a report written before may have quoted it
-            prose = " ".join(prose_sentences(chunk.text) + prose_sentences(chunk.text, footnotes=True))
+            # as quoted now and as a report written before may have quoted it (a footnote, a cut first sentence)
+            prose = " ".join(prose_sentences(chunk.text) + prose_sentences(chunk.text, as_before=True))
             faults += [f"quote “{q[:40]}…” not in the chunk" for q in quotes.get(n, []) if q not in prose]
             checks.append(Check(label, not faults, "; ".join(faults) or str(c.get("title", ""))[:60]))
     return checks
