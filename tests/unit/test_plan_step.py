@@ -328,7 +328,7 @@ def test_without_the_llm_a_query_of_several_questions_gives_one_requirement_each
      ["How is the Higgs mass measured?", "How do batteries lose capacity in the cold?"]),
 ])
 def test_split_questions(text, questions):
-    from actors.steps.plan.requirements import split_questions
+    from actors.steps.plan.questions import split_questions
 
     assert split_questions(text) == questions
 
@@ -546,7 +546,7 @@ def test_a_requirement_starts_with_a_capital_unless_its_first_word_is_written_ot
     ("- only one bullet here about statins", []),
 ])
 def test_list_items(text, items):
-    from actors.steps.plan.requirements import list_items
+    from actors.steps.plan.questions import list_items
 
     assert list_items(text) == items
 
@@ -578,6 +578,11 @@ def test_a_requirement_loses_the_researchers_context_and_lead_in():
     assert clean_requirement("trace-based vs. method-based JIT: what does it gain?") == (
         "Trace-based vs. method-based JIT: what does it gain?")
     assert clean_requirement("résumé de l'emploi des logs") == "Résumé de l'emploi des logs"
+    assert clean_requirement("Can prompt tuning control how novel a paraphrase is") == (
+        "Can prompt tuning control how novel a paraphrase is?")
+    assert clean_requirement("How many secondary electrons does an avalanche release") == (
+        "How many secondary electrons does an avalanche release?")
+    assert clean_requirement("How particles enter the tissues of fish") == "How particles enter the tissues of fish"
     assert clean_requirement("- an R package that fits spectroscopy models.") == (
         "An R package that fits spectroscopy models")  # the report's heading has no full stop
 

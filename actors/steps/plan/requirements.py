@@ -27,6 +27,8 @@ from collections.abc import Iterable, Sequence
 
 from pydantic import ValidationError
 
+from actors.steps.plan.questions import (MIN_WORDS, QUESTION_WORDS, WORD, asked_part, list_items, own_context,
+                                         split_questions)
 from actors.steps.prompts import REQUIREMENTS_SYSTEM
 from actors.steps.schemas import REQUIREMENT_CHARS, RequirementList
 from infra.errors import ConfigError, LLMOutputError, LLMTimeout
@@ -56,8 +58,10 @@ _FEEDBACK = re.compile(
     r"|token limit was reached|\bnot_json\b|keep every text field brief|cut off before the json"
     r"|complete, shorter json",
     re.IGNORECASE)
-_WORD = re.compile(r"[^\W\d_]{2,}")  # an alphabetic word (two letters or more)
-MIN_REQUIREMENT_WORDS = 3
+_AUXILIARY = r"(?:can|could|does|do|did|is|are|was|were|should|will|would|has|have|may|might)"
+# a direct question ("Can X …", "How does X …"), not a clause ("How particles enter the tissues of fish")
+_DIRECT_QUESTION = re.compile(
+    rf"^(?:{_AUXILIARY}|(?:how|what|which|why|when|where|who)(?:\s+[\w-]+){{0,3}}\s+{_AUXILIARY})\s", re.IGNORECASE)
 LOOP_MIN_WORDS, LOOP_SHARE = 12, 0.5  # "This is a requirement to keep … This is a requirement to keep …"
 _STOP_WORDS = frozenset("""
     a about above after again against all also among an and any are as at be because been before being between
@@ -86,6 +90,8 @@ def clean_requirement(text: str) -> str:
     text = asked_part(text.strip(" \t\"'"))
     if text.endswith(".") and not text.endswith(".."):  # a statement's full stop: the report's heading has none
         text = text[:-1].rstrip()
+    if _DIRECT_QUESTION.match(text) and not text.endswith("?"):  # "Can prompt tuning control … is" lost its '?'
+        text += "?"
     # a sentence starts with a capital (a weak model echoes the query lower-cased, "trace-based vs. …" too); a first
     # word written with a capital or a digit inside ("mRNA", "p53", "eBay") is kept as it is
     first = text.split(" ", 1)[0]
@@ -102,14 +108,14 @@ def echoes_feedback(text: str) -> bool:
 def loops(text: str) -> bool:
     """Whether ``text`` repeats itself: :data:`LOOP_MIN_WORDS` words or more, fewer than :data:`LOOP_SHARE` of them
     distinct (a weak model's sentence written over and over)."""
-    words = [w.casefold() for w in _WORD.findall(text)]
+    words = [w.casefold() for w in WORD.findall(text)]
     return len(words) >= LOOP_MIN_WORDS and len(set(words)) < LOOP_SHARE * len(words)
 
 
 def usable_requirement(text: str) -> bool:
     """Whether an LLM-written requirement is worth keeping: at least three alphabetic words, not an echo of the
     JSON-repair feedback (see :func:`echoes_feedback`), not a loop (:func:`loops`)."""
-    return len(_WORD.findall(text)) >= MIN_REQUIREMENT_WORDS and not echoes_feedback(text) and not loops(text)
+    return len(WORD.findall(text)) >= MIN_WORDS and not echoes_feedback(text) and not loops(text)
 
 
 def _unique(texts: Iterable[str]) -> list[str]:
@@ -136,73 +142,6 @@ def shorten(text: str, limit: int) -> str:
         return text
     cut = text[:limit].rsplit(" ", 1)[0]
     return cut if len(cut) >= limit // 2 else text[:limit]
-
-
-_QUESTION_WORDS = r"(?:how|what|which|why|when|where|who|whom|whose|whether|does|do|did|is|are|was|were|can|could)"
-# where a query's questions meet: after a question mark, or at ", and how …" / "; what …" / " and why …" /
-# ", and also how …"
-_QUESTION_BREAK = re.compile(rf"\?\s+|[,;]\s*(?:(?:and|but|as well as)\s+(?:also\s+)?)?(?={_QUESTION_WORDS}\b)"
-                             rf"|\s+and\s+(?:also\s+)?(?={_QUESTION_WORDS}\b)", re.IGNORECASE)
-
-
-# a list item's marker at the start of a line: "- ", "* ", "• ", "1. ", "2) ", "(3) ", "a) ", "(b) "
-_ITEM = re.compile(r"^\s*(?:\(?(?:\d{1,2}|[a-h])[.)]|[-*•])\s+", re.IGNORECASE)
-# a number marking an item inside one line: "1) … 2) …", "(1) … (2) …", "1. … 2. …"
-_INLINE_ITEM = re.compile(r"(?:^|(?<=\s))\(?(\d{1,2})[.)]\s+")
-
-
-def list_items(text: str) -> list[str]:
-    """The items of a query written as a list, without their markers: lines under a marker ("- …", "1. …",
-    "a) …"; a line without one continues the item above it, a lead-in line before the first, "I need:", is not an
-    item), or items numbered 1, 2, … in one line ("1) How … 2) How …", with nothing but a lead-in ending in ':'
-    before the first). [] when the query is not a list of two or more items."""
-    lines = [line for line in text.splitlines() if line.strip()]
-    if sum(1 for line in lines if _ITEM.match(line)) >= 2:
-        items: list[str] = []
-        for line in lines:
-            if _ITEM.match(line):
-                items.append(" ".join(_ITEM.sub("", line, count=1).split()))
-            elif items:
-                items[-1] = f"{items[-1]} {' '.join(line.split())}"
-        return items
-    flat = " ".join(text.split())
-    numbers = list(_INLINE_ITEM.finditer(flat))
-    lead = flat[:numbers[0].start()].strip() if numbers else ""
-    if len(numbers) < 2 or [int(m.group(1)) for m in numbers] != list(range(1, len(numbers) + 1)) \
-            or (lead and not lead.endswith(":")):
-        return []
-    ends = [m.start() for m in numbers[1:]] + [len(flat)]
-    return [flat[m.end():end].strip() for m, end in zip(numbers, ends, strict=True)]
-
-
-# a first-person lead-in before the question, ending in a colon ("Before I build it: what do writers need …?")
-_LEAD_IN = re.compile(r"^[^:?]*\b(?:I|[Ww]e|[Mm]y|[Oo]ur|me|us)\b[^:?]*:\s+(?=\S)")
-
-
-def asked_part(text: str) -> str:
-    """What a query or a requirement asks: without its opening sentences on the researcher's own situation ("I have
-    not told anyone yet. How …?": :func:`own_context`) and a first-person lead-in ending in a colon ("Before I build
-    it: what …?"), when at least :data:`MIN_REQUIREMENT_WORDS` words are left; else the text as it is."""
-    text = _without_context(text)
-    rest = _LEAD_IN.sub("", text, count=1)
-    return rest if rest != text and len(_WORD.findall(rest)) >= MIN_REQUIREMENT_WORDS else text
-
-
-def split_questions(text: str) -> list[str]:
-    """The questions a query asks, in order, each as a sentence of its own ("How do tracing JIT compilers
-    specialize types, and how are recurrent networks used to predict sepsis early?" gives two; so does a list of
-    two items, :func:`list_items`); [] when it asks fewer than two usable ones (each needs
-    :data:`MIN_REQUIREMENT_WORDS` words)."""
-    parts = []
-    segments = list_items(text) or [" ".join(text.split())]
-    for raw in (piece for segment in segments for piece in _QUESTION_BREAK.split(segment)):
-        part = raw.strip(" ,;.?!")
-        if not part:
-            continue
-        asks = re.match(rf"{_QUESTION_WORDS}\b", part, re.IGNORECASE) is not None
-        parts.append(part[0].upper() + part[1:] + ("?" if asks else ""))
-    usable = [p for p in parts if usable_requirement(p)]
-    return usable if len(usable) >= 2 and len(usable) == len(parts) else []
 
 
 def _before(question: str, questions: Sequence[str]) -> str:
@@ -232,17 +171,6 @@ def _fallback(query: ResearchQuery, why: str, n: int = MAX_PLAN_REQUIREMENTS) ->
         degraded.append(f"requirements: the query was cut to {REQ_MAX_CHARS} characters for R1")
     return RequirementsPlan(run_id=query.run_id, query=query, requirements=_numbered([text]),
                             degraded=tuple(degraded))
-
-
-def _without_context(text: str) -> str:
-    """The query without its opening sentences on the researcher's own situation ("We are building a question
-    answering system over spreadsheets. How can …?" asks the second sentence; :data:`_OWN_CONTEXT`), when something
-    is left; else the query as it is."""
-    sentences = re.split(r"(?<=[.!])\s+", " ".join(text.split()))
-    start = 0
-    while start < len(sentences) - 1 and own_context(sentences[start]):
-        start += 1
-    return " ".join(sentences[start:]) if start else text
 
 
 def _messages(query: ResearchQuery, n: int) -> list[ChatMessage]:
@@ -296,7 +224,7 @@ async def derive_requirements(query: ResearchQuery, llm: LLM, max_requirements: 
 def asks(text: str) -> bool:
     """Whether a requirement is a question: it ends in '?' or opens with a question word."""
     question = own_question(text).rstrip()
-    return question.endswith("?") or re.match(rf"{_QUESTION_WORDS}\b", question, re.IGNORECASE) is not None
+    return question.endswith("?") or re.match(rf"{QUESTION_WORDS}\b", question, re.IGNORECASE) is not None
 
 
 def _without_restated(texts: list[str]) -> tuple[list[str], list[str]]:
@@ -407,14 +335,14 @@ SUBJECT_WORDS = 2  # content words of the query a requirement with a pointing wo
 
 def content_tokens(text: str) -> list[str]:
     """The keys of :func:`content_words`, one per occurrence, in order (term frequencies for ranking)."""
-    words = (w.casefold() for w in _WORD.findall(text))
+    words = (w.casefold() for w in WORD.findall(text))
     return [w[:5] for w in words if len(w) >= 3 and w not in _STOP_WORDS]
 
 
 def content_words(text: str) -> set[str]:
     """Comparison keys of the words of ``text`` that carry content: alphabetic, 3 letters or more, not a
     stop word; a word of 5 letters or more is keyed by its first 5 (so plurals and -ic/-is match)."""
-    words = (w.casefold() for w in _WORD.findall(text))
+    words = (w.casefold() for w in WORD.findall(text))
     return {w[:5] for w in words if len(w) >= 3 and w not in _STOP_WORDS}
 
 
@@ -457,22 +385,10 @@ _META_NOUNS = re.compile(r"\b(requirements?|query|queries|researchers?|the\s+use
 _EXCHANGE = re.compile(r"\b(?:this|the|your|my)\s+(?:request|prompt|instructions?)\b|\ba\s+request\s+for\b|\bjson\b",
                        re.IGNORECASE)
 _EXCHANGE_NOUN = re.compile(r"request|prompt|instruction|json", re.IGNORECASE)
-# the researcher's own situation, not a need ("Our lab studies soil microbiomes on farms.", "We are building a question
-# answering system over spreadsheets."): a first-person statement that asks nothing and names no need
-# (the pronoun as a word before a lower-case one: "I/O …", "US aid …" and "IT systems …" are subjects, not the
-# researcher)
-_OWN_CONTEXT = re.compile(r"^\W*(?:[Ww]e|[Oo]ur|I|[Mm]y)\s+[a-z][^?]*$")
-_NEED = re.compile(r"\b(?:needs?|wants?|seek(?:ing)?|look(?:ing)?\s+for|requires?|wish|would\s+like|interested)\b",
-                   re.IGNORECASE)
 # a sentence about the question or an answer to it, not a need ("The question is about …", "The answer is …": a weak
 # model restating or answering instead of asking)
 _ABOUT_QUESTION = re.compile(r"^\W*(?:the|this|my|your|an?)\s+(?:question|answer|task)s?\s+(?:is|are|was|would\s+be|"
                              r"asks?|concerns?|seems?)\b", re.IGNORECASE)
-
-
-def own_context(text: str) -> bool:
-    """Whether ``text`` states the researcher's own situation and no need (:data:`_OWN_CONTEXT`, :data:`_NEED`)."""
-    return bool(_OWN_CONTEXT.search(text)) and not _NEED.search(text)
 
 
 def off_query(text: str, query: str) -> str:

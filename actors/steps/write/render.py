@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from actors.steps.plan.requirements import asked_part, content_words, list_items
+from actors.steps.plan.questions import asked_part, list_items
+from actors.steps.plan.requirements import content_words
 from actors.steps.text import MIN_LETTER_SHARE, escape_md
 from actors.steps.write.citations import SOURCES_HEADING
 from actors.steps.write.quotes import Section, Source

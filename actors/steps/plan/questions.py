@@ -1,0 +1,102 @@
+"""How a research query reads, before any model sees it: the questions it asks (several in one sentence, or a list
+of them), the items of a list, and what it asks without the researcher's own context and lead-in. The planner
+(:mod:`actors.steps.plan.requirements`) checks the model's requirements against them and falls back to them; the
+report's title is taken from them."""
+
+from __future__ import annotations
+
+import re
+
+WORD = re.compile(r"[^\W\d_]{2,}")  # an alphabetic word (two letters or more)
+MIN_WORDS = 3  # a question, a list item or a requirement has at least three alphabetic words
+
+QUESTION_WORDS = r"(?:how|what|which|why|when|where|who|whom|whose|whether|does|do|did|is|are|was|were|can|could)"
+# where a query's questions meet: after a question mark, or at ", and how …" / "; what …" / " and why …" /
+# ", and also how …"
+_QUESTION_BREAK = re.compile(rf"\?\s+|[,;]\s*(?:(?:and|but|as well as)\s+(?:also\s+)?)?(?={QUESTION_WORDS}\b)"
+                             rf"|\s+and\s+(?:also\s+)?(?={QUESTION_WORDS}\b)", re.IGNORECASE)
+
+
+# a list item's marker at the start of a line: "- ", "* ", "• ", "1. ", "2) ", "(3) ", "a) ", "(b) "
+_ITEM = re.compile(r"^\s*(?:\(?(?:\d{1,2}|[a-h])[.)]|[-*•])\s+", re.IGNORECASE)
+# a number marking an item inside one line: "1) … 2) …", "(1) … (2) …", "1. … 2. …"
+_INLINE_ITEM = re.compile(r"(?:^|(?<=\s))\(?(\d{1,2})[.)]\s+")
+
+
+def list_items(text: str) -> list[str]:
+    """The items of a query written as a list, without their markers: lines under a marker ("- …", "1. …",
+    "a) …"; a line without one continues the item above it, a lead-in line before the first, "I need:", is not an
+    item), or items numbered 1, 2, … in one line ("1) How … 2) How …", with nothing but a lead-in ending in ':'
+    before the first). [] when the query is not a list of two or more items."""
+    lines = [line for line in text.splitlines() if line.strip()]
+    if sum(1 for line in lines if _ITEM.match(line)) >= 2:
+        items: list[str] = []
+        for line in lines:
+            if _ITEM.match(line):
+                items.append(" ".join(_ITEM.sub("", line, count=1).split()))
+            elif items:
+                items[-1] = f"{items[-1]} {' '.join(line.split())}"
+        return items
+    flat = " ".join(text.split())
+    numbers = list(_INLINE_ITEM.finditer(flat))
+    lead = flat[:numbers[0].start()].strip() if numbers else ""
+    if len(numbers) < 2 or [int(m.group(1)) for m in numbers] != list(range(1, len(numbers) + 1)) \
+            or (lead and not lead.endswith(":")):
+        return []
+    ends = [m.start() for m in numbers[1:]] + [len(flat)]
+    return [flat[m.end():end].strip() for m, end in zip(numbers, ends, strict=True)]
+
+
+# a first-person lead-in before the question, ending in a colon ("Before I build it: what do writers need …?")
+_LEAD_IN = re.compile(r"^[^:?]*\b(?:I|[Ww]e|[Mm]y|[Oo]ur|me|us)\b[^:?]*:\s+(?=\S)")
+
+
+def asked_part(text: str) -> str:
+    """What a query or a requirement asks: without its opening sentences on the researcher's own situation ("I have
+    not told anyone yet. How …?": :func:`own_context`) and a first-person lead-in ending in a colon ("Before I build
+    it: what …?"), when at least :data:`MIN_WORDS` words are left; else the text as it is."""
+    text = _without_context(text)
+    rest = _LEAD_IN.sub("", text, count=1)
+    return rest if rest != text and len(WORD.findall(rest)) >= MIN_WORDS else text
+
+
+def split_questions(text: str) -> list[str]:
+    """The questions a query asks, in order, each as a sentence of its own ("How do tracing JIT compilers
+    specialize types, and how are recurrent networks used to predict sepsis early?" gives two; so does a list of
+    two items, :func:`list_items`); [] when it asks fewer than two usable ones (each needs :data:`MIN_WORDS`
+    words)."""
+    parts = []
+    segments = list_items(text) or [" ".join(text.split())]
+    for raw in (piece for segment in segments for piece in _QUESTION_BREAK.split(segment)):
+        part = raw.strip(" ,;.?!")
+        if not part:
+            continue
+        asks = re.match(rf"{QUESTION_WORDS}\b", part, re.IGNORECASE) is not None
+        parts.append(part[0].upper() + part[1:] + ("?" if asks else ""))
+    usable = [p for p in parts if len(WORD.findall(p)) >= MIN_WORDS]
+    return usable if len(usable) >= 2 and len(usable) == len(parts) else []
+
+
+def _without_context(text: str) -> str:
+    """The query without its opening sentences on the researcher's own situation ("We are building a question
+    answering system over spreadsheets. How can …?" asks the second sentence; :data:`_OWN_CONTEXT`), when something
+    is left; else the query as it is."""
+    sentences = re.split(r"(?<=[.!])\s+", " ".join(text.split()))
+    start = 0
+    while start < len(sentences) - 1 and own_context(sentences[start]):
+        start += 1
+    return " ".join(sentences[start:]) if start else text
+
+
+# the researcher's own situation, not a need ("Our lab studies soil microbiomes on farms.", "We are building a question
+# answering system over spreadsheets."): a first-person statement that asks nothing and names no need
+# (the pronoun as a word before a lower-case one: "I/O …", "US aid …" and "IT systems …" are subjects, not the
+# researcher)
+_OWN_CONTEXT = re.compile(r"^\W*(?:[Ww]e|[Oo]ur|I|[Mm]y)\s+[a-z][^?]*$")
+_NEED = re.compile(r"\b(?:needs?|wants?|seek(?:ing)?|look(?:ing)?\s+for|requires?|wish|would\s+like|interested)\b",
+                   re.IGNORECASE)
+
+
+def own_context(text: str) -> bool:
+    """Whether ``text`` states the researcher's own situation and no need (:data:`_OWN_CONTEXT`, :data:`_NEED`)."""
+    return bool(_OWN_CONTEXT.search(text)) and not _NEED.search(text)
