@@ -40,3 +40,14 @@ def test_running_prose_under_the_title_gives_no_names():
              (10.0, 100.0, "Jane Roe")]
     assert names_in_lines_under(lines, "A Study of Things") == []
     assert names_in_lines_under(lines, "") == []
+
+
+def test_affiliations_in_any_language_are_not_names():
+    """Taking the page's lines where they give more authors (the ACM layout) first read affiliations as names on the
+    shared papers: "Laboratoire de Physique Statistique", "Vrije Universiteit Amsterdam", "Electronic ISBN"."""
+    lines = [(18.0, 60.0, "A Study of Things"),
+             (10.0, 90.0, "Katharine M. Mullen"), (9.0, 100.0, "Vrije Universiteit Amsterdam"),
+             (10.0, 110.0, "Ivo H. M. van Stokkum"), (9.0, 120.0, "Laboratoire de Physique Statistique"),
+             (9.0, 130.0, "Département de Biochimie"), (9.0, 140.0, "Electronic ISBN"),
+             (9.0, 150.0, "Vial Health Technology")]
+    assert names_in_lines_under(lines, "A Study of Things") == ["Katharine M. Mullen", "Ivo H. M. van Stokkum"]
