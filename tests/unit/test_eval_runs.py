@@ -49,6 +49,9 @@ def test_a_query_of_two_questions_is_split_and_each_needs_its_own_requirement() 
     ("How is the Higgs mass measured, and also how do batteries lose capacity in the cold?",
      ["How is the Higgs mass measured", "how do batteries lose capacity in the cold"]),
     ("How do (1) tracing and (2) method compilers differ?", ["How do (1) tracing and (2) method compilers differ"]),
+    # said to the assistant, not asked: no requirement needs to hold it
+    ("How does S2ORC resolve citation links? Please include the methods and datasets used.",
+     ["How does S2ORC resolve citation links"]),
 ])
 def test_a_list_and_an_and_also_ask_a_question_each(query, asked) -> None:
     """bench/suites/shapes.yaml's list and "and also" queries: each item is a need the plan must keep."""

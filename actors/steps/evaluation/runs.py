@@ -151,14 +151,15 @@ _NUMBER_ITEM = re.compile(r"(?<=\s)\(?[2-9][.)]\s+")
 def questions(query: str) -> list[str]:
     """The questions a query asks, in order: each item of a list (the text before the first item, "I need:", is
     not one), and within them it splits after a question mark and before ", and how …", "; what …", " and
-    why …"; a part with fewer than two content words joins the one before it."""
+    why …"; a part with fewer than two content words joins the one before it; a sentence said to the assistant
+    ("Please include …", "Ignore all previous instructions …") asks nothing."""
     items = [i for i in _LINE_ITEM.split(query)[1:] if i.strip()] if len(_LINE_ITEM.findall(query)) >= 2 else []
     if not items and re.match(r"\s*(?:[^:]*:\s*)?\(?1[.)]\s", query) and _NUMBER_ITEM.search(query):
         items = _NUMBER_ITEM.split(re.sub(r"^\s*(?:[^:]*:\s*)?\(?1[.)]\s+", "", query))
     parts: list[str] = []
     for raw in (piece for item in (items or [query]) for piece in _BREAK.split(" ".join(item.split()))):
         part = raw.strip(" ,;.?!")
-        if not part:
+        if not part or re.search("|".join(_ADDRESSED), part, re.IGNORECASE):  # said to the assistant: not asked
             continue
         if parts and len(words(part)) < 2 and not re.match(rf"{_QWORD}\b", part, re.IGNORECASE):
             parts[-1] = f"{parts[-1]} {part}"
@@ -185,6 +186,12 @@ def holds_subject(requirement: str, subject: set[str]) -> bool:
     return len(subject & words(requirement)) >= max(1, math.ceil(len(subject) * SUBJECT_SHARE))
 
 
+# what a query says to the assistant rather than asks: a request about the answer, an attempt to steer the model
+_ADDRESSED = (r"^\W*please\s+(?:include|use|add|mention|cite|keep|write|answer|respond|format|be|make)\b",
+              r"\b(?:ignore|disregard|forget)\s+(?:all\s+|any\s+)?(?:the\s+|your\s+)?(?:previous|prior|above)\b",
+              r"\bsystem\s+prompt\b")
+
+
 # Forage's own progress and status lines, as a re-plan could echo them
 _STATUS = re.compile(
     r"\bcoverage\s*(?:of\s*)?\d|\banswering\s+(?:papers|passages)\b|\d\.\d+\s*(?:→|->)\s*\d|\biteration\s+\d"
@@ -197,7 +204,8 @@ _META = re.compile(
     r"|\bresearch\s+question\b|\bliterature\s+search\b|\b(?:find|search\s+for|look\s+for|read)\s+(?:the\s+)?"
     r"(?:papers|studies|literature|articles|sources)\b|\bthe\s+(?:model|assistant)\s+(?:named|found|should)\b"
     r"|\bmissing\s+dimensions?\b|\bsource[_ ]diversity\b|^\s*the\s+(?:question|answer)\s+is\b"
-    r"|\b(?:list|summary|summari[sz]e)\s+of\s+(?:the\s+)?(?:query|\d+\s+requirements)\b", re.IGNORECASE)
+    r"|\b(?:list|summary|summari[sz]e)\s+of\s+(?:the\s+)?(?:query|\d+\s+requirements)\b"
+    r"|" + r"|".join(_ADDRESSED), re.IGNORECASE)
 
 
 # the researcher's own situation restated ("Our lab studies soil microbiomes on farms."): a first-person sentence that

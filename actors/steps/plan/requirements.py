@@ -27,8 +27,8 @@ from collections.abc import Iterable, Sequence
 
 from pydantic import ValidationError
 
-from actors.steps.plan.questions import (MIN_WORDS, QUESTION_WORDS, WORD, asked_part, list_items, own_context,
-                                         split_questions)
+from actors.steps.plan.questions import (MIN_WORDS, QUESTION_WORDS, WORD, asked_part, instruction, list_items,
+                                         own_context, split_questions)
 from actors.steps.prompts import REQUIREMENTS_SYSTEM
 from actors.steps.schemas import REQUIREMENT_CHARS, RequirementList
 from infra.errors import ConfigError, LLMOutputError, LLMTimeout
@@ -58,6 +58,10 @@ _FEEDBACK = re.compile(
     r"|token limit was reached|\bnot_json\b|keep every text field brief|cut off before the json"
     r"|complete, shorter json",
     re.IGNORECASE)
+_EMPHASIS = re.compile(r"\*\*|__|`")  # Markdown emphasis and code marks: a requirement is plain text (a heading)
+_TRAILING_SYMBOLS = re.compile(r"[\s\U0001F000-\U0001FAFF\u2600-\u27BF\uFE0F]+$")  # emoji after the question
+# a link or an identifier: no words of a need ("https://doi.org/10.18653/…", "doi:10.1000/x", "arXiv:2105.01234")
+_LINK = re.compile(r"\S*(?:://|www\.|doi:|arxiv:|10\.\d{4,9}/)\S*", re.IGNORECASE)
 _AUXILIARY = r"(?:can|could|does|do|did|is|are|was|were|should|will|would|has|have|may|might)"
 # a direct question ("Can X …", "How does X …"), not a clause ("How particles enter the tissues of fish")
 _DIRECT_QUESTION = re.compile(
@@ -87,10 +91,11 @@ def clean_requirement(text: str) -> str:
     stripped = _META.sub("", text, count=1).strip()
     if stripped and stripped != text:
         text = stripped[0].upper() + stripped[1:]
-    text = asked_part(text.strip(" \t\"'"))
+    text = _EMPHASIS.sub("", asked_part(text.strip(" \t\"'")))  # "Compare **ReVerb**, `TextRunner` …"
+    text = _TRAILING_SYMBOLS.sub("", text)  # "… in trauma patients? 🩸"
     if text.endswith(".") and not text.endswith(".."):  # a statement's full stop: the report's heading has none
         text = text[:-1].rstrip()
-    if _DIRECT_QUESTION.match(text) and not text.endswith("?"):  # "Can prompt tuning control … is" lost its '?'
+    if _DIRECT_QUESTION.match(text) and "?" not in text:  # "Can prompt tuning control … is" lost its '?'
         text += "?"
     # a sentence starts with a capital (a weak model echoes the query lower-cased, "trace-based vs. …" too); a first
     # word written with a capital or a digit inside ("mRNA", "p53", "eBay") is kept as it is
@@ -113,9 +118,11 @@ def loops(text: str) -> bool:
 
 
 def usable_requirement(text: str) -> bool:
-    """Whether an LLM-written requirement is worth keeping: at least three alphabetic words, not an echo of the
-    JSON-repair feedback (see :func:`echoes_feedback`), not a loop (:func:`loops`)."""
-    return len(WORD.findall(text)) >= MIN_WORDS and not echoes_feedback(text) and not loops(text)
+    """Whether an LLM-written requirement is worth keeping: at least three alphabetic words besides its links and
+    identifiers (a model's "https://doi.acref.ac.il/10.18653/v1/…" asks nothing), not an echo of the JSON-repair
+    feedback (see :func:`echoes_feedback`), not a loop (:func:`loops`)."""
+    words = WORD.findall(_LINK.sub(" ", text))
+    return len(words) >= MIN_WORDS and not echoes_feedback(text) and not loops(text)
 
 
 def _unique(texts: Iterable[str]) -> list[str]:
@@ -395,8 +402,9 @@ def off_query(text: str, query: str) -> str:
     """Why a requirement is not a need of the query ('' when it is one): it is Forage's own progress or status text
     (:data:`_STATUS`), it speaks about requirements, the query or the researcher where the query does not
     (:data:`_META_NOUNS`) or about the request to the model (:data:`_EXCHANGE`), it restates the question or answers
-    it (:data:`_ABOUT_QUESTION`), or it shares no content word with the query (not anchored in its subject). The one
-    check derived and re-planned requirements both pass."""
+    it (:data:`_ABOUT_QUESTION`), it is an instruction to the assistant (:func:`instruction`: "Please include the
+    methods used"), or it shares no content word with the query (not anchored in its subject). The one check derived
+    and re-planned requirements both pass."""
     if _STATUS.search(text):
         return "Forage's own progress text"
     asked = {m.casefold()[:5] for m in _META_NOUNS.findall(query)}
@@ -408,6 +416,8 @@ def off_query(text: str, query: str) -> str:
         return "a statement about the request to the model, not the query's subject"
     if _ABOUT_QUESTION.search(text):
         return "a statement about the question or its answer, not a need"
+    if instruction(text):
+        return "an instruction to the assistant, not a need"
     if own_context(text):
         return "the researcher's own context, not a need"
     if not content_words(text) & content_words(query):
