@@ -660,3 +660,9 @@ def test_a_requirement_of_links_markup_or_instructions_is_no_need():
         "Compare ReVerb, TextRunner and WOE: which is most precise?")
     assert clean_requirement("Does heparin cause more bleeding than compression devices in trauma patients? 🩸") == (
         "Does heparin cause more bleeding than compression devices in trauma patients?")
+    # the query itself as R1, where the model gave nothing: plain too
+    from actors.steps.plan.requirements import _fallback
+
+    plan = _fallback(ResearchQuery(run_id="run-plan", text="Compare **ReVerb** and `TextRunner`: which is most "
+                                                           "precise? 🔬"), "the test's reason")
+    assert [r.text for r in plan.requirements] == ["Compare ReVerb and TextRunner: which is most precise?"]

@@ -91,8 +91,7 @@ def clean_requirement(text: str) -> str:
     stripped = _META.sub("", text, count=1).strip()
     if stripped and stripped != text:
         text = stripped[0].upper() + stripped[1:]
-    text = _EMPHASIS.sub("", asked_part(text.strip(" \t\"'")))  # "Compare **ReVerb**, `TextRunner` …"
-    text = _TRAILING_SYMBOLS.sub("", text)  # "… in trauma patients? 🩸"
+    text = _plain(asked_part(text.strip(" \t\"'")))
     if text.endswith(".") and not text.endswith(".."):  # a statement's full stop: the report's heading has none
         text = text[:-1].rstrip()
     if _DIRECT_QUESTION.match(text) and "?" not in text:  # "Can prompt tuning control … is" lost its '?'
@@ -102,6 +101,12 @@ def clean_requirement(text: str) -> str:
     first = text.split(" ", 1)[0]
     lower = re.fullmatch(r"[^\W\d_]+(?:-[^\W\d_]+)*", first) is not None and first.islower()
     return text[0].upper() + text[1:] if lower else text
+
+
+def _plain(text: str) -> str:
+    """``text`` without Markdown emphasis and code marks ("Compare **ReVerb**, `TextRunner` …") and the emoji after it
+    ("… in trauma patients? 🩸"): a requirement is a plain line, the report's heading."""
+    return _TRAILING_SYMBOLS.sub("", _EMPHASIS.sub("", text))
 
 
 def echoes_feedback(text: str) -> bool:
@@ -162,14 +167,14 @@ def _before(question: str, questions: Sequence[str]) -> str:
 def _fallback(query: ResearchQuery, why: str, n: int = MAX_PLAN_REQUIREMENTS) -> RequirementsPlan:
     """The requirements without the LLM: the query's own questions when it asks several (each requirement is
     then answered, and its coverage earned, on its own), else the query itself as R1."""
-    questions = [shorten(q, REQ_MAX_CHARS) for q in split_questions(query.text)][:n]
+    questions = [shorten(_plain(q), REQ_MAX_CHARS) for q in split_questions(query.text)][:n]
     if len(questions) >= 2:
         texts = [q if self_contained(q, _before(q, questions)) else anchored(q, query.text) for q in questions]
         return RequirementsPlan(run_id=query.run_id, query=query, requirements=_numbered(_unique(texts)),
                                 degraded=(f"requirements: {why}; the query's {len(texts)} questions are "
                                           f"R1-R{len(texts)}",))
     asked = asked_part(query.text)
-    text = shorten(asked, REQ_MAX_CHARS)
+    text = shorten(_plain(asked), REQ_MAX_CHARS)
     if len(text) < 3:  # a one- or two-letter query still gets a valid requirement
         text = f"About: {text}"
     degraded = [f"requirements: {why}; the query itself is R1"
