@@ -265,6 +265,16 @@ def test_no_evidence_at_all(store):
     assert report.llm_calls == 1 and check_citations(report.markdown, report.sources) == []
 
 
+def test_no_evidence_with_a_coverage_above_zero_says_where_the_coverage_comes_from(store):
+    """Seen on a French query of bench/suites/shapes.yaml: the Scope said 0.82 (partly), the section "did not cover
+    this requirement"."""
+    covs = (RequirementCoverage(run_id=RUN, requirement=R3, iteration=2, coverage=0.82),)
+    report = write(store, ScriptedLLM({OverviewDraft: [OVERVIEW]}), covs)
+    text = section(report.markdown, R3.text)
+    assert NO_EVIDENCE not in text
+    assert "No passage found in this run was kept as evidence" in text and "(0.82)" in text
+
+
 def test_partial_coverage_is_said_plainly(store):
     covs = (RequirementCoverage(run_id=RUN, requirement=R1, iteration=1, coverage=0.5,
                                 evidence=(ev(B, "interesting", "Sun leaves hold more chlorophyll.", 0),)),)

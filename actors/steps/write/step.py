@@ -69,6 +69,11 @@ MAX_ITEMS_SHOWN = 8  # evidence items the LLM sees per section; the rest are lis
 EXCERPT_CHARS = 700
 
 NO_EVIDENCE = "The literature found in this run did not cover this requirement."
+# no evidence kept, though the coverage is above 0: the Scope's "partly" (or "answered") is the signals' estimate from
+# the passages shown, which this section says rather than "did not cover" (seen on a French query: 0.82, "did not")
+NO_EVIDENCE_ESTIMATE = ("No passage found in this run was kept as evidence for this requirement. Its coverage "
+                        "({coverage:.2f}) is the chance, estimated from the passages shown to the judge, that the "
+                        "literature answers it; none of them was confirmed as an answer or related enough to quote.")
 PARTIAL = ("Only related documents were found for this requirement; none of their passages answered it "
            "directly.")
 UNCONFIRMED = ("No answer to this requirement was confirmed: the model called {n} passage(s) answers, but their "
@@ -135,7 +140,8 @@ class WriteStep:
                                      "so this report has no findings for it.")
                 continue
             if not cov.evidence:
-                section.notes.append(NO_EVIDENCE)
+                section.notes.append(NO_EVIDENCE_ESTIMATE.format(coverage=cov.coverage) if cov.coverage > 0
+                                     else NO_EVIDENCE)
                 continue
             for ev in cov.evidence:
                 src = sources.get(ev.doc_id) or self._source(ev)
