@@ -233,3 +233,13 @@ def test_the_suite_file(tmp_path: Path) -> None:
     suite.write_text("library: [pdfs, more]\nqueries:\n  - query: How do X work?\n    answering: []\n")
     with pytest.raises(ValueError, match="two library files are named one.pdf"):
         load_run_suite(suite)
+
+
+@pytest.mark.parametrize("suite", sorted((Path(__file__).parents[2] / "bench" / "suites").glob("*.yaml")),
+                         ids=lambda p: p.name)
+def test_every_shipped_suite_loads_and_names_files_its_library_holds(suite: Path) -> None:
+    shared = Path(__file__).resolve().parents[3] / "shared" / "data" / "pdfs-extra"
+    if not shared.is_dir():
+        pytest.skip(f"the shared papers are not here: {shared} (../shared/data beside the repository)")
+    loaded = load_run_suite(suite)  # raises for a file its library does not hold
+    assert loaded.queries and all(q.query.strip() for q in loaded.queries)
