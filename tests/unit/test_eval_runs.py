@@ -52,6 +52,11 @@ def test_a_query_of_two_questions_is_split_and_each_needs_its_own_requirement() 
     # said to the assistant, not asked: no requirement needs to hold it
     ("How does S2ORC resolve citation links? Please include the methods and datasets used.",
      ["How does S2ORC resolve citation links"]),
+    # the researcher's situation is not asked, wherever it stands; ordinals open questions (bench/suites/odd.yaml)
+    ("How do GP-RNNs predict sepsis early? We need this for a grant proposal due Friday.",
+     ["How do GP-RNNs predict sepsis early"]),
+    ("I am writing a review.\n\nFirst, how do toolkits represent PDFs?\n\nSecond, which interfaces help with "
+     "citations?", ["how do toolkits represent PDFs", "which interfaces help with citations"]),
 ])
 def test_a_list_and_an_and_also_ask_a_question_each(query, asked) -> None:
     """bench/suites/shapes.yaml's list and "and also" queries: each item is a need the plan must keep."""

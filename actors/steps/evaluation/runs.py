@@ -151,15 +151,21 @@ _NUMBER_ITEM = re.compile(r"(?<=\s)\(?[2-9][.)]\s+")
 def questions(query: str) -> list[str]:
     """The questions a query asks, in order: each item of a list (the text before the first item, "I need:", is
     not one), and within them it splits after a question mark and before ", and how …", "; what …", " and
-    why …"; a part with fewer than two content words joins the one before it; a sentence said to the assistant
-    ("Please include …", "Ignore all previous instructions …") asks nothing."""
+    why …"; a part with fewer than two content words joins the one before it; a sentence of the researcher's own
+    situation or said to the assistant ("Please include …", "Ignore all previous instructions …") asks nothing, nor
+    does an ordinal left alone ("First, how …" splits at "how")."""
     items = [i for i in _LINE_ITEM.split(query)[1:] if i.strip()] if len(_LINE_ITEM.findall(query)) >= 2 else []
     if not items and re.match(r"\s*(?:[^:]*:\s*)?\(?1[.)]\s", query) and _NUMBER_ITEM.search(query):
         items = _NUMBER_ITEM.split(re.sub(r"^\s*(?:[^:]*:\s*)?\(?1[.)]\s+", "", query))
     parts: list[str] = []
     for raw in (piece for item in (items or [query]) for piece in _BREAK.split(" ".join(item.split()))):
-        part = raw.strip(" ,;.?!")
-        if not part or re.search("|".join(_ADDRESSED), part, re.IGNORECASE):  # said to the assistant: not asked
+        # within a part, its sentences that ask: not the researcher's situation ("I am writing a review.", "We need
+        # this for a grant.") nor what is said to the assistant ("Please include …"); an ordinal opening it goes
+        said = [s for s in re.split(r"(?<=[.!])\s+", raw.strip(" ,;.?!")) if s and not _context(s)
+                and not re.search("|".join(_ADDRESSED), s, re.IGNORECASE)]
+        part = re.sub(r"^(?:first|second|third|fourth|fifth|finally|lastly|also|next|then)(?:ly)?,?\s*$", "",
+                      " ".join(said), flags=re.IGNORECASE).strip(" ,;.?!")
+        if not part:
             continue
         if parts and len(words(part)) < 2 and not re.match(rf"{_QWORD}\b", part, re.IGNORECASE):
             parts[-1] = f"{parts[-1]} {part}"
@@ -215,6 +221,13 @@ _NEED = re.compile(r"\b(?:need|want|seek|look(?:ing)?\s+for|require|wish|would\s
                    re.IGNORECASE)
 
 
+def _context(sentence: str) -> bool:
+    """A sentence on the researcher's own situation that asks nothing and names no need of its own ("We need this
+    for a grant proposal." says what the answer is for)."""
+    return bool(_CONTEXT.search(sentence)) and (not _NEED.search(sentence) or bool(re.search(
+        r"\b(?:need|want|require)s?\s+(?:this|it|these|them|that)\b", sentence, re.IGNORECASE)))
+
+
 def not_a_need(requirement: str, query: str) -> str:
     """Why a requirement is not a need of the query ("status", "meta", "context" or "off query"), '' when it is
     one."""
@@ -222,7 +235,7 @@ def not_a_need(requirement: str, query: str) -> str:
         return "status"
     if _META.search(requirement):
         return "meta"
-    if _CONTEXT.search(requirement) and not _NEED.search(requirement):
+    if _context(requirement):
         return "context"
     if not words(requirement) & words(query):
         return "off query"
