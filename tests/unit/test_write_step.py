@@ -519,6 +519,9 @@ def test_a_footnote_is_not_quoted_nor_run_into_the_sentence_after_it():
                                         "S2ORC consists of 81.1M papers and 380.5M resolved citation links."]
     assert len(prose_sentences(passage, as_before=True)) == 3  # what a report written before may have quoted
     assert not states_something("See 17https://www.ncbi.nlm.nih.gov/pmc/ for the journals we used in the corpus")
+    # a question states nothing (seen: a French paper's English title quoted for the waterway query)
+    assert not states_something("_The issue of effective learning of waterway transport: Which lessons for public "
+                                "action?_")
 
 
 def test_a_passage_that_starts_inside_a_sentence_does_not_quote_its_tail():

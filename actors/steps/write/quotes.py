@@ -135,10 +135,11 @@ def back_matter(section_path: str) -> bool:
 
 
 def states_something(sentence: str) -> bool:
-    """Whether a sentence can be quoted as a finding: at least ``MIN_FINDING_WORDS`` words, mostly letters, and not
-    a disclosure, a reference entry, a licence line or pseudo-code (:data:`_NO_FINDING`)."""
+    """Whether a sentence can be quoted as a finding: at least ``MIN_FINDING_WORDS`` words, mostly letters, not a
+    question (a paper's title or a rhetorical question asks, it does not state: "… Which lessons for public
+    action?"), and not a disclosure, a reference entry, a licence line or pseudo-code (:data:`_NO_FINDING`)."""
     chars = "".join(sentence.split())
-    if len(sentence.split()) < MIN_FINDING_WORDS or not chars:
+    if len(sentence.split()) < MIN_FINDING_WORDS or not chars or sentence.rstrip(" _*”\"'").endswith("?"):
         return False
     if sum(c.isalpha() for c in chars) / len(chars) < MIN_FINDING_LETTERS:
         return False
