@@ -522,6 +522,8 @@ def test_a_footnote_is_not_quoted_nor_run_into_the_sentence_after_it():
     # a question states nothing (seen: a French paper's English title quoted for the waterway query)
     assert not states_something("_The issue of effective learning of waterway transport: Which lessons for public "
                                 "action?_")
+    # nor a sentence with glyphs the text layer could not map (a 1996 AIP paper's parentheses)
+    assert not states_something("The mean yield of avalanche electrons in a \ufffdMCP\ufffd channel equals 1.37 at 760 V")
 
 
 def test_a_passage_that_starts_inside_a_sentence_does_not_quote_its_tail():

@@ -137,9 +137,11 @@ def back_matter(section_path: str) -> bool:
 def states_something(sentence: str) -> bool:
     """Whether a sentence can be quoted as a finding: at least ``MIN_FINDING_WORDS`` words, mostly letters, not a
     question (a paper's title or a rhetorical question asks, it does not state: "… Which lessons for public
-    action?"), and not a disclosure, a reference entry, a licence line or pseudo-code (:data:`_NO_FINDING`)."""
+    action?"), without characters the PDF's text layer could not map ("�MCP�": not what the paper prints), and not a
+    disclosure, a reference entry, a licence line or pseudo-code (:data:`_NO_FINDING`)."""
     chars = "".join(sentence.split())
-    if len(sentence.split()) < MIN_FINDING_WORDS or not chars or sentence.rstrip(" _*”\"'").endswith("?"):
+    if len(sentence.split()) < MIN_FINDING_WORDS or not chars or sentence.rstrip(" _*”\"'").endswith("?") \
+            or "\ufffd" in sentence:
         return False
     if sum(c.isalpha() for c in chars) / len(chars) < MIN_FINDING_LETTERS:
         return False
