@@ -4,7 +4,7 @@
 judge other passages: its retrieval, deep dives into the papers the judge points to, reformulated searches, so the
 sets a run's coverage weighs are not those. This bench fits the prior — P(answerable) = sigmoid(a + b x log of the
 summed odds + c x best score) over each document's best shown passage (``Ledger.best_shown``), the 12 highest-scoring
-as the product reads them (``credit.prior_scores``) — on what
+as the product reads them (``credit.prior_scores``: fewer made up to 12 at the topic floor) — on what
 ``forage eval evidence --split train --mode checked --out F`` recorded per query (``best_shown``, ``answerable``),
 pooled over the files given (runs with different judges: what a judge is shown depends on its verdicts), the
 answerable and the unanswerable requirements weighted to count alike (the prior takes a requirement to be as likely
@@ -41,12 +41,12 @@ def queries(path: Path) -> list[dict]:
     return rows
 
 
-def fit(paths: list[Path], curve: tuple[float, float, float]) -> tuple[float, float, float]:
+def fit(paths: list[Path], curve: tuple[float, float, float], floor: float) -> tuple[float, float, float]:
     features, labels = [], []
     for path in paths:
         for row in queries(path):
             if row["best_shown"]:  # nothing shown: coverage 0, nothing to fit
-                features.append(signal_features(prior_scores([tuple(p) for p in row["best_shown"]]), curve))
+                features.append(signal_features(prior_scores([tuple(p) for p in row["best_shown"]], floor), curve))
                 labels.append(float(row["answerable"]))
     y = np.array(labels)
     balanced = np.where(y == 1, 0.5 / y.mean(), 0.5 / (1 - y.mean()))  # answerable and not count alike
@@ -54,10 +54,10 @@ def fit(paths: list[Path], curve: tuple[float, float, float]) -> tuple[float, fl
     return round(a, 3), round(b, 3), round(c, 3)
 
 
-def scored(path: Path, curve: tuple[float, float, float], prior: tuple[float, float, float]) -> dict:
+def scored(path: Path, curve: tuple[float, float, float], prior: tuple[float, float, float], floor: float) -> dict:
     data = json.loads(path.read_text())
     credit = JudgeCredit(*data["judge_rates_told"], curve, prior)
-    outcomes = [Outcome(credit.coverage([tuple(p) for p in row["best_shown"]]) or 0.0, row["answerable"])
+    outcomes = [Outcome(credit.coverage([tuple(p) for p in row["best_shown"]], floor) or 0.0, row["answerable"])
                 for row in queries(path)]
     ans = [o.coverage for o in outcomes if o.answerable]
     una = [o.coverage for o in outcomes if not o.answerable]
@@ -81,10 +81,11 @@ def main() -> None:
     curve = settings.answer_curve("store")
     if curve is None:
         raise SystemExit("the store signal has no calibration curve for this embedder")
-    prior = fit(args.fit, curve)
+    floor = settings.similarity_floors("store")[1]  # the topic floor: what the Forager shows (Ledger.best_shown)
+    prior = fit(args.fit, curve, floor)
     print(f"coverage prior fitted on {len(args.fit)} file(s): P(answerable) = sigmoid({prior[0]} + {prior[1]} "
           f"log-summed-odds + {prior[2]} best)")
-    rows = [scored(p, curve, prior) for p in (*args.fit, *args.score)]
+    rows = [scored(p, curve, prior, floor) for p in (*args.fit, *args.score)]
     print("file | split | judge | answerable + unanswerable | answered / false / ECE")
     for r in rows:
         print(f"{Path(r['file']).name} | {r['split']} | {r['llm']} | {r['answerable']} + {r['unanswerable']} | "
@@ -93,7 +94,7 @@ def main() -> None:
     if args.kept and kept is not None:
         print(f"with the prior Forage ships, {kept}:")
         for path in (*args.fit, *args.score):
-            r = scored(path, curve, kept)
+            r = scored(path, curve, kept, floor)
             print(f"{Path(r['file']).name} | {r['split']} | {r['llm']} | {r['answered']} / {r['false']} / "
                   f"{r['ece']:.3f}")
     if args.out:

@@ -84,3 +84,20 @@ def test_coverage_weighs_an_answer_by_how_likely_the_signal_makes_it_the_answeri
     deep = perfect.coverage(many + [(0.45, True)])
     assert deep > perfect.coverage(many + [(0.45, False)])  # type: ignore[operator]
     assert deep > perfect.coverage(many)  # type: ignore[operator]
+
+
+def test_a_lone_weak_passage_does_not_stand_out_like_an_answer() -> None:
+    """Seen on bench/suites/shapes.yaml: a CRISPR question over 42 papers of other fields, one distractor paper
+    above the topic floor, credited 0.76 by a yes-man's prior. Fewer than 12 documents shown are made up to 12 at
+    the floor (a passage not shown scores at most that): the lone weak passage falls to near nothing, a lone strong
+    one is still likely an answer, and a dozen shown read as before."""
+    from actors.steps.forage.credit import prior_scores
+
+    yes_man, floor = JudgeCredit(1.0, 1.0, CURVE, PRIOR), 0.4
+    assert yes_man.coverage([(0.36, True)]) > 0.75  # type: ignore[operator]  # the pathology, without the floor
+    assert yes_man.coverage([(0.36, True)], floor) < 0.1  # type: ignore[operator]
+    assert yes_man.coverage([(0.95, True)], floor) > 0.8  # type: ignore[operator]
+    many = [(0.95, False)] + [(0.5, False)] * 11
+    assert yes_man.coverage(many, floor) == pytest.approx(yes_man.coverage(many))
+    assert prior_scores([(0.9, True), (0.5, False)], floor) == [0.9, 0.5] + [0.4] * 10
+    assert prior_scores([(0.9, True)], float("-inf")) == [0.9]  # no floor (the check off): nothing made up

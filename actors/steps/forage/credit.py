@@ -81,18 +81,19 @@ class JudgeCredit:
         logit = self.curve[0] + self.curve[1] * score + max(0.0, self.weight() - self.curve[2])
         return 1.0 / (1.0 + math.exp(-logit))
 
-    def coverage(self, passages: Iterable[tuple[float, bool]]) -> float | None:
+    def coverage(self, passages: Iterable[tuple[float, bool]], floor: float | None = None) -> float | None:
         """The probability that the library answers the requirement, from the passages shown to the judge (one per
         document, its best: :meth:`Ledger.best_shown`): each its score (similarity + 0.4 x word share) and whether the
         judge called it an answer. The prior reads the ``COVERAGE_PASSAGES`` highest scores (:func:`prior_scores`,
-        as it was fitted); the judge's verdicts weigh over every passage shown, so that an answer found deep in a
-        later iteration counts. 0.0 with none shown; None without a calibration (curve and prior)."""
+        as it was fitted; fewer shown are made up to that many at ``floor``, the score a passage needs to be shown);
+        the judge's verdicts weigh over every passage shown, so that an answer found deep in a later iteration counts.
+        0.0 with none shown; None without a calibration (curve and prior)."""
         if self.curve is None or self.prior is None:
             return None
         shown = list(passages)
         if not shown:
             return 0.0
-        summed, best = signal_features(prior_scores(shown), self.curve)
+        summed, best = signal_features(prior_scores(shown, floor), self.curve)
         prior = self.prior[0] + self.prior[1] * summed + self.prior[2] * best
         said, other = math.log(clip_rate(self.tpr) / clip_rate(self.fpr)), \
             math.log((1 - clip_rate(self.tpr)) / (1 - clip_rate(self.fpr)))
@@ -104,9 +105,20 @@ class JudgeCredit:
         return sigmoid(prior + math.log(factor))
 
 
-def prior_scores(passages: Iterable[tuple[float, bool]]) -> list[float]:
-    """The scores the coverage prior reads: the ``COVERAGE_PASSAGES`` highest of the shown passages'."""
-    return sorted((score for score, _ in passages), reverse=True)[:COVERAGE_PASSAGES]
+def prior_scores(passages: Iterable[tuple[float, bool]], floor: float | None = None) -> list[float]:
+    """The scores the coverage prior reads: the ``COVERAGE_PASSAGES`` highest of the shown passages', made up to that
+    many at ``floor`` (the score a passage needs to be shown; None or -inf: not made up).
+
+    The prior was fitted where a dozen documents or more were nearly always shown (SciFact: 5,183 abstracts of one
+    field), and weighs how far the best stands out from the rest (the log of their summed odds, with a negative
+    weight). In a small library of many fields an unanswerable question has one distractor paper above the floor and
+    nothing near it, and that one weak passage stood out like an answer: a CRISPR question over 42 papers of other
+    fields was credited 0.76 from one passage scoring 0.36. A passage not shown scores at most the floor, so the
+    documents not shown count as if at the floor: a lone passage must then stand out from them (docs/evidence.md)."""
+    top = sorted((score for score, _ in passages), reverse=True)[:COVERAGE_PASSAGES]
+    if floor is not None and math.isfinite(floor):
+        top += [floor] * (COVERAGE_PASSAGES - len(top))
+    return top
 
 
 def signal_features(scores: Sequence[float], curve: tuple[float, float, float]) -> tuple[float, float]:

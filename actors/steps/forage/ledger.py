@@ -71,7 +71,7 @@ class Ledger:
         retrieval signals do not confirm, or interesting chunks as close to the requirement as an answer must be
         (:meth:`supported`); 0.0: nothing. (Without a confirmation configured every answer counts as confirmed.)"""
         if self.credit is not None:
-            weighed = self.credit.coverage(self.best_shown())
+            weighed = self.credit.coverage(self.best_shown(), self.shown_floor)
             if weighed is not None:
                 return round(weighed, 4)
         return self.ladder()
