@@ -476,7 +476,7 @@ def test_a_query_that_falls_back_to_itself_leaves_out_the_researchers_context():
             "and the text around it?")
     plan = _fallback(ResearchQuery(run_id="run-plan", text=text), "the test's reason")
     assert [r.text for r in plan.requirements] == ["How can a transformer encode a table and the text around it?"]
-    assert "without the researcher's own context before the question" in plan.degraded[0]
+    assert "without the researcher's own context or instructions to the assistant" in plan.degraded[0]
     alone = "We need a transformer that encodes tables. Which ones exist?"  # a need in the first person stays
     assert [r.text for r in _fallback(ResearchQuery(run_id="run-plan", text=alone), "why").requirements] == [alone]
     only = "Our lab studies tables."  # nothing else to ask: the query as it is

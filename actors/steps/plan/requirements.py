@@ -178,7 +178,8 @@ def _fallback(query: ResearchQuery, why: str, n: int = MAX_PLAN_REQUIREMENTS) ->
     if len(text) < 3:  # a one- or two-letter query still gets a valid requirement
         text = f"About: {text}"
     degraded = [f"requirements: {why}; the query itself is R1"
-                + (" (without the researcher's own context before the question)" if asked != query.text else "")]
+                + (" (what it asks, without the researcher's own context or instructions to the assistant)"
+                   if asked != query.text else "")]
     if len(text) < len(" ".join(asked.split())):
         degraded.append(f"requirements: the query was cut to {REQ_MAX_CHARS} characters for R1")
     return RequirementsPlan(run_id=query.run_id, query=query, requirements=_numbered([text]),
