@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from actors.steps.run.rundir import RUN_ID, RunDir, find_run_dir
-from infra.errors import ConfigError, ForageError
+from infra.errors import ForageError
 from infra.settings import Settings
 from messages.run_state import DocumentEntry, RunState
 
