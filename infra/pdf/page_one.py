@@ -40,11 +40,10 @@ _NOT_NAME_WORDS = frozenset({
 # requirements for the degree of Doctor of Philosophy"): passed over like an e-mail line
 _DEGREE_STATEMENT = re.compile(r"\b(?:thesis|dissertation|submitted\b.*\bdegree|degree of|doctor of philosophy)\b",
                                re.IGNORECASE)
-# words of an affiliation written after a name on its line ("NOOR AHMED, University of Toronto, Canada")
-_AFFILIATION_WORDS = frozenset({"university", "universit", "universidad", "université", "universität", "institute",
-                                "institut", "department", "dept", "school", "college", "center", "centre",
-                                "laboratory", "laboratories", "lab", "inc", "corporation", "research", "hospital",
-                                "faculty", "academy", "foundation", "company", "ltd", "gmbh"})
+# words of an affiliation ("NOOR AHMED, University of Toronto, Canada"), and the stems of such words in the
+# languages papers are printed in ("Universités", "Laboratoire", "Département", "Universiteit", "ISBN")
+_AFFILIATION_WORDS = frozenset({"dept", "school", "college", "center", "centre", "lab", "inc", "corporation",
+                                "research", "foundation", "company", "ltd", "gmbh"})
 _AFFILIATION_STEMS = ("univ", "laborat", "depart", "départ", "instit", "facult", "hospit", "academ", "technol",
                       "isbn", "health", "statist", "biochem", "biochim", "physi", "chemi", "école", "ecole")
 # academic degrees written after a name ("Xiaoliang Bai, MD", "Nina Brooks MPP"): dropped, never a name
@@ -484,8 +483,7 @@ def _drop_degrees(text: str) -> str:
 
 
 def _affiliation_word(word: str) -> bool:
-    """A word of an affiliation or a publishing line, in any of the languages papers are printed in ("Universités",
-    "Laboratoire", "Département", "Universiteit", "ISBN")."""
+    """A word of an affiliation or a publishing line (:data:`_AFFILIATION_WORDS`, :data:`_AFFILIATION_STEMS`)."""
     word = word.lower().strip(".,")
     return word in _AFFILIATION_WORDS or word.startswith(_AFFILIATION_STEMS)
 
