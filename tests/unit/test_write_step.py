@@ -522,6 +522,12 @@ def test_a_footnote_is_not_quoted_nor_run_into_the_sentence_after_it():
     # a question states nothing (seen: a French paper's English title quoted for the waterway query)
     assert not states_something("_The issue of effective learning of waterway transport: Which lessons for public "
                                 "action?_")
+    # nor a byline, a title or a reference entry (seen: the TIMP paper's byline quoted for the shapes suite)
+    assert not states_something("Katharine M. Mullen Ivo H. M. van Stokkum Vrije Universiteit Amsterdam Vrije "
+                                "Universiteit Amsterdam")
+    assert not states_something("CiteSee: Augmenting Citations in Scientific Papers with Persistent and Personalized "
+                                "Historical Context.")
+    assert states_something("BERT and GPT-3 outperform ELMo on GLUE by a wide margin in our tests.")
     # nor a sentence with glyphs the text layer could not map (a 1996 AIP paper's parentheses)
     assert not states_something("The mean yield of avalanche electrons in a \ufffdMCP\ufffd channel equals 1.37 at 760 V")
 
