@@ -109,12 +109,11 @@ def prior_scores(passages: Iterable[tuple[float, bool]], floor: float | None = N
     """The scores the coverage prior reads: the ``COVERAGE_PASSAGES`` highest of the shown passages', made up to that
     many at ``floor`` (the score a passage needs to be shown; None or -inf: not made up).
 
-    The prior was fitted where a dozen documents or more were nearly always shown (SciFact: 5,183 abstracts of one
-    field), and weighs how far the best stands out from the rest (the log of their summed odds, with a negative
-    weight). In a small library of many fields an unanswerable question has one distractor paper above the floor and
-    nothing near it, and that one weak passage stood out like an answer: a CRISPR question over 42 papers of other
-    fields was credited 0.76 from one passage scoring 0.36. A passage not shown scores at most the floor, so the
-    documents not shown count as if at the floor: a lone passage must then stand out from them (docs/evidence.md)."""
+    The prior was fitted where a dozen documents or more were nearly always shown (one field's abstracts), and weighs
+    how far the best stands out from the rest (the log of their summed odds, with a negative weight). In a small
+    library of many fields an unanswerable question may show one weak distractor and nothing near it, which would
+    then stand out like an answer. A passage not shown scores at most the floor, so the documents not shown count as
+    if at the floor: a lone passage must stand out from them (measured: docs/evidence.md)."""
     top = sorted((score for score, _ in passages), reverse=True)[:COVERAGE_PASSAGES]
     if floor is not None and math.isfinite(floor):
         top += [floor] * (COVERAGE_PASSAGES - len(top))
