@@ -70,7 +70,7 @@ EXCERPT_CHARS = 700
 
 NO_EVIDENCE = "The literature found in this run did not cover this requirement."
 # no evidence kept, though the coverage is above 0: the Scope's "partly" (or "answered") is the signals' estimate from
-# the passages shown, which this section says rather than "did not cover" (seen on a French query: 0.82, "did not")
+# the passages shown, which this section says rather than "did not cover" beside it
 NO_EVIDENCE_ESTIMATE = ("No passage found in this run was kept as evidence for this requirement. Its coverage "
                         "({coverage:.2f}) is the chance, estimated from the passages shown to the judge, that the "
                         "literature answers it; none of them was confirmed as an answer or related enough to quote.")
