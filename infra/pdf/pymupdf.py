@@ -177,8 +177,7 @@ class PyMuPDFParser:
         boxed = choose_authors(metadata_authors(meta.get("author") or ""), authors_under_title(boxes1, title))
         # the page's lines, where they give more authors beginning with the same one (a box that joined a line per
         # author, "NOOR AHMED, University of Toronto, Canada LIAM O'BRIEN, …", hides all but the first)
-        authors = choose_authors(boxed, names_in_lines_under(first_page, title)) if boxed \
-            else names_in_lines_under(first_page, title)
+        authors = choose_authors(boxed, names_in_lines_under(first_page, title))  # boxed empty: the lines
         doi, arxiv_id = page_one_ids(page1_raw, meta)
         venue, venue_kind = page_one_venue(page1_raw, meta)
         return ParsedDocument(markdown=markdown, page_spans=tuple(spans), title=title or None,

@@ -162,7 +162,7 @@ def questions(query: str) -> list[str]:
         # within a part, its sentences that ask: not the researcher's situation ("I am writing a review.", "We need
         # this for a grant.") nor what is said to the assistant ("Please include …"); an ordinal opening it goes
         said = [s for s in re.split(r"(?<=[.!])\s+", raw.strip(" ,;.?!")) if s and not _context(s)
-                and not re.search("|".join(_ADDRESSED), s, re.IGNORECASE)]
+                and not _SAID_TO_ASSISTANT.search(s)]
         part = re.sub(r"^(?:first|second|third|fourth|fifth|finally|lastly|also|next|then)(?:ly)?,?\s*$", "",
                       " ".join(said), flags=re.IGNORECASE).strip(" ,;.?!")
         if not part:
@@ -196,6 +196,7 @@ def holds_subject(requirement: str, subject: set[str]) -> bool:
 _ADDRESSED = (r"^\W*please\s+(?:include|use|add|mention|cite|keep|write|answer|respond|format|be|make)\b",
               r"\b(?:ignore|disregard|forget)\s+(?:all\s+|any\s+)?(?:the\s+|your\s+)?(?:previous|prior|above)\b",
               r"\bsystem\s+prompt\b")
+_SAID_TO_ASSISTANT = re.compile("|".join(_ADDRESSED), re.IGNORECASE)
 
 
 # Forage's own progress and status lines, as a re-plan could echo them
