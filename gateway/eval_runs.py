@@ -141,6 +141,7 @@ TOTAL_LABELS = {
     "questions": "questions", "questions_without_requirement": "questions without a requirement",
     "queries_every_question_kept": "queries with every question kept",
     "requirements": "requirements", "status_or_meta_requirements": "status, meta or context requirements",
+    "answer_requirements": "requirements stating an answer",
     "off_query_requirements": "off-query requirements", "replanned_requirements": "re-planned requirements",
     "runs_with_fallbacks": "runs where a step fell back (run.json degraded)",
     "answering_read_first": "answering files read in iteration 1 (mean share)",

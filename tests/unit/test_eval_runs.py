@@ -49,6 +49,9 @@ def test_a_query_of_two_questions_is_split_and_each_needs_its_own_requirement() 
     ("How is the Higgs mass measured, and also how do batteries lose capacity in the cold?",
      ["How is the Higgs mass measured", "how do batteries lose capacity in the cold"]),
     ("How do (1) tracing and (2) method compilers differ?", ["How do (1) tracing and (2) method compilers differ"]),
+    # bench/suites/deep.yaml: letters after a lead-in, joined by ", and"
+    ("Two things: (a) how can a dim protein be made brighter, and (b) how can dynamics stay symmetric?",
+     ["how can a dim protein be made brighter", "how can dynamics stay symmetric"]),
     # said to the assistant, not asked: no requirement needs to hold it
     ("How does S2ORC resolve citation links? Please include the methods and datasets used.",
      ["How does S2ORC resolve citation links"]),
@@ -78,6 +81,12 @@ def test_a_list_and_an_and_also_ask_a_question_each(query, asked) -> None:
     ("We need measurements of wheat grain yield under heat stress", ""),
     ("US wheat grain yield under heat stress", ""),
     ("The history of Byzantine mosaics in Ravenna", "off query"),
+    # bench/suites/deep.yaml's plans: the model's own answer as a need, and its instructions echoed
+    ("Wheat grain yield after flowering is 12% lower under heat stress", "answer"),
+    ("This is a request to provide a detailed and concise answer to the question of how heat stress changes wheat",
+     "meta"),
+    ("Is wheat grain yield 12% lower under heat stress after flowering?", ""),
+    ("Wheat grain yield in 2 heat stress trials", ""),
 ])
 def test_what_is_not_a_need_of_the_query(text: str, why: str) -> None:
     assert not_a_need(text, "How does heat stress after flowering change wheat grain yield and metabolism?") == why

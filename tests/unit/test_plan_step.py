@@ -22,8 +22,8 @@ from messages.plan import ResearchQuery
 QUERY = ResearchQuery(run_id="run-plan", text="How do microplastics affect freshwater fish health?")
 
 
-def derive(llm, max_requirements: int = 5):
-    return asyncio.run(derive_requirements(QUERY, llm, max_requirements))
+def derive(llm, query: ResearchQuery = QUERY, max_requirements: int = 5):
+    return asyncio.run(derive_requirements(query, llm, max_requirements))
 
 
 def test_requirements_are_numbered_and_cleaned():
@@ -540,6 +540,12 @@ def test_a_requirement_starts_with_a_capital_unless_its_first_word_is_written_ot
      ["how tracing compilers specialize types", "which sepsis models work early"]),
     ("My questions: (1) what limits battery life (2) which coatings slow anode decay",
      ["what limits battery life", "which coatings slow anode decay"]),
+    # seen in bench/suites/deep.yaml: letters after a lead-in, joined by ", and"
+    ("Two things: (a) how can a dim red protein be made brighter, and (b) how can dynamics stay symmetric?",
+     ["how can a dim red protein be made brighter", "how can dynamics stay symmetric?"]),
+    ("a) which stains mark neurons; b) which dyes fade", ["which stains mark neurons", "which dyes fade"]),
+    ("How do (a) tracing and (b) method compilers differ?", []),
+    ("My questions: 1) what limits battery life b) which coatings slow decay", []),
     # numbers inside a sentence are not a list; nor is one item
     ("How do (1) tracing and (2) method compilers differ?", []),
     ("Results of 2. and 3. phase trials of statins", []),
@@ -615,7 +621,31 @@ def test_a_topic_that_restates_another_requirement_is_dropped():
     for texts in (["Higgs boson mass from ATLAS", "How is the Higgs boson mass measured?"],
                   ["Phase 2 trials of statins", "Phase 3 trials of statins"],
                   ["What is the Higgs boson mass?", "How is the Higgs boson mass measured?"]):
-        assert _without_restated(texts) == (texts, [])
+        assert _without_restated(texts, "Higgs boson mass; statins in phase 2 and phase 3 trials") == (texts, [])
+
+
+def test_a_requirement_that_states_its_own_answer_or_echoes_the_request_is_dropped():
+    """Seen in bench/suites/deep.yaml's plans (the embedded model): beside the question, "The death rate of people
+    on probation is 2.5% higher than that of the general US population" (a figure of its own: the paper says 2.10
+    times) and "This is a request to provide a detailed and concise answer to the question of how sepsis …"."""
+    rate = "How much higher is the death rate of people on probation than that of the general US population?"
+    plan = derive(ScriptedLLM([{"requirements": [
+        rate, "The death rate of people on probation is 2.5% higher than that of the general US population"]}]),
+        ResearchQuery(run_id="run-plan", text=rate))
+    assert [r.text for r in plan.requirements] == [rate]
+    sepsis = ("How can sepsis be predicted from streaming vitals and lab results without filling in their missing "
+              "values by hand first?")
+    plan = derive(ScriptedLLM([{"requirements": [sepsis, (
+        "This is a request to provide a detailed and concise answer to the question of how sepsis can be predicted "
+        "from streaming vitals and lab results")]}]), ResearchQuery(run_id="run-plan", text=sepsis))
+    assert [r.text for r in plan.requirements] == [sepsis]
+    # a figure the query holds is its subject; a question about a figure is a need
+    trials = ResearchQuery(run_id="run-plan", text="Do statins work in phase 2 and phase 3 trials?")
+    kept = ["Do statins work in phase 2 trials?", "Statins in phase 3 trials"]
+    assert [r.text for r in derive(ScriptedLLM([{"requirements": kept}]), trials).requirements] == kept
+    from actors.steps.plan.requirements import off_query
+
+    assert not off_query("Which answer to the question of dosing do trials give?", "Question answering over trials")
 
 
 @pytest.mark.parametrize(("query", "asked"), [

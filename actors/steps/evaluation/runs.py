@@ -143,9 +143,10 @@ def words(text: str) -> set[str]:
     return {w.casefold()[:5] for w in _WORD.findall(text) if len(w) >= 3 and w.casefold() not in _STOP}
 
 
-# an item of a list: a line starting with "-", "*", "•", "1." or "a)", or "2)" / "(2)" after a space in one line
+# an item of a list: a line starting with "-", "*", "•", "1." or "a)", or "2)" / "(2)" / "b)" / "(b)" after a space
+# in one line (the ", and" before it joins, it asks nothing)
 _LINE_ITEM = re.compile(r"^\s*(?:[-*•]|\(?(?:\d+|[a-z])[.)])\s+", re.IGNORECASE | re.MULTILINE)
-_NUMBER_ITEM = re.compile(r"(?<=\s)\(?[2-9][.)]\s+")
+_NUMBER_ITEM = re.compile(r"(?:[,;]?\s+(?:and|or)\s+|(?<=\s))\(?(?:[2-9][.)]|[b-h]\))\s+")
 
 
 def questions(query: str) -> list[str]:
@@ -155,8 +156,9 @@ def questions(query: str) -> list[str]:
     situation or said to the assistant ("Please include …", "Ignore all previous instructions …") asks nothing, nor
     does an ordinal left alone ("First, how …" splits at "how")."""
     items = [i for i in _LINE_ITEM.split(query)[1:] if i.strip()] if len(_LINE_ITEM.findall(query)) >= 2 else []
-    if not items and re.match(r"\s*(?:[^:]*:\s*)?\(?1[.)]\s", query) and _NUMBER_ITEM.search(query):
-        items = _NUMBER_ITEM.split(re.sub(r"^\s*(?:[^:]*:\s*)?\(?1[.)]\s+", "", query))
+    first = r"^\s*(?:[^:]*:\s*)?\(?(?:1[.)]|a\))\s+"
+    if not items and re.match(first, query) and _NUMBER_ITEM.search(query):
+        items = _NUMBER_ITEM.split(re.sub(first, "", query))
     parts: list[str] = []
     for raw in (piece for item in (items or [query]) for piece in _BREAK.split(" ".join(item.split()))):
         # within a part, its sentences that ask: not the researcher's situation ("I am writing a review.", "We need
@@ -212,6 +214,7 @@ _META = re.compile(
     r"(?:papers|studies|literature|articles|sources)\b|\bthe\s+(?:model|assistant)\s+(?:named|found|should)\b"
     r"|\bmissing\s+dimensions?\b|\bsource[_ ]diversity\b|^\s*the\s+(?:question|answer)\s+is\b"
     r"|\b(?:list|summary|summari[sz]e)\s+of\s+(?:the\s+)?(?:query|\d+\s+requirements)\b"
+    r"|\ba\s+request\s+(?:to|for)\b|\banswer\s+to\s+the\s+question\b"
     r"|" + r"|".join(_ADDRESSED), re.IGNORECASE)
 
 
@@ -229,15 +232,27 @@ def _context(sentence: str) -> bool:
         r"\b(?:need|want|require)s?\s+(?:this|it|these|them|that)\b", sentence, re.IGNORECASE)))
 
 
+# a statement (not a question) with a figure the query does not give: the model's answer written as a need ("The death
+# rate of people on probation is 2.5% higher than …")
+_CLAIM = re.compile(r"^(?!\W*" + _QWORD + r"\b)[^?]*\s(?:is|are|was|were|has|have|had)\s[^?]*$", re.IGNORECASE)
+
+
+def _states_answer(requirement: str, query: str) -> bool:
+    figures = set(re.findall(r"\d+(?:\.\d+)?", requirement)) - set(re.findall(r"\d+(?:\.\d+)?", query))
+    return bool(figures) and _CLAIM.match(requirement) is not None
+
+
 def not_a_need(requirement: str, query: str) -> str:
-    """Why a requirement is not a need of the query ("status", "meta", "context" or "off query"), '' when it is
-    one."""
+    """Why a requirement is not a need of the query ("status", "meta", "context", "answer" or "off query"), ''
+    when it is one."""
     if _STATUS.search(requirement):
         return "status"
     if _META.search(requirement):
         return "meta"
     if _context(requirement):
         return "context"
+    if _states_answer(requirement, query):
+        return "answer"
     if not words(requirement) & words(query):
         return "off query"
     return ""
@@ -255,6 +270,7 @@ def fidelity(query: str, requirements: Sequence[tuple[str, str]]) -> dict[str, A
     return {"questions": len(qs), "questions_kept": len(qs) - len(missing), "missing_questions": missing,
             "requirements": len(requirements), "not_needs": not_needs,
             "status_or_meta": sum(1 for why in not_needs.values() if why in ("status", "meta", "context")),
+            "answers": sum(1 for why in not_needs.values() if why == "answer"),
             "off_query": sum(1 for why in not_needs.values() if why == "off query")}
 
 
@@ -425,6 +441,7 @@ def totals(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
         "queries_every_question_kept": sum(1 for f in fid if not f["missing_questions"]),
         "requirements": sum(f["requirements"] for f in fid),
         "status_or_meta_requirements": sum(f["status_or_meta"] for f in fid),
+        "answer_requirements": sum(f.get("answers", 0) for f in fid),
         "off_query_requirements": sum(f["off_query"] for f in fid),
         "replanned_requirements": sum(r["replanned"] for r in scored),
         "runs_with_fallbacks": sum(1 for r in scored if r["degraded"]),

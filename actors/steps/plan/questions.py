@@ -19,15 +19,19 @@ _QUESTION_BREAK = re.compile(rf"\?\s+|[,;]\s*(?:(?:and|but|as well as)\s+(?:also
 
 # a list item's marker at the start of a line: "- ", "* ", "• ", "1. ", "2) ", "(3) ", "a) ", "(b) "
 _ITEM = re.compile(r"^\s*(?:\(?(?:\d{1,2}|[a-h])[.)]|[-*•])\s+", re.IGNORECASE)
-# a number marking an item inside one line: "1) … 2) …", "(1) … (2) …", "1. … 2. …"
-_INLINE_ITEM = re.compile(r"(?:^|(?<=\s))\(?(\d{1,2})[.)]\s+")
+# a number or letter marking an item inside one line: "1) … 2) …", "(1) … (2) …", "1. … 2. …", "(a) … (b) …",
+# "a) … b) …" (a letter only with its bracket: "a." ends sentences)
+_INLINE_ITEM = re.compile(r"(?:^|(?<=\s))\(?(?:(\d{1,2})[.)]|([a-h])\))\s+")
+# what joins one inline item to the next: "(a) how …, and (b) how …"
+_ITEM_JOIN = re.compile(r"[\s,;]*(?:\b(?:and|or)\b)?[\s,;]*$", re.IGNORECASE)
 
 
 def list_items(text: str) -> list[str]:
     """The items of a query written as a list, without their markers: lines under a marker ("- …", "1. …",
     "a) …"; a line without one continues the item above it, a lead-in line before the first, "I need:", is not an
-    item), or items numbered 1, 2, … in one line ("1) How … 2) How …", with nothing but a lead-in ending in ':'
-    before the first). [] when the query is not a list of two or more items."""
+    item), or items numbered 1, 2, … or lettered a, b, … in one line ("1) How … 2) How …", "Two things: (a) how
+    …, and (b) how …?", with nothing but a lead-in ending in ':' before the first; the "and" joining two items is
+    not part of either). [] when the query is not a list of two or more items."""
     lines = [line for line in text.splitlines() if line.strip()]
     if sum(1 for line in lines if _ITEM.match(line)) >= 2:
         items: list[str] = []
@@ -40,11 +44,12 @@ def list_items(text: str) -> list[str]:
     flat = " ".join(text.split())
     numbers = list(_INLINE_ITEM.finditer(flat))
     lead = flat[:numbers[0].start()].strip() if numbers else ""
-    if len(numbers) < 2 or [int(m.group(1)) for m in numbers] != list(range(1, len(numbers) + 1)) \
-            or (lead and not lead.endswith(":")):
+    marks = [int(m.group(1)) if m.group(1) else ord(m.group(2).lower()) - ord("a") + 1 for m in numbers]
+    if len(numbers) < 2 or marks != list(range(1, len(numbers) + 1)) or (lead and not lead.endswith(":")) \
+            or len({m.group(1) is None for m in numbers}) > 1:  # "1) … b) …" is not one list
         return []
     ends = [m.start() for m in numbers[1:]] + [len(flat)]
-    return [flat[m.end():end].strip() for m, end in zip(numbers, ends, strict=True)]
+    return [_ITEM_JOIN.sub("", flat[m.end():end]).strip() for m, end in zip(numbers, ends, strict=True)]
 
 
 # a first-person lead-in before the question, ending in a colon ("Before I build it: what do writers need …?")

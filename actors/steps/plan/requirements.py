@@ -226,7 +226,7 @@ async def derive_requirements(query: ResearchQuery, llm: LLM, max_requirements: 
         return _fallback(query, "every requirement the LLM gave asked several of the query's questions at once", n)
     texts, degraded = await _standalone(query, texts[:n], llm)
     texts, off_after = _on_query(query.text, texts)  # a rewrite is checked again
-    texts, restated = _without_restated(_unique(texts))
+    texts, restated = _without_restated(_unique(texts), query.text)
     texts, notes = _every_question(query, texts, n)
     if not texts:
         return _fallback(query, "no requirement the LLM gave was a need of the query", n)
@@ -240,12 +240,21 @@ def asks(text: str) -> bool:
     return question.endswith("?") or re.match(rf"{QUESTION_WORDS}\b", question, re.IGNORECASE) is not None
 
 
-def _without_restated(texts: list[str]) -> tuple[list[str], list[str]]:
+_NUMBER = re.compile(r"\d+(?:\.\d+)?")
+_STATES = re.compile(r"\s(?:is|are|was|were|has|have|had)\s", re.IGNORECASE)  # a claim, not a topic ("Phase 2 trials")
+
+
+def _without_restated(texts: list[str], query: str) -> tuple[list[str], list[str]]:
     """``texts`` without a topic that restates another requirement's subject: a requirement that asks no question
     (:func:`asks`) and whose content words another holds ("The Higgs boson mass measurement" beside "How is the
     Higgs boson mass measured?": it asks nothing the other does not, and would be foraged and reported twice;
-    numbers count as words: "phase 2 trials" does not restate "phase 3 trials"); a note."""
-    keys = [content_words(q) | set(re.findall(r"\d+(?:\.\d+)?", q)) for q in map(own_question, texts)]  # "phase 2"
+    the query's numbers count as words: "phase 2 trials" does not restate "phase 3 trials"; a figure the query does
+    not hold, in a statement, is the model's own answer, not a subject: "The death rate on probation is 2.5% higher
+    than the general population's" restates "How much higher is the death rate on probation than the general
+    population's?"); a note."""
+    said = set(_NUMBER.findall(query))
+    keys = [content_words(q) | {n for n in _NUMBER.findall(q) if n in said or not _STATES.search(q)}
+            for q in map(own_question, texts)]
     dropped = {i for i, (text, words) in enumerate(zip(texts, keys, strict=True))
                if words and not asks(text)
                and any(j != i and words <= other and (words != other or j < i or asks(texts[j]))
@@ -394,10 +403,11 @@ _STATUS = re.compile(
 # summary … is a critical aspect"); one the query itself uses is the query's subject, not meta text
 _META_NOUNS = re.compile(r"\b(requirements?|query|queries|researchers?|the\s+user)\b", re.IGNORECASE)
 # words about the exchange with the model rather than the subject ("This is a request for a JSON-based solution to
-# …": the embedded model echoing its instructions); as with the nouns above, what the query itself says is its subject
-_EXCHANGE = re.compile(r"\b(?:this|the|your|my)\s+(?:request|prompt|instructions?)\b|\ba\s+request\s+for\b|\bjson\b",
-                       re.IGNORECASE)
-_EXCHANGE_NOUN = re.compile(r"request|prompt|instruction|json", re.IGNORECASE)
+# …", "This is a request to provide a detailed and concise answer to the question of how …": the embedded model
+# echoing its instructions); as with the nouns above, what the query itself says is its subject
+_EXCHANGE = re.compile(r"\b(?:this|the|your|my)\s+(?:request|prompt|instructions?)\b|\ba\s+request\s+(?:for|to)\b"
+                       r"|\bjson\b|\banswer\s+to\s+(?:the|this|my|your)\s+question\b", re.IGNORECASE)
+_EXCHANGE_NOUN = re.compile(r"request|prompt|instruction|json|question", re.IGNORECASE)
 # a sentence about the question or an answer to it, not a need ("The question is about …", "The answer is …": a weak
 # model restating or answering instead of asking)
 _ABOUT_QUESTION = re.compile(r"^\W*(?:the|this|my|your|an?)\s+(?:question|answer|task)s?\s+(?:is|are|was|would\s+be|"
