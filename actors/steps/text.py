@@ -124,15 +124,37 @@ def prose_sentences(text: str, as_before: bool = False) -> list[str]:
     footnote is a line the parser set as a block quote ("> 17https://…", "> 5PDFs are not the only way …": its number
     glued on); kept, it ran into the sentence after it, which was then quoted with the footnote's URL in front. A
     passage that starts inside a sentence (a token window's start: "the Cosmic Microwave Background (CMB) spectrum.")
-    starts with its lower-case tail, which is no sentence. ``as_before``: keep both (what a report written before may
+    starts with its lower-case tail, which is no sentence. A full stop inside a quotation does not end the sentence
+    around it (:func:`_within_quotations`). ``as_before``: keep all three as before (what a report written before may
     have quoted, for checking it)."""
     skipped = ("#",) if as_before else ("#", ">")
     prose = " ".join(line for line in without_markup(text).splitlines() if not line.lstrip().startswith(skipped))
     prose = _STRONG.sub("", prose)  # "**Figure 6.** We handle …": the caption's full stop then ends a sentence
     found = sentences(" ".join(prose.split()))
-    if found and not as_before and re.match(r"[a-z]+\b", found[0]):  # not "mRNA …", "p53 …", "iPhone …"
+    if as_before:
+        return [s for s in found if plausible(s)]
+    found = _within_quotations(found)
+    if found and re.match(r"[a-z]+\b", found[0]):  # not "mRNA …", "p53 …", "iPhone …"
         found = found[1:]
     return [s for s in found if plausible(s)]
+
+
+QUOTATION_CHARS = 600  # the longest sentence a quotation left open may run to (a closing mark the PDF lost)
+
+
+def _within_quotations(found: list[str]) -> list[str]:
+    """``found`` with a full stop inside a quotation not taken as the end of the sentence around it ("Quotes such
+    as “Violent video games are just one risk factor. They're not the biggest …,” appear to be …" is one sentence,
+    not "Quotes such as “Violent video games are just one risk factor."), up to :data:`QUOTATION_CHARS`."""
+    out: list[str] = []
+    for part in found:
+        last = out[-1] if out else ""
+        opened = last.count("“") > last.count("”") or last.count('"') % 2 == 1
+        if opened and len(last) + len(part) < QUOTATION_CHARS:
+            out[-1] = f"{last} {part}"
+        else:
+            out.append(part)
+    return out
 
 
 # What a quoted sentence should be: a finding (a measured value, a comparison, what was observed), not the

@@ -505,6 +505,27 @@ def test_quotes_leave_out_figure_text_superscripts_and_tags():
         "Plants use 5 < 7 of their leaves and x > y in the model we fit here."]  # comparisons are not tags
 
 
+def test_a_full_stop_inside_a_quotation_does_not_end_the_sentence_around_it():
+    """Seen in bench/suites/deep.yaml: the video-game paper's 'Quote such as “Violent video games are just one risk
+    factor. They're not the biggest, …,” (Gentile, …) appear to be …' was quoted as 'Quote such as “Violent video
+    games are just one risk factor'."""
+    from actors.steps.text import QUOTATION_CHARS, prose_sentences
+
+    passage = ("Aggressive game exposure does not appear to be one of the risk factors. Quote such as “Violent video "
+               "games are just one risk factor. They’re not the biggest, and they’re not the smallest.” (Gentile, "
+               "2014) appear to be unsupported. The effect sizes were small.")
+    assert prose_sentences(passage) == [
+        "Aggressive game exposure does not appear to be one of the risk factors.",
+        "Quote such as “Violent video games are just one risk factor. They’re not the biggest, and they’re not the "
+        "smallest.” (Gentile, 2014) appear to be unsupported.", "The effect sizes were small."]
+    assert "Quote such as “Violent video games are just one risk factor." in prose_sentences(passage, as_before=True)
+    # straight quotes too; a quotation whose closing mark was lost stops running on at QUOTATION_CHARS
+    assert prose_sentences('He said "it works. It scales" in his talk. Then we tested the method again.') == [
+        'He said "it works. It scales" in his talk.', "Then we tested the method again."]
+    lost = "They wrote “the cells grew well. " + "We measured the growth of the cells again. " * 30
+    assert all(len(s) < QUOTATION_CHARS for s in prose_sentences(lost))
+
+
 def test_a_footnote_is_not_quoted_nor_run_into_the_sentence_after_it():
     """Seen in bench/suites/shapes.yaml's first run: S2ORC's footnotes ("> 17https://www.ncbi…", set as block quotes
     by the parser) ran into the next sentence, which the report quoted with the URLs in front; PaperMage's footnote
