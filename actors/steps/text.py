@@ -125,20 +125,31 @@ def prose_sentences(text: str, as_before: bool = False) -> list[str]:
     glued on); kept, it ran into the sentence after it, which was then quoted with the footnote's URL in front. A
     passage that starts inside a sentence (a token window's start: "the Cosmic Microwave Background (CMB) spectrum.")
     starts with its lower-case tail, which is no sentence. A full stop inside a quotation does not end the sentence
-    around it (:func:`_within_quotations`). ``as_before``: keep all three as before (what a report written before may
-    have quoted, for checking it)."""
-    skipped = ("#",) if as_before else ("#", ">")
-    prose = " ".join(line for line in without_markup(text).splitlines() if not line.lstrip().startswith(skipped))
-    prose = _STRONG.sub("", prose)  # "**Figure 6.** We handle …": the caption's full stop then ends a sentence
-    found = sentences(" ".join(prose.split()))
+    around it (:func:`_within_quotations`). A table's rows are no prose, and a table's or figure's caption ends at
+    its paragraph's end: a caption without a full stop ran into the table under it ("Number of persons, …
+    2001-2012 |Population|Mean …|") and was quoted as the finding. ``as_before``: keep all of these as before (what
+    a report written before may have quoted, for checking it)."""
     if as_before:
-        return [s for s in found if plausible(s)]
+        prose = " ".join(line for line in without_markup(text).splitlines() if not line.lstrip().startswith("#"))
+        return [s for s in sentences(" ".join(_STRONG.sub("", prose).split())) if plausible(s)]
+    blocks: list[list[str]] = [[]]  # paragraphs read as one text, a caption alone
+    for paragraph in re.split(r"\n\s*\n", without_markup(text)):
+        lines = [line for line in paragraph.splitlines() if not line.lstrip().startswith(("#", ">", "|"))]
+        if _CAPTION.match(_STRONG.sub("", "\n".join(lines))):
+            blocks += [lines, []]
+        else:
+            blocks[-1] += lines
+    # "**Figure 6.** We handle …": without the bold marks the caption's full stop ends a sentence
+    found = [s for block in blocks for s in sentences(" ".join(_STRONG.sub("", " ".join(block)).split())) if s]
     found = _within_quotations(found)
     if found and re.match(r"[a-z]+\b", found[0]):  # not "mRNA …", "p53 …", "iPhone …"
         found = found[1:]
     return [s for s in found if plausible(s)]
 
 
+# a table's or figure's caption, as a paragraph of its own ("Table 1. Number of persons …", "**Figure 6.** Mean …",
+# "Fig. 2: …", "Supplementary Table S3 …")
+_CAPTION = re.compile(r"^\s*(?:supplementary\s+)?(?:table|fig(?:ure)?\.?)\s*S?\d+[a-z]?\s*[.:|]", re.IGNORECASE)
 QUOTATION_CHARS = 600  # the longest sentence a quotation left open may run to (a closing mark the PDF lost)
 
 

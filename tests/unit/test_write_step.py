@@ -526,6 +526,26 @@ def test_a_full_stop_inside_a_quotation_does_not_end_the_sentence_around_it():
     assert all(len(s) < QUOTATION_CHARS for s in prose_sentences(lost))
 
 
+def test_a_table_is_not_prose_and_a_caption_ends_at_its_paragraph():
+    """Seen in bench/suites/deep.yaml: the probation paper's Table 1 caption, without a full stop, ran into the
+    table's header row, and the two were quoted as the answer."""
+    from actors.steps.text import prose_sentences
+
+    passage = ("The crude mortality rate of persons on probation was 2.87 times higher than among persons in jail. "
+               "\n\nTable 1. Number of persons, number of deaths, and crude mortality rate among persons on probation, "
+               "2001-2012<sup>a</sup> \n\n|Population|Mean<br>Deaths<br>per Year|Crude Mortality Rate (95% CI)|\n"
+               "|---|---|---|\n|Probation|4,000|390 (380-400)|\n\nThe rates were standardized by age.")
+    assert prose_sentences(passage) == [
+        "The crude mortality rate of persons on probation was 2.87 times higher than among persons in jail.",
+        "Number of persons, number of deaths, and crude mortality rate among persons on probation, 2001-2012",
+        "The rates were standardized by age."]
+    # a sentence running over a paragraph break stays one; a caption that states a finding can still be quoted
+    assert prose_sentences("The model was trained on\n\nthree corpora of news text. **Figure 6.** We handle "
+                           "type-unstable loops by allowing traces to compile.") == [
+        "The model was trained on three corpora of news text.",
+        "We handle type-unstable loops by allowing traces to compile."]
+
+
 def test_a_footnote_is_not_quoted_nor_run_into_the_sentence_after_it():
     """Seen in bench/suites/shapes.yaml's first run: S2ORC's footnotes ("> 17https://www.ncbi…", set as block quotes
     by the parser) ran into the next sentence, which the report quoted with the URLs in front; PaperMage's footnote
