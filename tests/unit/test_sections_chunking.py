@@ -99,6 +99,20 @@ def test_numbered_lines_and_one_item_lists_are_headings() -> None:
     assert md[methods.char_start:methods.body_start] == "2. METHODS\n"
 
 
+def test_an_affiliation_set_as_a_numbered_heading_is_not_a_section() -> None:
+    """Seen in bench/suites/deep.yaml: the probation paper's every section after its first page sat under
+    "1 Department of Policy Analysis and Management, Cornell University, Ithaca, NY, USA" (a one-line paragraph
+    after Keywords); the Higgs paper's affiliation list made 15 such sections."""
+    md = ("# Mortality on Probation\n\n## Abstract\n\nWe measure things.\n\n1 Department of Policy Analysis and "
+          "Management, Cornell University, Ithaca, NY, USA\n\n## Methods\n\nWe counted.\n\n## Results\n\nRates rose."
+          "\n\n### 3.7. Hospital stay\n\nShorter.\n\n## 36 Niels Bohr Institute, University of Copenhagen, Kobenhavn, "
+          "Denmark\n\nMore names.\n\n## 30 CERN, Geneva, Switzerland\n\n## 82 Benemerita Universidad Autonoma de "
+          "Puebla, Puebla, Mexico\n\n## 4 Data, methods, and results\n\nKept.\n")
+    paths = [s.path for s in outline(md).sections]
+    assert paths == ["Mortality on Probation", "Abstract", "Methods", "Results", "Results > 3.7. Hospital stay",
+                     "4 Data, methods, and results"]
+
+
 def test_roman_sections_and_letter_subsections() -> None:
     md = "# I. INTRODUCTION\n\na\n\n# II. MODEL\n\nb\n\n## A. Setup\n\nc\n\n# III. RESULTS\n\nd\n"
     assert [s.path for s in outline(md, title="Unrelated").sections] == [

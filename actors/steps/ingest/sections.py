@@ -19,7 +19,9 @@ What is not a section (demoted to ordinary text)
     * headings before the title heading (journal names, "RESEARCH ARTICLE");
     * page furniture ("OPEN ACCESS", "REVIEW"), captions set as headings (``Figure 4: ...``),
       headings of more than 25 words, headings that are only code;
-    * short headings between the title and the abstract / first numbered heading (author lines).
+    * short headings between the title and the abstract / first numbered heading (author lines);
+    * an author's affiliation set as a heading anywhere ("1 Department of …, Cornell University, Ithaca, NY, USA":
+      an institution word and a comma).
 
 Levels and paths
     The section number decides the level when there is one (``2.1`` → 2, ``IV.`` → 1, ``A.1`` → 2;
@@ -215,6 +217,24 @@ def _headingish(rest: str, max_words: int) -> bool:
     return all(w[:1].isupper() for w in long_words) if max_words <= MAX_LIST_HEADING_WORDS else True
 
 
+# an institution in an affiliation line ("1 Department of Policy Analysis and Management, Cornell University, Ithaca,
+# NY, USA"; "48 Fakult¨at f¨ur Mathematik und Physik, Albert-Ludwigs-Universit¨at, Freiburg, Germany")
+_INSTITUTION = re.compile(r"\b(?:Universi\w*|Univ\.|Department|Dept\.|Institut[eo]?|Faculty|Fakult\S*|College|Hospital"
+                          r"|Laborator(?:y|ies)|Cent(?:er|re)|School|Academy|INFN)(?!\w)", re.IGNORECASE)
+
+
+def _affiliation(text: str) -> bool:
+    """Whether a heading line is an author's affiliation (an institution, then its place after a comma: "71 Kyungpook
+    National University, Daegu, Korea"), which a layout parser may set as a numbered heading: not a section. A
+    section named after an institution has no comma-separated place ("3.7. Hospital stay"). A list of three or more
+    names in capitals without an "and" is a place too ("30 CERN, Geneva, Switzerland")."""
+    if "," in text and _INSTITUTION.search(text) is not None:
+        return True
+    rest = (parse_number(text) or ("", (), text))[2]
+    words = re.findall(r"[^\W\d_][\w'’.-]*", rest)
+    return rest.count(",") >= 2 and all(w[:1].isupper() for w in words)
+
+
 def _collect(tokens: list[Token]) -> tuple[list[_Cand], list[_Para], bool]:
     """Heading candidates, all paragraphs (any depth), and whether bold lines may be headings."""
     real = sum(1 for t in tokens if t.type == "heading_open" and t.level == 0)
@@ -233,7 +253,9 @@ def _collect(tokens: list[Token]) -> tuple[list[_Cand], list[_Para], bool]:
         if token.type == "heading_open":
             inline = tokens[i + 1]
             text = inline_text(inline)
-            if text:
+            if text and _affiliation(text):  # "36 Niels Bohr Institute, University of Copenhagen, …"
+                cands.append(_Cand(token.map[0], token.map[1], int(token.tag[1]), text, None, role="demoted"))
+            elif text:
                 number = parse_number(text)
                 code_only = all(c.type == "code_inline" for c in inline.children or []
                                 if not (c.type == "text" and not c.content.strip()))
@@ -243,7 +265,8 @@ def _collect(tokens: list[Token]) -> tuple[list[_Cand], list[_Para], bool]:
             inline = tokens[i + 1]
             text = inline_text(inline)
             number = parse_number(text)
-            if number and number[0] != "letter" and _headingish(number[2], MAX_PSEUDO_WORDS):
+            if number and number[0] != "letter" and _headingish(number[2], MAX_PSEUDO_WORDS) \
+                    and not _affiliation(text):
                 cands.append(_Cand(token.map[0], token.map[1], None, text, (number[0], number[1]), pseudo=True))
             elif (bold_mode and _only_strong(inline) and len(text.split()) <= MAX_PSEUDO_WORDS
                   and (text[:1].isupper() or text[:1].isdigit()) and not text.endswith(":")
