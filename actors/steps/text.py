@@ -141,10 +141,13 @@ def prose_sentences(text: str, as_before: bool = False) -> list[str]:
             blocks[-1] += lines
     # "**Figure 6.** We handle …": without the bold marks the caption's full stop ends a sentence
     found = [s for block in blocks for s in sentences(" ".join(_STRONG.sub("", " ".join(block)).split())) if s]
-    found = _within_quotations(found)
-    if found and re.match(r"[a-z]+\b", found[0]):  # not "mRNA …", "p53 …", "iPhone …"
+    if found and re.match(_LOWER_WORD, found[0]):  # not "mRNA …", "p53 …", "iPhone …"
         found = found[1:]
-    return [s for s in found if plausible(s)]
+    return [s for s in _within_quotations(found) if plausible(s)]
+
+
+# a first word all in lower-case letters: no sentence starts so ("mRNA", "p53", "iPhone", "k-means" do)
+_LOWER_WORD = re.compile(r"[a-z]+\b(?![-\d])")
 
 
 # a table's or figure's caption, as a paragraph of its own ("Table 1. Number of persons …", "**Figure 6.** Mean …",
@@ -156,12 +159,14 @@ QUOTATION_CHARS = 600  # the longest sentence a quotation left open may run to (
 def _within_quotations(found: list[str]) -> list[str]:
     """``found`` with a full stop inside a quotation not taken as the end of the sentence around it ("Quotes such
     as “Violent video games are just one risk factor. They're not the biggest …,” appear to be …" is one sentence,
-    not "Quotes such as “Violent video games are just one risk factor."), up to :data:`QUOTATION_CHARS`."""
+    not "Quotes such as “Violent video games are just one risk factor."), up to :data:`QUOTATION_CHARS`; nor one
+    before a part that starts with a lower-case word, which is no sentence of its own ("… a paper node a �!" and
+    "p for each author of that paper.": an arrow the PDF's font did not map, read as "!")."""
     out: list[str] = []
     for part in found:
         last = out[-1] if out else ""
-        opened = last.count("“") > last.count("”") or last.count('"') % 2 == 1
-        if opened and len(last) + len(part) < QUOTATION_CHARS:
+        opened = last.count("“") > last.count("”") or last.count('"') % 2 == 1 or _LOWER_WORD.match(part)
+        if last and opened and len(last) + len(part) < QUOTATION_CHARS:
             out[-1] = f"{last} {part}"
         else:
             out.append(part)

@@ -522,6 +522,13 @@ def test_a_full_stop_inside_a_quotation_does_not_end_the_sentence_around_it():
     # straight quotes too; a quotation whose closing mark was lost stops running on at QUOTATION_CHARS
     assert prose_sentences('He said "it works. It scales" in his talk. Then we tested the method again.') == [
         'He said "it works. It scales" in his talk.', "Then we tested the method again."]
+    # a part that starts with a lower-case word is no sentence (seen: the literature graph paper's "a node a �!"
+    # and "p for each author of that paper.", an arrow read as "!"); "mRNA …" starts one
+    glyph = ("We instantiate an authorship edge between an author node and a paper node a \ufffd! p for each author of "
+             "that paper. mRNA levels rose in the treated cells. The edges are typed.")
+    assert prose_sentences(glyph) == [
+        "We instantiate an authorship edge between an author node and a paper node a \ufffd! p for each author of "
+        "that paper.", "mRNA levels rose in the treated cells.", "The edges are typed."]
     lost = "They wrote “the cells grew well. " + "We measured the growth of the cells again. " * 30
     assert all(len(s) < QUOTATION_CHARS for s in prose_sentences(lost))
 
