@@ -77,6 +77,20 @@ def without_markup(text: str) -> str:
     return text
 
 
+# the sections that say how a paper was made, not what it found: never evidence (their chunks carry the paper's title
+# for BM25 like every other, so they are retrieved for the paper's subject)
+_DECLARATIONS = re.compile(
+    r"\b(?:competing\s+interests?|conflicts?\s+of\s+interests?|declarations?|acknowledge?ments?|funding|financial"
+    r"\s+support|author(?:s'?)?\s+contributions?|data\s+(?:and\s+code\s+)?availability|code\s+availability|ethics"
+    r"|consent|abbreviations)\b", re.IGNORECASE)
+
+
+def declaration(section_path: str) -> bool:
+    """Whether a chunk sits in a section about how the paper was made (acknowledgements, funding, competing interests,
+    author contributions, data availability, ethics, abbreviations), by its section's own heading."""
+    return bool(_DECLARATIONS.search(section_path.rsplit(">", 1)[-1]))
+
+
 # a full stop that ends an abbreviation, not a sentence ("Chambers et. al (9) pioneered", "e.g. heparin", "Fig. 2")
 _ABBREVIATION = re.compile(r"(?:\b(?:et(?:\s?al)?|al|e\.g|i\.e|figs?|eqs?|vs|cf|approx|refs?|sec|dr|resp)"
                            r"|(?-i:\b[A-Z]))\.$", re.IGNORECASE)

@@ -509,6 +509,36 @@ def test_methods_rank_above_background_within_a_document(store, embedder):
 
 
 # -- two-stage start and reformulation -----------------------------------------------------------------
+def test_declarations_are_never_judged_nor_offered_to_a_deep_dive(tmp_path, embedder):
+    """Seen in bench/suites/deep.yaml: the red-fluorescent-protein paper's evidence was its Acknowledgements chunk
+    (every chunk carries the paper's title for BM25), so the report had no sentence to quote from it."""
+    from infra.store.lancedb import LanceStore
+
+    store = LanceStore(tmp_path / "store", dim=384)
+    leaf = make_doc("leaf", "Chlorophyll and the light reactions", [
+        ("Results", "body", "Chlorophyll absorbs photons and the light reactions produce ATP and NADPH."),
+        ("Acknowledgements", "body", "We thank the chlorophyll and ATP and NADPH light reactions core facility."),
+        ("Conclusions", "body", "Chlorophyll absorbed light energy becomes chemical energy."),
+        ("Conclusions > Funding", "body", "Funded by the chlorophyll light energy programme, grant 12."),
+    ])
+    add(store, embedder, leaf)
+    emit = RecordingEmit(RUN)
+    cov = forage(ForageStep(settings(bm25_k=10, vector_k=10), store, embedder, FunctionLLM(Oracle({}))))
+    assert {j.chunk_id for j in cov.judgements} == {cid(leaf, 0), cid(leaf, 2)}
+    # a deep dive is offered the sections but the declarations, and reads a section without its "Funding" part
+    oracle = Oracle({"Chlorophyll absorbs": "interesting", "becomes chemical": "interesting"},
+                    sections=["Acknowledgements", "Conclusions", "Results"])
+    llm = FunctionLLM(oracle)
+    cov = forage(ForageStep(settings(bm25_k=1, vector_k=1, max_deep_dives=1, deep_dive_chunks=4), store, embedder,
+                            llm, emit=emit))
+    choice = next(c for c in llm.calls_log if c.schema == "SectionChoice")
+    assert "- Conclusions" in choice.last_user_message and "Acknowledgements" not in choice.last_user_message
+    assert "Funding" not in choice.last_user_message
+    dive = next(e.payload for e in emit.events if e.kind == "deep_dive")
+    assert dive["ignored_sections"] == ["Acknowledgements"]
+    assert {j.chunk_id for j in cov.judgements} == {cid(leaf, 0), cid(leaf, 2)}
+
+
 def test_papers_first_then_their_chunks(tmp_path, embedder):
     from infra.store.lancedb import LanceStore
 

@@ -21,7 +21,7 @@ from actors.steps.forage.retrieval import Retrieval
 from actors.steps.forage.runtime import Doc, Runtime
 from actors.steps.prompts import DIVE_GATE_SYSTEM, DIVE_SECTIONS_SYSTEM, SUMMARIZE_SYSTEM
 from actors.steps.schemas import MAX_SECTIONS_CHOSEN, DocumentGist, RelevanceGate, SectionChoice
-from actors.steps.text import block, clip
+from actors.steps.text import block, clip, declaration
 from infra.llm.slotted import rounds_ahead
 from infra.settings import Settings
 from infra.store.base import ChunkRecord
@@ -181,7 +181,8 @@ class DeepDives:
             picked: dict[str, ChunkRecord] = {}
             for path in chosen:
                 for chunk in self.retrieval.section_chunks(doc_id, path, self.cfg.deep_dive_chunks, exclude=exclude):
-                    picked.setdefault(chunk.chunk_id, chunk)
+                    if not declaration(chunk.section_path):  # "Conclusions > Funding" under "Conclusions"
+                        picked.setdefault(chunk.chunk_id, chunk)
             return picked
 
         async with self.rt.one_place():

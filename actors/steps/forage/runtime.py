@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 from actors.steps.events import Emit
 from actors.steps.forage.ledger import Iteration
 from actors.steps.schemas import SECTION_PATH_CHARS
-from actors.steps.text import clip
+from actors.steps.text import clip, declaration
 from infra.errors import LLMOutputError, LLMTimeout
 from infra.llm.base import LLM, ChatMessage, T
 from infra.store.base import Store
@@ -127,6 +127,8 @@ class Runtime:
         return doc
 
     def sections(self, doc: Doc) -> list[str]:
+        """The section paths a deep dive may choose from: not the declarations (acknowledgements, funding …)."""
         if doc.sections is None:
-            doc.sections = [p for p in self.store.sections(doc.doc_id) if p and len(p) <= SECTION_PATH_CHARS]
+            doc.sections = [p for p in self.store.sections(doc.doc_id)
+                            if p and len(p) <= SECTION_PATH_CHARS and not declaration(p)]
         return doc.sections

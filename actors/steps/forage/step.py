@@ -64,7 +64,7 @@ from actors.steps.forage.retrieval import Retrieval
 from actors.steps.forage.runtime import Runtime
 from actors.steps.prompts import REFORMULATE_SYSTEM
 from actors.steps.schemas import DocumentGist, Reformulation, RelevanceGate, SectionChoice, batch_schema
-from actors.steps.text import block, echoes_prompt, search_query
+from actors.steps.text import block, declaration, echoes_prompt, search_query
 from infra.embed.base import Embedder
 from infra.errors import StoreError
 from infra.llm.base import LLM
@@ -274,8 +274,8 @@ class ForageStep:
 
     async def _retrieve(self, req: Requirement, query: str, vector: list[float] | None,
                         it: Iteration) -> list[ChunkRecord]:
-        """Chunks for ``query`` (:meth:`Retrieval.candidates`): new chunks only, no references, deduplicated (first
-        seen kept)."""
+        """Chunks for ``query`` (:meth:`Retrieval.candidates`): new chunks only, no references and no declarations
+        (acknowledgements, funding …: :func:`declaration`), deduplicated (first seen kept)."""
         flt = ChunkFilter(exclude_chunk_ids=tuple(self.ledger.judgements), doc_ids=self._scope)
         scope = set(self._scope) if self._scope is not None else None
         summaries = {d: s for d, s in self.summaries.done.items() if scope is None or d in scope}  # a snapshot
@@ -284,7 +284,7 @@ class ForageStep:
         fresh: dict[str, ChunkRecord] = {}
         for hit in found:
             chunk = hit.chunk
-            if chunk.chunk_id in self.ledger or chunk.section_kind == "references":
+            if chunk.chunk_id in self.ledger or chunk.section_kind == "references" or declaration(chunk.section_path):
                 continue
             fresh.setdefault(chunk.chunk_id, chunk)
         self.emit(Stage.FORAGE, "retrieved", f"{req.id}: {len(fresh)} new chunks from {len(papers)} top papers "

@@ -13,7 +13,7 @@ from typing import Literal
 
 from actors.steps.plan.requirements import content_words, own_question
 from actors.steps.schemas import MOTIVE_CHARS, SENTENCE_CHARS
-from actors.steps.text import escape_md, finding_weight, plain_text, prose_sentences, tidy
+from actors.steps.text import declaration, escape_md, finding_weight, plain_text, prose_sentences, tidy
 from actors.steps.write.citations import citation_numbers
 from infra.store.base import ChunkRecord, Store
 from messages.forage import Evidence, RequirementCoverage
@@ -110,11 +110,9 @@ def rests_on(sentence: Sentence, ev: Evidence) -> tuple[str, ...]:
     return own or ev.chunk_ids[:EXCERPTS_PER_ITEM]
 
 
-# sections whose sentences are about the paper, not its findings: a quote never comes from them
-_BACK_MATTER = re.compile(
-    r"\b(?:competing\s+interests?|conflicts?\s+of\s+interests?|declarations?|acknowledge?ments?|funding|financial"
-    r"\s+support|author(?:s'?)?\s+contributions?|data\s+(?:and\s+code\s+)?availability|code\s+availability|ethics"
-    r"|consent|references|bibliography|supplementary|appendix|abbreviations)\b", re.IGNORECASE)
+# besides the declarations (:func:`~actors.steps.text.declaration`), sections whose sentences are not the paper's
+# findings as it states them: a quote never comes from them
+_BACK_MATTER = re.compile(r"\b(?:references|bibliography|supplementary|appendix)\b", re.IGNORECASE)
 # a sentence that states nothing: a disclosure, a reference entry, pseudo-code, a heading run into a line
 _NO_FINDING = re.compile(
     r"\b(?:declare[sd]?\s+(?:that\s+)?(?:they\s+have\s+)?no|no\s+(?:competing|conflicts?)|competing\s+interests?"
@@ -133,8 +131,7 @@ MIN_LOWER_SHARE = 0.3
 def back_matter(section_path: str) -> bool:
     """Whether a chunk sits in a paper's back matter (competing interests, acknowledgements, funding, references,
     appendix …) by its section's own heading: its sentences are about the paper, not its findings."""
-    last = section_path.rsplit(">", 1)[-1]
-    return bool(_BACK_MATTER.search(last))
+    return declaration(section_path) or bool(_BACK_MATTER.search(section_path.rsplit(">", 1)[-1]))
 
 
 def states_something(sentence: str) -> bool:
