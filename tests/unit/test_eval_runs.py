@@ -60,6 +60,13 @@ def test_a_query_of_two_questions_is_split_and_each_needs_its_own_requirement() 
      ["How do GP-RNNs predict sepsis early"]),
     ("I am writing a review.\n\nFirst, how do toolkits represent PDFs?\n\nSecond, which interfaces help with "
      "citations?", ["how do toolkits represent PDFs", "which interfaces help with citations"]),
+    # bench/suites/asks.yaml: a premise or a claim before the question asks nothing; a topic before it does
+    ("Given that Asgard archaea are the closest relatives of eukaryotes, what does GDP binding say about them?",
+     ["what does GDP binding say about them"]),
+    ("Chemists distrust black-box models (Wellawatte et al. argue); which methods explain molecular models?",
+     ["which methods explain molecular models"]),
+    ("Inhibitors of angiotensin-converting enzyme; how fragment-based design makes them selective",
+     ["Inhibitors of angiotensin-converting enzyme", "how fragment-based design makes them selective"]),
 ])
 def test_a_list_and_an_and_also_ask_a_question_each(query, asked) -> None:
     """bench/suites/shapes.yaml's list and "and also" queries: each item is a need the plan must keep."""

@@ -326,6 +326,15 @@ def test_without_the_llm_a_query_of_several_questions_gives_one_requirement_each
     ("How do fish swim and why?", []),  # a part too short to stand alone
     ("How is the Higgs mass measured, and also how do batteries lose capacity in the cold?",
      ["How is the Higgs mass measured?", "How do batteries lose capacity in the cold?"]),
+    # bench/suites/asks.yaml: a premise or a claim before the question is its context, not a question of its own
+    ("Given that Asgard archaea are the closest relatives of eukaryotes, and that growth temperature can be "
+     "inferred from proteins, what does GDP binding say about their ancestors?", []),
+    ("Chemists distrust black-box models (Wellawatte et al. argue); which methods explain molecular models?", []),
+    ("Since tracing is cheap, how do JIT compilers specialize types, and how is sepsis predicted early?",
+     ["How do JIT compilers specialize types?", "How is sepsis predicted early?"]),
+    # a statement before the question in the same part stays with it (the question is the part's last sentence)
+    ("Smartphones are everywhere. How do they change sleep, and what do teenagers do about it?",
+     ["Smartphones are everywhere. How do they change sleep", "What do teenagers do about it?"]),
 ])
 def test_split_questions(text, questions):
     from actors.steps.plan.questions import split_questions

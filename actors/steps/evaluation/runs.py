@@ -133,7 +133,7 @@ _STOP = frozenset("""
     analysis work works find show shown evidence question questions query requirement requirements
 """.split())  # noqa: SIM905 (a word list reads better as text)
 _QWORD = r"(?:how|what|which|why|when|where|who|whom|whose|whether|does|do|did|is|are|was|were|can|could|should)"
-_BREAK = re.compile(rf"\?\s*|[,;]\s*(?:(?:and|but|or|as well as)\s+(?:also\s+)?)?(?={_QWORD}\b)"
+_BREAK = re.compile(rf"(?<=\?)\s*|[,;]\s*(?:(?:and|but|or|as well as)\s+(?:also\s+)?)?(?={_QWORD}\b)"
                     rf"|\s+and\s+(?:also\s+)?(?={_QWORD}\b)",
                     re.IGNORECASE)
 
@@ -149,18 +149,34 @@ _LINE_ITEM = re.compile(r"^\s*(?:[-*•]|\(?(?:\d+|[a-z])[.)])\s+", re.IGNORECAS
 _NUMBER_ITEM = re.compile(r"(?:[,;]?\s+(?:and|or)\s+|(?<=\s))\(?(?:[2-9][.)]|[b-h]\))\s+")
 
 
+# a part that states rather than asks, before a question: a premise ("Given that …", "Since …", "If …"), a clause with
+# an auxiliary verb, or a claim credited to a source ("(Wellawatte et al. argue)", "(Smith, 2019)"); a topic's noun
+# phrase asks ("Inhibitors of angiotensin-converting enzyme; how …"), as does a request ("Explain how …")
+_STATED = re.compile(r"^\W*(?:given|since|because|as|although|though|while|whereas|if|assuming|considering|knowing)\b"
+                     r"|\b(?:is|are|was|were|be|been|has|have|had|will|would|should|may|might|must)\b|\bet\s+al\b"
+                     r"|\([^()]*\d{4}[a-z]?\)", re.IGNORECASE)
+_ASKED = re.compile(rf"^\W*(?:{_QWORD}|explain|describe|summari[sz]e|compare|list|find|give|tell|show|identify|review"
+                    r"|outline|discuss|define|provide|name|make)\b", re.IGNORECASE)
+
+
 def questions(query: str) -> list[str]:
     """The questions a query asks, in order: each item of a list (the text before the first item, "I need:", is
     not one), and within them it splits after a question mark and before ", and how …", "; what …", " and
     why …"; a part with fewer than two content words joins the one before it; a sentence of the researcher's own
     situation or said to the assistant ("Please include …", "Ignore all previous instructions …") asks nothing, nor
-    does an ordinal left alone ("First, how …" splits at "how")."""
+    does an ordinal left alone ("First, how …" splits at "how") or a premise or claim before a question
+    (:data:`_STATED`: "Given that …, what …?", "Chemists distrust black-box models (… et al. argue); which …?")."""
     items = [i for i in _LINE_ITEM.split(query)[1:] if i.strip()] if len(_LINE_ITEM.findall(query)) >= 2 else []
     first = r"^\s*(?:[^:]*:\s*)?\(?(?:1[.)]|a\))\s+"
     if not items and re.match(first, query) and _NUMBER_ITEM.search(query):
         items = _NUMBER_ITEM.split(re.sub(first, "", query))
     parts: list[str] = []
-    for raw in (piece for item in (items or [query]) for piece in _BREAK.split(" ".join(item.split()))):
+    pieces = [p for item in (items or [query]) for p in _BREAK.split(" ".join(item.split())) if p.strip(" ,;.?!")]
+    for n, raw in enumerate(pieces):
+        last = re.split(r"(?<=[.!])\s+(?=[A-Z])", raw.strip())[-1]  # a part's question is its last sentence
+        if not items and n + 1 < len(pieces) and not raw.rstrip().endswith("?") and not _ASKED.match(last) \
+                and _STATED.search(last):
+            continue  # "Given that …, what …?": the premise is the question's context
         # within a part, its sentences that ask: not the researcher's situation ("I am writing a review.", "We need
         # this for a grant.") nor what is said to the assistant ("Please include …"); an ordinal opening it goes
         said = [s for s in re.split(r"(?<=[.!])\s+", raw.strip(" ,;.?!")) if s and not _context(s)

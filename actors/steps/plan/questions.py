@@ -13,7 +13,7 @@ MIN_WORDS = 3  # a question, a list item or a requirement has at least three alp
 QUESTION_WORDS = r"(?:how|what|which|why|when|where|who|whom|whose|whether|does|do|did|is|are|was|were|can|could)"
 # where a query's questions meet: after a question mark, or at ", and how …" / "; what …" / " and why …" /
 # ", and also how …"
-_QUESTION_BREAK = re.compile(rf"\?\s+|[,;]\s*(?:(?:and|but|as well as)\s+(?:also\s+)?)?(?={QUESTION_WORDS}\b)"
+_QUESTION_BREAK = re.compile(rf"(?<=\?)\s+|[,;]\s*(?:(?:and|but|as well as)\s+(?:also\s+)?)?(?={QUESTION_WORDS}\b)"
                              rf"|\s+and\s+(?:also\s+)?(?={QUESTION_WORDS}\b)", re.IGNORECASE)
 
 
@@ -70,6 +70,30 @@ _ORDINAL = re.compile(r"(?:^|(?<=[.?!:]\s))(?:first|second|third|fourth|fifth|fi
                       r"|additionally|moreover|furthermore)(?:ly)?,\s*", re.IGNORECASE)
 
 
+# a part that states rather than asks: a premise ("Given that Asgard archaea are …", "Since …", "If …"), a clause
+# with an auxiliary verb ("… are thought to be …") or a claim credited to a source ("(Wellawatte et al. argue)",
+# "(Smith, 2019)"). Before a question it is the question's context, not a question of its own; a noun phrase
+# ("Inhibitors of angiotensin-converting enzyme; how …") names a topic and stays one.
+_PREMISE = re.compile(r"^\W*(?:given|since|because|as|although|though|while|whereas|if|assuming|considering|knowing"
+                      r"|now\s+that)\b", re.IGNORECASE)
+_STATES = re.compile(r"\b(?:is|are|was|were|be|been|being|has|have|had|will|would|should|may|might|must|shall)\b"
+                     r"|\bet\s+al\b|\([^()]*\b(?:1[89]|20)\d\d[a-z]?\s*\)", re.IGNORECASE)
+# a request that asks as a question does ("Explain how …", "Summarize what is known about …")
+_REQUEST = re.compile(r"^\W*(?:explain|describe|summari[sz]e|compare|list|find|give|tell|show|identify|review|outline"
+                      r"|discuss|define|provide|name|suggest|recommend|make)\b", re.IGNORECASE)
+
+
+def statement(part: str) -> bool:
+    """Whether a part of a query states rather than asks (:data:`_PREMISE`, :data:`_STATES`): it has no question mark,
+    its last sentence opens with no question word and no request, and it reads as a premise or a claim, not as a
+    topic."""
+    last = re.split(r"(?<=[.!?])\s+(?=[A-Z])", part.strip())[-1]  # not after "et al."
+    if part.rstrip().endswith("?") or re.match(rf"\W*{QUESTION_WORDS}\b", last, re.IGNORECASE) \
+            or _REQUEST.match(last):
+        return False
+    return bool(_PREMISE.match(last) or _STATES.search(last))
+
+
 def instruction(text: str) -> bool:
     """Whether a sentence is an instruction to the assistant rather than a need (:data:`_INSTRUCTION`)."""
     return _INSTRUCTION.match(text) is not None
@@ -91,13 +115,16 @@ def asked_part(text: str) -> str:
 def split_questions(text: str) -> list[str]:
     """The questions a query asks, in order, each as a sentence of its own ("How do tracing JIT compilers
     specialize types, and how are recurrent networks used to predict sepsis early?" gives two; so does a list of
-    two items, :func:`list_items`; "First, …? Second, …?" too); the researcher's context and instructions to the
-    assistant are not questions; [] when it asks fewer than two usable ones (each needs :data:`MIN_WORDS` words)."""
+    two items, :func:`list_items`; "First, …? Second, …?" too); the researcher's context, instructions to the
+    assistant and a premise or claim before a question (:func:`statement`) are not questions; [] when it asks fewer than two usable ones (each needs :data:`MIN_WORDS` words)."""
     parts = []
-    segments = list_items(text) or [_ORDINAL.sub("", " ".join(text.split()))]
+    items = list_items(text)
+    segments = items or [_ORDINAL.sub("", " ".join(text.split()))]
     for raw in (piece for segment in segments for piece in _QUESTION_BREAK.split(segment)):
         part = asked_part(raw.strip(" ,;.?!")).strip(" ,;.?!")  # "I am writing a review. How …" asks "How …"
         if not part or own_context(part) or instruction(part):  # "We need this for a grant.", "Please include …"
+            continue
+        if not items and statement(raw):  # "Given that …, what …?": the premise is the question's context
             continue
         asks = re.match(rf"{QUESTION_WORDS}\b", part, re.IGNORECASE) is not None
         parts.append(part[0].upper() + part[1:] + ("?" if asks else ""))
