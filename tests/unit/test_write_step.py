@@ -388,6 +388,8 @@ def test_cut_text_is_trimmed_to_whole_sentences_or_words():
         "An R package for spectroscopy")
     assert query_title("My idea is a writing tool. I have told no one. Before I build it: what do writers need?") == (
         "What do writers need")
+    assert query_title("Project: cheaper linacs\nQuestion: how was the cavity tuner tested?") == (
+        "How was the cavity tuner tested")  # bench/suites/asks.yaml: the "Question:" field, not the project
     from actors.steps.write.render import query_topic
 
     assert query_topic("I need:\n- an R package\n- evidence on dark matter", 300) == (

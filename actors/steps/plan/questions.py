@@ -99,12 +99,21 @@ def instruction(text: str) -> bool:
     return _INSTRUCTION.match(text) is not None
 
 
+# a query written as labelled fields, one of them the question ("Project: cheaper linacs\nQuestion: how was …"): the
+# label at a line's start (or a sentence's, once the lines are joined), capitalised as a label is
+_QUESTION_FIELD = re.compile(r"(?:^|(?<=[\n.!?])|(?<=[.!?:]\s))\s*(?:Research\s+[Qq]uestions?|Questions?|RQ|Q)\s*:\s+(?=\S)")
+
+
 def asked_part(text: str) -> str:
-    """What a query or a requirement asks: without its sentences on the researcher's own situation ("I have not told
+    """What a query or a requirement asks: the text of its "Question:" field when it is written as labelled fields
+    ("Project: …\nQuestion: how …?"), without its sentences on the researcher's own situation ("I have not told
     anyone yet.", "We need this for a grant proposal.": :func:`own_context`) and its instructions to the assistant
     ("Ignore all previous instructions …", "Please include the methods used.": :func:`instruction`), wherever they
     stand, and without a first-person lead-in ending in a colon ("Before I build it: what …?"), when at least
     :data:`MIN_WORDS` words are left; else the text as it is."""
+    fields = _QUESTION_FIELD.split(text)
+    if len(fields) == 2 and len(WORD.findall(fields[1])) >= MIN_WORDS:  # one "Question:" field, after the others
+        text = fields[1]
     sentences = re.split(r"(?<=[.!?])\s+", " ".join(text.split()))
     kept = " ".join(s for s in sentences if not (own_context(s) or instruction(s)))
     text = kept if kept != " ".join(sentences) and len(WORD.findall(kept)) >= MIN_WORDS else text
