@@ -712,3 +712,53 @@ def test_a_requirement_of_links_markup_or_instructions_is_no_need():
     plan = _fallback(ResearchQuery(run_id="run-plan", text="Compare **ReVerb** and `TextRunner`: which is most "
                                                            "precise? 🔬"), "the test's reason")
     assert [r.text for r in plan.requirements] == ["Compare ReVerb and TextRunner: which is most precise?"]
+
+
+# bench/suites/asks.yaml's plans with the embedded SmolLM2 (docs/evaluation-runs.md)
+PHYTO = ResearchQuery(run_id="run-plan", text="What is a phytojuvenoid and what does it do to silkworm larvae?")
+
+
+def test_a_claim_is_no_need_and_its_question_is_asked_instead():
+    """The model wrote "The silkworm is a type of moth …" for the second question: a claim, which the report would
+    head a section with, and which held the question's words, so the question itself was never asked."""
+    from actors.steps.plan.requirements import claims
+
+    plan = asyncio.run(derive_requirements(PHYTO, ScriptedLLM([RequirementList(requirements=[
+        "The silkworm is a type of moth that is a silkworm larva", "What is a phytojuvenoid?"])]), 3))
+    assert [r.text for r in plan.requirements] == [
+        "What is a phytojuvenoid?", "What does it do to silkworm larvae? (about: What is a phytojuvenoid)"]
+    assert "requirements: 1 dropped as a claim stated as an answer, not a need" in plan.degraded
+    assert claims("The death rate of people on parole is higher than that of the general population")
+    for need in ("Methods that are robust to noise", "Whether heparin is safer than compression devices",
+                 "How the death rate on parole is measured", "Effects of phytojuvenoids on silkworm larvae",
+                 "Is the death rate on parole higher than the general population's?"):
+        assert not claims(need), need
+
+
+def test_a_rewrite_that_copies_both_questions_is_not_taken():
+    """Asked to name the subject of "What kinds of documents can it process?", the model gave back the query's two
+    questions in one requirement: its coverage could be earned on one of them alone."""
+    query = ResearchQuery(run_id="run-plan", text="What is PaperMage? What kinds of documents can it process?")
+    plan = asyncio.run(derive_requirements(query, ScriptedLLM([
+        RequirementList(requirements=["What is PaperMage?", "What kinds of documents can it process?"]),
+        RequirementList(requirements=["What is PaperMage? What kinds of documents can it process?"])]), 3))
+    assert [r.text for r in plan.requirements] == [
+        "What is PaperMage?", "What kinds of documents can it process? (about: What is PaperMage)"]
+
+
+def test_a_quoted_term_is_kept_and_a_request_for_a_form_is_not_a_need():
+    query = ResearchQuery(run_id="run-plan", text='What does "global analysis" mean when modelling spectroscopic '
+                                                  'measurements?')
+    plan = asyncio.run(derive_requirements(query, ScriptedLLM([RequirementList(requirements=[
+        "Model spectroscopic measurements"])]), 3))
+    assert [r.text for r in plan.requirements] == [
+        "Model spectroscopic measurements", 'What does "global analysis" mean when modelling spectroscopic measurements?']
+    assert "requirements: the quoted term 'global analysis' was in none; its question added as R2" in plan.degraded
+    held = asyncio.run(derive_requirements(query, ScriptedLLM([RequirementList(requirements=[
+        "The meaning of global analysis in spectroscopic modelling"])]), 3))
+    assert len(held.requirements) == 1 and held.degraded == ()
+    from actors.steps.plan.requirements import clean_requirement
+
+    assert clean_requirement("Make a table of the models compared with TableFormer and their accuracy on SQA.") == (
+        "The models compared with TableFormer and their accuracy on SQA")
+    assert clean_requirement("Make a difference in tables for the blind") == "Make a difference in tables for the blind"

@@ -253,9 +253,17 @@ def _context(sentence: str) -> bool:
 _CLAIM = re.compile(r"^(?!\W*" + _QWORD + r"\b)[^?]*\s(?:is|are|was|were|has|have|had)\s[^?]*$", re.IGNORECASE)
 
 
+# a claim without a figure: a copula or "has/have" before any word that opens a clause ("The silkworm is a type of moth",
+# "The death rate on parole is higher than …"), in a requirement that asks nothing
+_VERDICT = re.compile(r"^(?!\W*" + _QWORD + r"\b)(?:(?!\b(?:that|which|who|whom|whose|whether|if|how|what|why|when"
+                      r"|where|to)\b)[^?])*?\b(?:is|are|was|were|has|have|had)\b[^?]*$", re.IGNORECASE)
+
+
 def _states_answer(requirement: str, query: str) -> bool:
     figures = set(re.findall(r"\d+(?:\.\d+)?", requirement)) - set(re.findall(r"\d+(?:\.\d+)?", query))
-    return bool(figures) and _CLAIM.match(requirement) is not None
+    if figures and _CLAIM.match(requirement) is not None:
+        return True
+    return _VERDICT.match(re.sub(r"\s*\(about:[^()]*\)$", "", requirement)) is not None
 
 
 def not_a_need(requirement: str, query: str) -> str:
@@ -274,15 +282,21 @@ def not_a_need(requirement: str, query: str) -> str:
     return ""
 
 
+def _quoted(question: str) -> list[str]:
+    """The terms a question puts in double quotation marks ("global analysis")."""
+    return [t for pair in re.findall(r'"([^"]+)"|“([^”]+)”', question) for t in pair if t and words(t)]
+
+
 def fidelity(query: str, requirements: Sequence[tuple[str, str]]) -> dict[str, Any]:
     """Requirement fidelity of (id, text) ``requirements`` for ``query``: the questions without a requirement that
-    holds their subject words (a status, meta or context requirement does not count), and each requirement that is not
-    a need of the query, with why."""
+    holds their subject words and every term they quote (a status, meta or context requirement does not count), and
+    each requirement that is not a need of the query, with why."""
     not_needs = {rid: why for rid, text in requirements if (why := not_a_need(text, query))}
     needs = [text for rid, text in requirements if rid not in not_needs]
     qs = questions(query)
     missing = [q for q, subject in zip(qs, subject_words(query), strict=True)
-               if not any(holds_subject(t, subject) for t in needs)]
+               if not any(holds_subject(t, subject) and all(words(term) <= words(t) for term in _quoted(q))
+                          for t in needs)]
     return {"questions": len(qs), "questions_kept": len(qs) - len(missing), "missing_questions": missing,
             "requirements": len(requirements), "not_needs": not_needs,
             "status_or_meta": sum(1 for why in not_needs.values() if why in ("status", "meta", "context")),

@@ -47,6 +47,12 @@ _META = re.compile(
     r"(?:papers|literature|studies|articles|publications|sources|references|documents|research|work)\s+"
     r"(?:on|about|that|which|regarding|discussing|describing|covering|for|of|into|explaining|showing)\s+",
     re.IGNORECASE)
+# a request for the answer's form wrapped around the content: "Make a table of the models compared with X" -> "The models
+# compared with X" (the report has its own form; the requirement is what it must hold)
+_FORM = re.compile(
+    r"^(?:please\s+)?(?:make|create|give|produce|draw\s+up|prepare|write|provide|compile)\s+(?:me\s+|us\s+)?(?:a|an)\s+"
+    r"(?:(?:short|brief|concise|detailed|simple)\s+)?(?:table|list|summary|overview|comparison|chart|paragraph)\s+"
+    r"(?:of|on|about|comparing|listing|with)\s+(?=\S)", re.IGNORECASE)
 # the retry feedback of infra/llm/jsonfix.py echoed back by the model: JSON decoder messages ("Unterminated
 # string starting at (character 332)"), pydantic messages ("Field required", "Input should be a valid
 # string") and the correction requests themselves ("Your answer was not valid JSON ... Reply with ...")
@@ -88,7 +94,7 @@ def clean_requirement(text: str) -> str:
     """One requirement as the LLM or the researcher wrote it → plain requirement text ('' if nothing left)."""
     text = " ".join(text.split())
     text = _MARKER.sub("", text, count=1).strip()
-    stripped = _META.sub("", text, count=1).strip()
+    stripped = _FORM.sub("", _META.sub("", text, count=1).strip(), count=1).strip()
     if stripped and stripped != text:
         text = stripped[0].upper() + stripped[1:]
     text = _plain(asked_part(text.strip(" \t\"'")))
@@ -196,6 +202,38 @@ def _messages(query: ResearchQuery, n: int) -> list[ChatMessage]:
     ]
 
 
+# a term the researcher put in quotation marks: their exact words, what the question is about ('What does "global
+# analysis" mean …?'); one to eight words, in straight or typographic double quotes or guillemets
+_QUOTED = re.compile(r'"([^"\n]{2,80})"|“([^”\n]{2,80})”|«\s*([^»\n]{2,80}?)\s*»')
+
+
+def quoted_terms(query_text: str) -> list[str]:
+    """The terms a query puts in double quotation marks, each of one to eight words with a content word."""
+    terms = [next(g for g in m.groups() if g) for m in _QUOTED.finditer(query_text)]
+    return [t.strip() for t in terms if content_words(t) and len(t.split()) <= 8]
+
+
+def _quoted_kept(query: ResearchQuery, texts: list[str], n: int) -> tuple[list[str], list[str]]:
+    """``texts`` with the question that holds a quoted term of the query (:func:`quoted_terms`) added where no
+    requirement holds the term's words (seen: 'What does "global analysis" mean when modelling spectroscopic
+    measurements?' planned as "Model spectroscopic measurements", the term the question asks about gone)."""
+    out, notes = list(texts), []
+    questions = split_questions(query.text) or [asked_part(query.text)]
+    for term in quoted_terms(query.text):
+        wanted = content_words(term)
+        if any(wanted <= content_words(t) for t in out):
+            continue
+        question = next((q for q in questions if wanted <= content_words(q)), None)
+        if question is None:
+            continue
+        if len(out) >= n:
+            notes.append(f"requirements: the quoted term {term!r} is in none (at most {n}); add it by editing")
+            continue
+        out.append(shorten(_plain(question), REQ_MAX_CHARS))
+        notes.append(f"requirements: the quoted term {term!r} was in none; its question added as R{len(out)}")
+    return out, notes
+
+
 async def derive_requirements(query: ResearchQuery, llm: LLM, max_requirements: int = 5) -> RequirementsPlan:
     """At most ``max_requirements`` (1..10) content-only requirements R1..Rn for ``query``.
 
@@ -205,7 +243,8 @@ async def derive_requirements(query: ResearchQuery, llm: LLM, max_requirements: 
     usable, the query text itself becomes R1 and ``degraded`` says why. A requirement asking several of the
     query's questions at once is dropped when the questions fit (:func:`asks_several`), and a question of the
     query that no requirement stands for is added as one more (:func:`unasked`), or named in ``degraded`` at the
-    limit. Other errors (e.g. LLMUnavailable) propagate.
+    limit, as is the question holding a quoted term no requirement holds (:func:`quoted_terms`). Other errors
+    (e.g. LLMUnavailable) propagate.
     """
     n = max(1, min(int(max_requirements), MAX_PLAN_REQUIREMENTS))
     try:
@@ -228,10 +267,11 @@ async def derive_requirements(query: ResearchQuery, llm: LLM, max_requirements: 
     texts, off_after = _on_query(query.text, texts)  # a rewrite is checked again
     texts, restated = _without_restated(_unique(texts), query.text)
     texts, notes = _every_question(query, texts, n)
+    texts, quoted = _quoted_kept(query, texts, n)
     if not texts:
         return _fallback(query, "no requirement the LLM gave was a need of the query", n)
     return RequirementsPlan(run_id=query.run_id, query=query, requirements=_numbered(texts),
-                            degraded=(*off, *off_after, *split, *degraded, *restated, *notes))
+                            degraded=(*off, *off_after, *split, *degraded, *restated, *notes, *quoted))
 
 
 def asks(text: str) -> bool:
@@ -385,7 +425,7 @@ def self_contained(text: str, query: str) -> bool:
 def anchored(text: str, query: str) -> str:
     """A requirement made self-contained without the LLM: the query's first clause, as its subject, after it
     ("How is it evaluated? (about: thromboprophylaxis for deep venous thrombosis in trauma patients)")."""
-    first = (list_items(query) or [" ".join(query.split())])[0]
+    first = (list_items(query) or split_questions(query) or [" ".join(query.split())])[0]
     clause = re.split(r"[?;]|,\s+(?:and|or|but)\s+|\.\s", first, maxsplit=1)[0].strip(" ,.")
     subject = shorten(clause, 200)
     body = shorten(text.rstrip(), REQ_MAX_CHARS - len(subject) - 11)
@@ -414,12 +454,28 @@ _ABOUT_QUESTION = re.compile(r"^\W*(?:the|this|my|your|an?)\s+(?:question|answer
                              r"asks?|concerns?|seems?)\b", re.IGNORECASE)
 
 
+# a claim, not a need: a copula before any word that opens a clause ("The silkworm is a type of moth …", "The death rate
+# of people on parole is higher than …": the model stating an answer, which the report would then head a section
+# with); "Methods that are robust …", "Whether X is Y", "How X is measured" name a need
+_CLAIM_VERB = re.compile(r"\b(?:is|are|was|were|has|have|had)\b", re.IGNORECASE)
+_CLAUSE_OPENER = re.compile(r"\b(?:that|which|who|whom|whose|whether|if|how|what|why|when|where|whereby|to)\b",
+                            re.IGNORECASE)
+
+
+def claims(text: str) -> bool:
+    """Whether a requirement states a claim rather than a need (:data:`_CLAIM_VERB`, :data:`_CLAUSE_OPENER`): it asks
+    no question (:func:`asks`) and has a copula or "has/have" before any word that opens a clause."""
+    question = own_question(text)
+    verb = _CLAIM_VERB.search(question)
+    return verb is not None and not asks(text) and not _CLAUSE_OPENER.search(question[:verb.start()])
+
+
 def off_query(text: str, query: str) -> str:
     """Why a requirement is not a need of the query ('' when it is one): it is Forage's own progress or status text
     (:data:`_STATUS`), it speaks about requirements, the query or the researcher where the query does not
     (:data:`_META_NOUNS`) or about the request to the model (:data:`_EXCHANGE`), it restates the question or answers
     it (:data:`_ABOUT_QUESTION`), it is an instruction to the assistant (:func:`instruction`: "Please include the
-    methods used"), or it shares no content word with the query (not anchored in its subject). The one check derived
+    methods used"), it states a claim (:func:`claims`: the model's answer, not a need), or it shares no content word with the query (not anchored in its subject). The one check derived
     and re-planned requirements both pass."""
     if _STATUS.search(text):
         return "Forage's own progress text"
@@ -436,6 +492,8 @@ def off_query(text: str, query: str) -> str:
         return "an instruction to the assistant, not a need"
     if own_context(text):
         return "the researcher's own context, not a need"
+    if claims(text):
+        return "a claim stated as an answer, not a need"
     if not content_words(text) & content_words(query):
         return "no word of the query's subject"
     return ""
@@ -467,7 +525,9 @@ async def _standalone(query: ResearchQuery, texts: list[str], llm: LLM) -> tuple
                 f"\nQUERY>>>\n\nRequirements to rewrite:\n{listed}")}], RequirementList)
         for old, new in zip(bad, answer.requirements, strict=False):
             new = shorten(clean_requirement(new), REQ_MAX_CHARS)
-            if usable_requirement(new) and self_contained(new, query.text):
+            # a rewrite that names its subject by copying the query's questions ("What is PaperMage? What kinds of
+            # documents can it process?") asks several at once
+            if usable_requirement(new) and self_contained(new, query.text) and not split_questions(new):
                 fixed[old] = new
     except (LLMOutputError, LLMTimeout):
         pass
