@@ -752,7 +752,8 @@ def test_a_quoted_term_is_kept_and_a_request_for_a_form_is_not_a_need():
     plan = asyncio.run(derive_requirements(query, ScriptedLLM([RequirementList(requirements=[
         "Model spectroscopic measurements"])]), 3))
     assert [r.text for r in plan.requirements] == [
-        "Model spectroscopic measurements", 'What does "global analysis" mean when modelling spectroscopic measurements?']
+        "Model spectroscopic measurements",
+        'What does "global analysis" mean when modelling spectroscopic measurements?']
     assert "requirements: the quoted term 'global analysis' was in none; its question added as R2" in plan.degraded
     held = asyncio.run(derive_requirements(query, ScriptedLLM([RequirementList(requirements=[
         "The meaning of global analysis in spectroscopic modelling"])]), 3))

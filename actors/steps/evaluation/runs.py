@@ -149,9 +149,9 @@ _LINE_ITEM = re.compile(r"^\s*(?:[-*•]|\(?(?:\d+|[a-z])[.)])\s+", re.IGNORECAS
 _NUMBER_ITEM = re.compile(r"(?:[,;]?\s+(?:and|or)\s+|(?<=\s))\(?(?:[2-9][.)]|[b-h]\))\s+")
 
 
-# a part that states rather than asks, before a question: a premise ("Given that …", "Since …", "If …"), a clause with
-# an auxiliary verb, or a claim credited to a source ("(Wellawatte et al. argue)", "(Smith, 2019)"); a topic's noun
-# phrase asks ("Inhibitors of angiotensin-converting enzyme; how …"), as does a request ("Explain how …")
+# a part that states rather than asks, before a question: a premise ("Given that …", "Since …", "If …"), a clause
+# with an auxiliary verb, or a claim credited to a source ("(Wellawatte et al. argue)", "(Smith, 2019)"); a topic's
+# noun phrase asks ("Inhibitors of angiotensin-converting enzyme; how …"), as does a request ("Explain how …")
 _STATED = re.compile(r"^\W*(?:given|since|because|as|although|though|while|whereas|if|assuming|considering|knowing)\b"
                      r"|\b(?:is|are|was|were|be|been|has|have|had|will|would|should|may|might|must)\b|\bet\s+al\b"
                      r"|\([^()]*\d{4}[a-z]?\)", re.IGNORECASE)
@@ -253,8 +253,8 @@ def _context(sentence: str) -> bool:
 _CLAIM = re.compile(r"^(?!\W*" + _QWORD + r"\b)[^?]*\s(?:is|are|was|were|has|have|had)\s[^?]*$", re.IGNORECASE)
 
 
-# a claim without a figure: a copula or "has/have" before any word that opens a clause ("The silkworm is a type of moth",
-# "The death rate on parole is higher than …"), in a requirement that asks nothing
+# a claim without a figure: a copula or "has/have" before any word that opens a clause ("The silkworm is a type of
+# moth", "The death rate on parole is higher than …"), in a requirement that asks nothing
 _VERDICT = re.compile(r"^(?!\W*" + _QWORD + r"\b)(?:(?!\b(?:that|which|who|whom|whose|whether|if|how|what|why|when"
                       r"|where|to)\b)[^?])*?\b(?:is|are|was|were|has|have|had)\b[^?]*$", re.IGNORECASE)
 

@@ -101,7 +101,8 @@ def instruction(text: str) -> bool:
 
 # a query written as labelled fields, one of them the question ("Project: cheaper linacs\nQuestion: how was …"): the
 # label at a line's start (or a sentence's, once the lines are joined), capitalised as a label is
-_QUESTION_FIELD = re.compile(r"(?:^|(?<=[\n.!?])|(?<=[.!?:]\s))\s*(?:Research\s+[Qq]uestions?|Questions?|RQ|Q)\s*:\s+(?=\S)")
+_QUESTION_FIELD = re.compile(r"(?:^|(?<=[\n.!?])|(?<=[.!?:]\s))\s*(?:Research\s+[Qq]uestions?|Questions?|RQ|Q)\s*:"
+                             r"\s+(?=\S)")
 
 
 def asked_part(text: str) -> str:
@@ -125,7 +126,8 @@ def split_questions(text: str) -> list[str]:
     """The questions a query asks, in order, each as a sentence of its own ("How do tracing JIT compilers
     specialize types, and how are recurrent networks used to predict sepsis early?" gives two; so does a list of
     two items, :func:`list_items`; "First, …? Second, …?" too); the researcher's context, instructions to the
-    assistant and a premise or claim before a question (:func:`statement`) are not questions; [] when it asks fewer than two usable ones (each needs :data:`MIN_WORDS` words)."""
+    assistant and a premise or claim before a question (:func:`statement`) are not questions; [] when it asks fewer
+    than two usable ones (each needs :data:`MIN_WORDS` words)."""
     parts = []
     items = list_items(text)
     segments = items or [_ORDINAL.sub("", " ".join(text.split()))]

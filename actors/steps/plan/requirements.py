@@ -47,8 +47,8 @@ _META = re.compile(
     r"(?:papers|literature|studies|articles|publications|sources|references|documents|research|work)\s+"
     r"(?:on|about|that|which|regarding|discussing|describing|covering|for|of|into|explaining|showing)\s+",
     re.IGNORECASE)
-# a request for the answer's form wrapped around the content: "Make a table of the models compared with X" -> "The models
-# compared with X" (the report has its own form; the requirement is what it must hold)
+# a request for the answer's form wrapped around the content: "Make a table of the models compared with X" -> "The
+# models compared with X" (the report has its own form; the requirement is what it must hold)
 _FORM = re.compile(
     r"^(?:please\s+)?(?:make|create|give|produce|draw\s+up|prepare|write|provide|compile)\s+(?:me\s+|us\s+)?(?:a|an)\s+"
     r"(?:(?:short|brief|concise|detailed|simple)\s+)?(?:table|list|summary|overview|comparison|chart|paragraph)\s+"
@@ -454,9 +454,9 @@ _ABOUT_QUESTION = re.compile(r"^\W*(?:the|this|my|your|an?)\s+(?:question|answer
                              r"asks?|concerns?|seems?)\b", re.IGNORECASE)
 
 
-# a claim, not a need: a copula before any word that opens a clause ("The silkworm is a type of moth …", "The death rate
-# of people on parole is higher than …": the model stating an answer, which the report would then head a section
-# with); "Methods that are robust …", "Whether X is Y", "How X is measured" name a need
+# a claim, not a need: a copula before any word that opens a clause ("The silkworm is a type of moth …", "The death
+# rate of people on parole is higher than …": the model stating an answer, which the report would then head a
+# section with); "Methods that are robust …", "Whether X is Y", "How X is measured" name a need
 _CLAIM_VERB = re.compile(r"\b(?:is|are|was|were|has|have|had)\b", re.IGNORECASE)
 _CLAUSE_OPENER = re.compile(r"\b(?:that|which|who|whom|whose|whether|if|how|what|why|when|where|whereby|to)\b",
                             re.IGNORECASE)
@@ -475,7 +475,8 @@ def off_query(text: str, query: str) -> str:
     (:data:`_STATUS`), it speaks about requirements, the query or the researcher where the query does not
     (:data:`_META_NOUNS`) or about the request to the model (:data:`_EXCHANGE`), it restates the question or answers
     it (:data:`_ABOUT_QUESTION`), it is an instruction to the assistant (:func:`instruction`: "Please include the
-    methods used"), it states a claim (:func:`claims`: the model's answer, not a need), or it shares no content word with the query (not anchored in its subject). The one check derived
+    methods used"), it states a claim (:func:`claims`: the model's answer, not a need), or it shares no content
+    word with the query (not anchored in its subject). The one check derived
     and re-planned requirements both pass."""
     if _STATUS.search(text):
         return "Forage's own progress text"
