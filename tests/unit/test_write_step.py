@@ -12,7 +12,7 @@ from actors.steps.events import RecordingEmit
 from actors.steps.schemas import OverviewDraft, SectionDraft
 from actors.steps.text import collapse_loop, plausible, trim_cut
 from actors.steps.write.citations import check_citations
-from actors.steps.write.quotes import first_sentence
+from actors.steps.write.quotes import RELATED, first_sentence
 from actors.steps.write.render import harvard, query_title
 from actors.steps.write.step import NO_EVIDENCE, NO_MECHANISM, WriteStep
 from infra.errors import LLMOutputError, LLMTimeout
@@ -148,7 +148,7 @@ def test_section_without_any_valid_evidence_sentence_quotes_the_evidence(store):
     assert "Evidence: “Chlorophyll in photosystem II absorbs photons” [1]." in r1
     # the second paper is related, not an answer: its quote says so, and the section says what that means
     assert "Related: “Leaves of sun-exposed plants hold more chlorophyll per area than shade leaves do" in r1
-    assert "“Related” marks what rests only on papers on the topic that do not answer this requirement." in r1
+    assert RELATED in r1
     assert report.removed_sentences == 1 and any("R1" in f for f in report.failed_steps)
     assert check_citations(report.markdown, report.sources) == []
 
@@ -704,7 +704,7 @@ def test_a_model_sentence_citing_only_a_related_paper_is_marked_related(store):
     r1 = section(report.markdown, R1.text)
     assert "Evidence: Photosystem II splits water and sun leaves hold more of it [1][2]." in r1  # an answer cited too
     assert "Related: Sun leaves hold more chlorophyll [2]." in r1
-    assert "“Related” marks what rests only on papers on the topic that do not answer this requirement." in r1
+    assert RELATED in r1
     r2 = section(report.markdown, R2.text)  # both of R2's papers answer: nothing is Related there
     assert "Related:" not in r2 and "“Related”" not in r2
     assert check_citations(report.markdown, report.sources) == []

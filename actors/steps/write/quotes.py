@@ -25,7 +25,8 @@ QUOTE_CHARS = 200
 
 EXTRACTIVE = ("Quoted from the evidence: each finding below is the sentence of a cited passage closest to this "
               "requirement{why}.")
-RELATED = "“Related” marks what rests only on papers on the topic that do not answer this requirement."
+RELATED = ("“Related” marks what rests only on papers on the topic that no confirmed passage shows answering this "
+           "requirement.")
 EXTRACTED_PER_ITEM = 1  # sentences quoted per evidence document
 
 _SENTENCE_END = re.compile(r"[.!?](?=\s|$)")
