@@ -763,3 +763,13 @@ def test_a_quoted_term_is_kept_and_a_request_for_a_form_is_not_a_need():
     assert clean_requirement("Make a table of the models compared with TableFormer and their accuracy on SQA.") == (
         "The models compared with TableFormer and their accuracy on SQA")
     assert clean_requirement("Make a difference in tables for the blind") == "Make a difference in tables for the blind"
+
+
+def test_a_requirement_of_two_questions_asks_several():
+    """bench/suites/asks.yaml, second plan: the model's own "What is PaperMage? What kind of documents can it
+    process?" held no word of the second question ("kind" and "kinds" key apart) and stood beside it."""
+    query = ResearchQuery(run_id="run-plan", text="What is PaperMage? What kinds of documents can it process?")
+    plan = asyncio.run(derive_requirements(query, ScriptedLLM([
+        RequirementList(requirements=["What is PaperMage? What kind of documents can it process?"])]), 3))
+    assert [r.text for r in plan.requirements] == [
+        "What is PaperMage?", "What kinds of documents can it process? (about: What is PaperMage)"]

@@ -346,11 +346,15 @@ def _holds(own: set[str], words: set[str]) -> bool:
 
 def asks_several(query_text: str, text: str) -> bool:
     """Whether a requirement asks two or more of the query's questions (:func:`split_questions`) at once: it holds
-    at least a third (one at the least) of the own words of each of two questions. Such a requirement's coverage
+    at least a third (one at the least) of the own words of each of two questions, or it is itself two questions
+    while the query asks several (their words may key apart: "kind" and "kinds"). Such a requirement's coverage
     can be earned on one of its questions alone (seen: a paper answering the second half of a query credited the
     whole at 1.0), so a plan gives each question a requirement of its own instead."""
+    questions = split_questions(query_text)
+    if len(questions) >= 2 and len(split_questions(own_question(text))) >= 2:
+        return True  # itself two questions ("What is PaperMage? What kind of documents can it process?")
     words = content_words(own_question(text))
-    held = [own for own in _own_words(split_questions(query_text)) if _holds(own, words)]
+    held = [own for own in _own_words(questions) if _holds(own, words)]
     return len(held) >= 2
 
 
