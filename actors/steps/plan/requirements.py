@@ -97,9 +97,7 @@ def clean_requirement(text: str) -> str:
     stripped = _FORM.sub("", _META.sub("", text, count=1).strip(), count=1).strip()
     if stripped and stripped != text:
         text = stripped[0].upper() + stripped[1:]
-    text = _plain(asked_part(text.strip(" \t\"'")))
-    if text.endswith(".") and not text.endswith(".."):  # a statement's full stop: the report's heading has none
-        text = text[:-1].rstrip()
+    text = _without_full_stop(_plain(asked_part(text.strip(" \t\"'"))))
     if _DIRECT_QUESTION.match(text) and "?" not in text:  # "Can prompt tuning control … is" lost its '?'
         text += "?"
     # a sentence starts with a capital (a weak model echoes the query lower-cased, "trace-based vs. …" too); a first
@@ -107,6 +105,11 @@ def clean_requirement(text: str) -> str:
     first = text.split(" ", 1)[0]
     lower = re.fullmatch(r"[^\W\d_]+(?:-[^\W\d_]+)*", first) is not None and first.islower()
     return text[0].upper() + text[1:] if lower else text
+
+
+def _without_full_stop(text: str) -> str:
+    """``text`` without a statement's closing full stop: a requirement is the report's heading, which has none."""
+    return text[:-1].rstrip() if text.endswith(".") and not text.endswith("..") else text
 
 
 def _plain(text: str) -> str:
@@ -180,13 +183,13 @@ def _fallback(query: ResearchQuery, why: str, n: int = MAX_PLAN_REQUIREMENTS) ->
                                 degraded=(f"requirements: {why}; the query's {len(texts)} questions are "
                                           f"R1-R{len(texts)}",))
     asked = asked_part(query.text)
-    text = shorten(_plain(asked), REQ_MAX_CHARS)
+    text = shorten(_without_full_stop(_plain(asked)), REQ_MAX_CHARS)
     if len(text) < 3:  # a one- or two-letter query still gets a valid requirement
         text = f"About: {text}"
     degraded = [f"requirements: {why}; the query itself is R1"
                 + (" (what it asks, without the researcher's own context or instructions to the assistant)"
                    if asked != query.text else "")]
-    if len(text) < len(" ".join(asked.split())):
+    if len(text) < len(_without_full_stop(" ".join(asked.split()))):
         degraded.append(f"requirements: the query was cut to {REQ_MAX_CHARS} characters for R1")
     return RequirementsPlan(run_id=query.run_id, query=query, requirements=_numbered([text]),
                             degraded=tuple(degraded))
