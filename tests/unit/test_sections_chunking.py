@@ -113,6 +113,16 @@ def test_an_affiliation_set_as_a_numbered_heading_is_not_a_section() -> None:
                      "4 Data, methods, and results"]
 
 
+def test_a_misspelt_references_heading_still_heads_the_references() -> None:
+    """Seen in bench/suites/asks.yaml: the silkworm paper (pdfs-extra) heads its references "REFFERENCES", and two
+    reference entries were quoted as its findings."""
+    md = ("# Phytojuvenoid\n\n## RESULTS\n\nLarvae grew.\n\n## REFFERENCES\n\n1. A. Author, 2001. A paper.\n\n"
+          "## Preferences\n\nUsers liked it.\n")
+    assert [(s.path, s.kind) for s in outline(md).sections] == [
+        ("Phytojuvenoid", "body"), ("Phytojuvenoid > RESULTS", "body"), ("REFFERENCES", "references"),
+        ("Preferences", "body")]
+
+
 def test_roman_sections_and_letter_subsections() -> None:
     md = "# I. INTRODUCTION\n\na\n\n# II. MODEL\n\nb\n\n## A. Setup\n\nc\n\n# III. RESULTS\n\nd\n"
     assert [s.path for s in outline(md, title="Unrelated").sections] == [

@@ -46,6 +46,7 @@ Kinds
 
 from __future__ import annotations
 
+import difflib
 import re
 import unicodedata
 from collections import Counter
@@ -79,6 +80,21 @@ _SENTENCE_END = re.compile(r"[.!?](?:\s|$)")
 ABSTRACT_NAMES = frozenset({"abstract", "summary"})
 REFERENCE_NAMES = frozenset({"references", "reference", "bibliography", "literature cited", "references and notes",
                              "works cited", "cited literature", "literature", "references cited"})
+# a references heading misspelt ("REFFERENCES" in the silkworm paper of pdfs-extra, "Refrences", "Referances"): a one-
+# word name that starts as the word does and is that close to it (difflib's ratio; "Preferences" does not start so)
+_REFERENCE_WORDS = {"ref": "references", "bib": "bibliography"}
+REFERENCE_LIKENESS = 0.9
+
+
+def reference_name(name: str) -> bool:
+    """Whether a normalised heading name (:func:`normalize_name`) names the references, spelt right or nearly."""
+    if name in REFERENCE_NAMES:
+        return True
+    word = _REFERENCE_WORDS.get(name[:3])
+    return word is not None and " " not in name and \
+        difflib.SequenceMatcher(None, name, word).ratio() >= REFERENCE_LIKENESS
+
+
 TOP_NAMES = ABSTRACT_NAMES | REFERENCE_NAMES | frozenset({
     "keywords", "key words", "introduction", "background", "related work", "conclusion", "conclusions",
     "acknowledgment", "acknowledgments", "acknowledgement", "acknowledgements", "appendix", "appendices",
@@ -402,7 +418,7 @@ def outline(markdown: str, title: str | None = None) -> Outline:
         md = c.md_level if c.md_level is not None else (0 if c.number else 7)
         if group and (name in CANONICAL_NAMES or c.number is not None or md < group[1]):
             group = None
-        if c.number is None and name in TOP_NAMES:
+        if c.number is None and (name in TOP_NAMES or reference_name(name)):
             level = 1
         elif depth is not None:
             level = depth
@@ -419,7 +435,7 @@ def outline(markdown: str, title: str | None = None) -> Outline:
         if c.number is None and c.md_level is not None and not markdown[body:end].strip():
             group = (len(stack), c.md_level)
         names = [s[3] for s in stack]
-        if any(n in REFERENCE_NAMES for n in names):
+        if any(reference_name(n) for n in names):
             kind: SectionKind = "references"
             after_refs = True
         elif any(n in ABSTRACT_NAMES for n in names):
