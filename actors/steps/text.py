@@ -167,6 +167,12 @@ _LOWER_WORD = re.compile(r"[a-z]+\b(?![-\d])")
 # a table's or figure's caption, as a paragraph of its own ("Table 1. Number of persons …", "**Figure 6.** Mean …",
 # "Fig. 2: …", "Supplementary Table S3 …")
 _CAPTION = re.compile(r"^\s*(?:supplementary\s+)?(?:table|fig(?:ure)?\.?)\s*S?\d+[a-z]?\s*[.:|]", re.IGNORECASE)
+
+
+def caption(text: str) -> bool:
+    """Whether ``text`` opens as a table's or a figure's caption ("Table 5: …", "Fig. 2. …", "Supplementary Table
+    S3 | …"): it says what a table or figure shows, not what the paper finds."""
+    return _CAPTION.match(_STRONG.sub("", text)) is not None
 QUOTATION_CHARS = 600  # the longest sentence a quotation left open may run to (a closing mark the PDF lost)
 
 

@@ -585,6 +585,10 @@ def test_a_footnote_is_not_quoted_nor_run_into_the_sentence_after_it():
                    "Black dots represent 69 records of occurrence for An. nili in the forest block",
                    "The green and red bars show descriptors that influence predictions positively and negatively"):
         assert not states_something(legend), legend
+    # nor a caption (bench/suites/asks.yaml quoted TableFormer's "Table 5: ALL questions' cell selection accuracy …")
+    assert not states_something("Table 5: ALL questions' cell selection accuracy of TABLEFORMER variants on SQA")
+    assert not states_something("Fig. 2. Coverage per requirement per iteration for every query we ran")
+    assert states_something("Table salt intake rose by 12% in the cohort we followed for ten years")
     assert states_something("Red blood cells are lost faster in trauma patients given heparin than in others")
     assert states_something("Green areas are associated with lower mortality in the cities we studied")
 

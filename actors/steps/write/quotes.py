@@ -13,7 +13,7 @@ from typing import Literal
 
 from actors.steps.plan.requirements import content_words, own_question
 from actors.steps.schemas import MOTIVE_CHARS, SENTENCE_CHARS
-from actors.steps.text import declaration, escape_md, finding_weight, plain_text, prose_sentences, tidy
+from actors.steps.text import caption, declaration, escape_md, finding_weight, plain_text, prose_sentences, tidy
 from actors.steps.write.citations import citation_numbers
 from infra.store.base import ChunkRecord, Store
 from messages.forage import Evidence, RequirementCoverage
@@ -148,7 +148,7 @@ def states_something(sentence: str) -> bool:
     (``MIN_LOWER_SHARE`` of its words lower-case), not a question (a paper's title or a rhetorical question asks, it
     does not state: "… Which lessons for public action?"), without characters the PDF's text layer could not map
     ("�MCP�": not what the paper prints), and not a disclosure, a reference entry, a licence line or pseudo-code
-    (:data:`_NO_FINDING`) nor a figure's legend (:data:`_LEGEND`)."""
+    (:data:`_NO_FINDING`) nor a figure's legend or caption (:data:`_LEGEND`, :func:`~actors.steps.text.caption`)."""
     chars = "".join(sentence.split())
     if len(sentence.split()) < MIN_FINDING_WORDS or not chars or sentence.rstrip(" _*”\"'").endswith("?") \
             or "\ufffd" in sentence:
@@ -158,7 +158,7 @@ def states_something(sentence: str) -> bool:
     words = [w for w in sentence.split() if w[:1].isalpha()]
     if words and sum(w[0].islower() for w in words) < MIN_LOWER_SHARE * len(words):
         return False  # a byline, a title or a reference entry: names and capitalised words, no prose
-    return not _NO_FINDING.search(sentence) and not _LEGEND.match(sentence)
+    return not _NO_FINDING.search(sentence) and not _LEGEND.match(sentence) and not caption(sentence)
 
 
 
