@@ -775,3 +775,13 @@ def test_what_a_quote_may_be():
                "1 Introduction",
                "This work was funded by grant no. 12345 of the national science foundation."):
         assert not states_something(no), no
+
+
+def test_a_coverage_short_of_the_goal_never_prints_as_the_goal():
+    """bench/suites/asks.yaml's report showed "R1: What is a phytojuvenoid? | 0.85 (partly)": 0.849 rounded up beside
+    the word its true value earns. Two decimals are cut, not rounded."""
+    from actors.steps.write.render import coverage_word, shown
+
+    assert f"{shown(0.8499):.2f} ({coverage_word(0.8499, 0.85)})" == "0.84 (partly)"
+    assert f"{shown(0.85):.2f} ({coverage_word(0.85, 0.85)})" == "0.85 (answered)"
+    assert f"{shown(0.29):.2f}" == "0.29" and f"{shown(1.0):.2f}" == "1.00"  # no float artefact cuts a cent

@@ -3,6 +3,7 @@ the figures and the sources consulted (Harvard style); and the short titles take
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Sequence
 
 from actors.steps.plan.questions import asked_part, list_items
@@ -48,6 +49,12 @@ def source_ref(src: Source) -> SourceRef:
                      authors=src.authors, year=src.year, origin=src.origin, venue=src.venue,
                      venue_kind=src.venue_kind, chunk_ids=tuple(src.chunk_ids), doi=src.doi,
                      arxiv_id=src.arxiv_id, **weight_of(src))
+
+
+def shown(coverage: float) -> float:
+    """A coverage as the report prints it, two decimals cut rather than rounded: 0.849, short of the goal 0.85, reads
+    0.84 beside its "partly", not 0.85."""
+    return math.floor(coverage * 100 + 1e-9) / 100
 
 
 def coverage_word(coverage: float, goal: float) -> str:
@@ -105,7 +112,7 @@ def render_report(request: WriteRequest, title: str, overview: str, sections: Se
             "| Requirement | Coverage | Evidence documents |", "| --- | --- | --- |"]
     for s in sections:
         cov = s.coverage
-        state = "failed" if cov.status == "failed" else f"{cov.coverage:.2f} ({coverage_word(cov.coverage, goal)})"
+        state = "failed" if cov.status == "failed" else f"{shown(cov.coverage):.2f} ({coverage_word(cov.coverage, goal)})"
         req = cov.requirement
         mark = f" (added after iteration {req.added_after})" if req.added_after is not None else ""
         out.append(f"| {req.id}: {escape_md(req.text)}{mark} | {state} | {len(cov.evidence)} |")

@@ -52,7 +52,7 @@ from actors.steps.write.citations import check_citations, citation_numbers, exce
 from actors.steps.write.compare import ComparisonStep
 from actors.steps.write.quotes import (EXCERPTS_PER_ITEM, RELATED, Chunks, Quoter, Section, Sentence, Source,
                                        cited_chunks, distinct_documents, number_sources)
-from actors.steps.write.render import (coverage_word, on_topic, query_title, query_topic, render_report,
+from actors.steps.write.render import (coverage_word, on_topic, query_title, query_topic, render_report, shown,
                                        source_ref)
 from actors.steps.write.weight import left_out_note, prefer_unretracted
 from infra.embed.base import Embedder
@@ -140,7 +140,7 @@ class WriteStep:
                                      "so this report has no findings for it.")
                 continue
             if not cov.evidence:
-                section.notes.append(NO_EVIDENCE_ESTIMATE.format(coverage=cov.coverage) if cov.coverage > 0
+                section.notes.append(NO_EVIDENCE_ESTIMATE.format(coverage=shown(cov.coverage)) if cov.coverage > 0
                                      else NO_EVIDENCE)
                 continue
             for ev in cov.evidence:
@@ -189,7 +189,7 @@ class WriteStep:
         run's goal (the Scope calls it answered), else that none was confirmed or only related documents were found."""
         if cov.coverage >= self.settings.run.min_coverage:
             why = UNCONFIRMED_WHY.format(n=cov.unconfirmed) if cov.unconfirmed else ""
-            return LIKELY_UNCONFIRMED.format(coverage=cov.coverage, why=why)
+            return LIKELY_UNCONFIRMED.format(coverage=shown(cov.coverage), why=why)
         return UNCONFIRMED.format(n=cov.unconfirmed) if cov.unconfirmed else PARTIAL
 
     # -- sources -------------------------------------------------------------------------------------
