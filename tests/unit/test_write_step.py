@@ -390,6 +390,8 @@ def test_cut_text_is_trimmed_to_whole_sentences_or_words():
         "What do writers need")
     assert query_title("Project: cheaper linacs\nQuestion: how was the cavity tuner tested?") == (
         "How was the cavity tuner tested")  # bench/suites/asks.yaml: the "Question:" field, not the project
+    assert query_title("Make a table of the models compared with TableFormer on SQA.") == (
+        "The models compared with TableFormer on SQA")  # the content asked for, not the form
     from actors.steps.write.render import query_topic
 
     assert query_topic("I need:\n- an R package\n- evidence on dark matter", 300) == (

@@ -90,6 +90,13 @@ def normalize(text: str) -> str:
     return " ".join(text.casefold().translate(_PUNCT).split())
 
 
+def without_form(text: str) -> str:
+    """``text`` without a request for the answer's form around it ("Make a table of the models …" -> "The models
+    …", :data:`_FORM`)."""
+    stripped = _FORM.sub("", text, count=1).strip()
+    return stripped[0].upper() + stripped[1:] if stripped and stripped != text.strip() else text
+
+
 def clean_requirement(text: str) -> str:
     """One requirement as the LLM or the researcher wrote it → plain requirement text ('' if nothing left)."""
     text = " ".join(text.split())
