@@ -166,7 +166,8 @@ _LOWER_WORD = re.compile(r"[a-z]+\b(?![-\d])")
 
 # a table's or figure's caption, as a paragraph of its own ("Table 1. Number of persons …", "**Figure 6.** Mean …",
 # "Fig. 2: …", "Supplementary Table S3 …")
-_CAPTION = re.compile(r"^\s*(?:supplementary\s+)?(?:table|fig(?:ure)?\.?)\s*S?\d+[a-z]?\s*[.:|]", re.IGNORECASE)
+_CAPTION = re.compile(r"^\s*(?:supplementary\s+)?(?:table|fig(?:ure)?\.?)\s*(?:S?\d+[a-z]?|[IVXL]{1,6})\s*[.:|]",
+                      re.IGNORECASE)  # "Table II: …" (IEEE) too
 
 
 def caption(text: str) -> bool:

@@ -676,9 +676,9 @@ def test_a_requirement_that_states_its_own_answer_or_echoes_the_request_is_dropp
      "Use of biochar in farms. How does it change nitrogen cycling?"),
     # bench/suites/asks.yaml: a query written as labelled fields asks its "Question:" field
     ("Project: cheaper superconducting linacs\nQuestion: how was the LCLS-II cavity tuner tested?",
-     "how was the LCLS-II cavity tuner tested?"),
+     "How was the LCLS-II cavity tuner tested?"),
     ("Background: our tuners fail. Research question: which tests catch a failing tuner early?",
-     "which tests catch a failing tuner early?"),
+     "Which tests catch a failing tuner early?"),
     ("What is the question: how do tracing JIT compilers work?", "What is the question: how do tracing JIT compilers "
                                                                  "work?"),  # no field: a lower-case "question"
 ])

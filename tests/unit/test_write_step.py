@@ -392,6 +392,9 @@ def test_cut_text_is_trimmed_to_whole_sentences_or_words():
         "How was the cavity tuner tested")  # bench/suites/asks.yaml: the "Question:" field, not the project
     assert query_title("Make a table of the models compared with TableFormer on SQA.") == (
         "The models compared with TableFormer on SQA")  # the content asked for, not the form
+    assert query_title("Chemists distrust black-box models (Wellawatte et al. argue); which methods explain molecular "
+                       "models?") == "Which methods explain molecular models"  # the question, not the claim before it
+    assert query_title("Inhibitors of ACE; how do they work?") == "Inhibitors of ACE; how do they work"  # a topic
     from actors.steps.write.render import query_topic
 
     assert query_topic("I need:\n- an R package\n- evidence on dark matter", 300) == (
@@ -590,6 +593,7 @@ def test_a_footnote_is_not_quoted_nor_run_into_the_sentence_after_it():
     # nor a caption (bench/suites/asks.yaml quoted TableFormer's "Table 5: ALL questions' cell selection accuracy …")
     assert not states_something("Table 5: ALL questions' cell selection accuracy of TABLEFORMER variants on SQA")
     assert not states_something("Fig. 2. Coverage per requirement per iteration for every query we ran")
+    assert not states_something("Table II: A comparison of speed and accuracy for the implementations of many methods")
     assert states_something("Table salt intake rose by 12% in the cohort we followed for ten years")
     assert states_something("Red blood cells are lost faster in trauma patients given heparin than in others")
     assert states_something("Green areas are associated with lower mortality in the cities we studied")

@@ -114,12 +114,31 @@ def asked_part(text: str) -> str:
     :data:`MIN_WORDS` words are left; else the text as it is."""
     fields = _QUESTION_FIELD.split(text)
     if len(fields) == 2 and len(WORD.findall(fields[1])) >= MIN_WORDS:  # one "Question:" field, after the others
-        text = fields[1]
+        text = sentence_case(fields[1].strip())
     sentences = re.split(r"(?<=[.!?])\s+", " ".join(text.split()))
     kept = " ".join(s for s in sentences if not (own_context(s) or instruction(s)))
     text = kept if kept != " ".join(sentences) and len(WORD.findall(kept)) >= MIN_WORDS else text
     rest = _LEAD_IN.sub("", text, count=1)
     return rest if rest != text and len(WORD.findall(rest)) >= MIN_WORDS else text
+
+
+def sentence_case(text: str) -> str:
+    """``text`` opening with a capital: a first word all in lower case ("how", "trace-based", "résumé") is capitalised;
+    one written with a capital or a digit inside ("mRNA", "p53", "eBay") is kept as it is."""
+    first = text.split(" ", 1)[0]
+    lower = re.fullmatch(r"[^\W\d_]+(?:-[^\W\d_]+)*", first) is not None and first.islower()
+    return text[0].upper() + text[1:] if lower else text
+
+
+def without_premise(text: str) -> str:
+    """What a query asks without the premises or claims before its question (:func:`statement`: "Given that …, and
+    that …, what does …?" asks "What does …?"), when a question follows them; else ``text``."""
+    pieces = _QUESTION_BREAK.split(" ".join(text.split()))
+    lead = 0
+    while lead < len(pieces) - 1 and statement(pieces[lead]):
+        lead += 1
+    rest = " ".join(pieces[lead:]).strip(" ,;")
+    return sentence_case(rest) if lead and len(WORD.findall(rest)) >= MIN_WORDS else text
 
 
 def split_questions(text: str) -> list[str]:

@@ -28,7 +28,7 @@ from collections.abc import Iterable, Sequence
 from pydantic import ValidationError
 
 from actors.steps.plan.questions import (MIN_WORDS, QUESTION_WORDS, WORD, asked_part, instruction, list_items,
-                                         own_context, split_questions)
+                                         own_context, sentence_case, split_questions)
 from actors.steps.prompts import REQUIREMENTS_SYSTEM
 from actors.steps.schemas import REQUIREMENT_CHARS, RequirementList
 from infra.errors import ConfigError, LLMOutputError, LLMTimeout
@@ -107,11 +107,7 @@ def clean_requirement(text: str) -> str:
     text = _without_full_stop(_plain(asked_part(text.strip(" \t\"'"))))
     if _DIRECT_QUESTION.match(text) and "?" not in text:  # "Can prompt tuning control … is" lost its '?'
         text += "?"
-    # a sentence starts with a capital (a weak model echoes the query lower-cased, "trace-based vs. …" too); a first
-    # word written with a capital or a digit inside ("mRNA", "p53", "eBay") is kept as it is
-    first = text.split(" ", 1)[0]
-    lower = re.fullmatch(r"[^\W\d_]+(?:-[^\W\d_]+)*", first) is not None and first.islower()
-    return text[0].upper() + text[1:] if lower else text
+    return sentence_case(text)  # a weak model echoes the query lower-cased, "trace-based vs. …" too
 
 
 def _without_full_stop(text: str) -> str:

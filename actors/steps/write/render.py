@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 
-from actors.steps.plan.questions import asked_part, list_items
+from actors.steps.plan.questions import asked_part, list_items, without_premise
 from actors.steps.plan.requirements import content_words, without_form
 from actors.steps.text import MIN_LETTER_SHARE, escape_md
 from actors.steps.write.citations import SOURCES_HEADING
@@ -75,10 +75,11 @@ def on_topic(title: str, texts: Iterable[str]) -> bool:
 def query_title(query: str) -> str:
     """A short title taken from the query: the first ``TITLE_WORDS`` words of what it asks (its first item when it is
     a list, :func:`list_items`; without the researcher's context and lead-in before the question, :func:`asked_part`,
-    and a request for the answer's form, :func:`~actors.steps.plan.requirements.without_form`),
+    the premises before it, :func:`without_premise`, and a request for the answer's form,
+    :func:`~actors.steps.plan.requirements.without_form`),
     without a trailing '?' (or other closing punctuation), "…" when words were left out."""
     items = list_items(query)
-    words = query_topic(without_form(items[0] if items else asked_part(query))).split()
+    words = query_topic(without_form(items[0] if items else without_premise(asked_part(query)))).split()
     if words and words[0].isalpha() and words[0].islower():  # "what do writers need …" after a lead-in
         words[0] = words[0].capitalize()
     title = " ".join(words[:TITLE_WORDS]).rstrip("?!.,;: …")
