@@ -114,7 +114,8 @@ def render_report(request: WriteRequest, title: str, overview: str, sections: Se
             "| Requirement | Coverage | Evidence documents |", "| --- | --- | --- |"]
     for s in sections:
         cov = s.coverage
-        state = "failed" if cov.status == "failed" else f"{shown(cov.coverage):.2f} ({coverage_word(cov.coverage, goal)})"
+        state = ("failed" if cov.status == "failed"
+                 else f"{shown(cov.coverage):.2f} ({coverage_word(cov.coverage, goal)})")
         req = cov.requirement
         mark = f" (added after iteration {req.added_after})" if req.added_after is not None else ""
         out.append(f"| {req.id}: {escape_md(req.text)}{mark} | {state} | {len(cov.evidence)} |")
