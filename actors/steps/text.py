@@ -174,6 +174,8 @@ def caption(text: str) -> bool:
     """Whether ``text`` opens as a table's or a figure's caption ("Table 5: …", "Fig. 2. …", "Supplementary Table
     S3 | …"): it says what a table or figure shows, not what the paper finds."""
     return _CAPTION.match(_STRONG.sub("", text)) is not None
+
+
 QUOTATION_CHARS = 600  # the longest sentence a quotation left open may run to (a closing mark the PDF lost)
 
 
