@@ -67,6 +67,8 @@ def test_a_query_of_two_questions_is_split_and_each_needs_its_own_requirement() 
      ["which methods explain molecular models"]),
     ("Inhibitors of angiotensin-converting enzyme; how fragment-based design makes them selective",
      ["Inhibitors of angiotensin-converting enzyme", "how fragment-based design makes them selective"]),
+    ("Our lab is small. how do JIT compilers specialize types, and how is sepsis predicted early?",
+     ["how do JIT compilers specialize types", "how is sepsis predicted early"]),
 ])
 def test_a_list_and_an_and_also_ask_a_question_each(query, asked) -> None:
     """bench/suites/shapes.yaml's list and "and also" queries: each item is a need the plan must keep."""

@@ -335,6 +335,8 @@ def test_without_the_llm_a_query_of_several_questions_gives_one_requirement_each
     # a statement before the question in the same part stays with it (the question is the part's last sentence)
     ("Smartphones are everywhere. How do they change sleep, and what do teenagers do about it?",
      ["Smartphones are everywhere. How do they change sleep", "What do teenagers do about it?"]),
+    ("My lab is small. how do JIT compilers specialize types, and how is sepsis predicted early?",
+     ["How do JIT compilers specialize types?", "How is sepsis predicted early?"]),
 ])
 def test_split_questions(text, questions):
     from actors.steps.plan.questions import split_questions

@@ -173,7 +173,7 @@ def questions(query: str) -> list[str]:
     parts: list[str] = []
     pieces = [p for item in (items or [query]) for p in _BREAK.split(" ".join(item.split())) if p.strip(" ,;.?!")]
     for n, raw in enumerate(pieces):
-        last = re.split(r"(?<=[.!])\s+(?=[A-Z])", raw.strip())[-1]  # a part's question is its last sentence
+        last = re.split(r"(?<!\bal\.)(?<!e\.g\.)(?<!i\.e\.)(?<=[.!])\s+", raw.strip())[-1]  # its last sentence
         if not items and n + 1 < len(pieces) and not raw.rstrip().endswith("?") and not _ASKED.match(last) \
                 and _STATED.search(last):
             continue  # "Given that …, what …?": the premise is the question's context

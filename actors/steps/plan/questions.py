@@ -87,7 +87,7 @@ def statement(part: str) -> bool:
     """Whether a part of a query states rather than asks (:data:`_PREMISE`, :data:`_STATES`): it has no question mark,
     its last sentence opens with no question word and no request, and it reads as a premise or a claim, not as a
     topic."""
-    last = re.split(r"(?<=[.!?])\s+(?=[A-Z])", part.strip())[-1]  # not after "et al."
+    last = re.split(r"(?<!\bal\.)(?<!e\.g\.)(?<!i\.e\.)(?<=[.!?])\s+", part.strip())[-1]  # not after "et al."
     if part.rstrip().endswith("?") or re.match(rf"\W*{QUESTION_WORDS}\b", last, re.IGNORECASE) \
             or _REQUEST.match(last):
         return False
