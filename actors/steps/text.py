@@ -149,7 +149,7 @@ def prose_sentences(text: str, as_before: bool = False) -> list[str]:
     blocks: list[list[str]] = [[]]  # paragraphs read as one text, a caption alone
     for paragraph in re.split(r"\n\s*\n", without_markup(text)):
         lines = [line for line in paragraph.splitlines() if not line.lstrip().startswith(("#", ">", "|"))]
-        if _CAPTION.match(_STRONG.sub("", "\n".join(lines))):
+        if caption("\n".join(lines)):
             blocks += [lines, []]
         else:
             blocks[-1] += lines

@@ -101,9 +101,10 @@ def clean_requirement(text: str) -> str:
     """One requirement as the LLM or the researcher wrote it → plain requirement text ('' if nothing left)."""
     text = " ".join(text.split())
     text = _MARKER.sub("", text, count=1).strip()
-    stripped = _FORM.sub("", _META.sub("", text, count=1).strip(), count=1).strip()
+    stripped = _META.sub("", text, count=1).strip()
     if stripped and stripped != text:
         text = stripped[0].upper() + stripped[1:]
+    text = without_form(text)
     text = _without_full_stop(_plain(asked_part(text.strip(" \t\"'"))))
     if _DIRECT_QUESTION.match(text) and "?" not in text:  # "Can prompt tuning control … is" lost its '?'
         text += "?"
